@@ -1,0 +1,1 @@
+//! numalab measurement engine.

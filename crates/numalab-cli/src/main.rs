@@ -1,0 +1,56 @@
+//! `numalab`: measure what NUMA costs on a machine, find the right memory
+//! and thread placement for a workload, and check where pages really went.
+
+mod cmd;
+mod output;
+mod placement;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Measure what NUMA costs on this machine, find the right memory and
+/// thread placement for a workload, and check where pages really landed.
+#[derive(Debug, Parser)]
+#[command(
+    name = "numalab",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Topo(cmd::topo::TopoArgs),
+    Exec(cmd::exec::ExecArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Topo(args) => cmd::topo::run(args).map(|()| 0).map_err(|e| (e, 1)),
+        Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err((err, code)) => {
+            eprintln!("numalab: error: {err:#}");
+            ExitCode::from(code as u8)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

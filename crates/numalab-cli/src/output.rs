@@ -1,0 +1,304 @@
+//! How numalab prints: tables for people on a terminal, JSON and CSV for
+//! programs, files written atomically, nothing decorative on a pipe.
+
+use std::fs;
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use comfy_table::{presets, ContentArrangement, Table};
+use serde::Serialize;
+
+/// Output options shared by every command.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Print JSON (a versioned schema, for scripts and for merging results
+    /// from many machines) instead of tables
+    #[arg(long, conflicts_with_all = ["csv", "markdown"])]
+    pub json: bool,
+
+    /// Print CSV instead of tables
+    #[arg(long, conflicts_with = "markdown")]
+    pub csv: bool,
+
+    /// Print Markdown tables
+    #[arg(long)]
+    pub markdown: bool,
+
+    /// Write the result to FILE (atomically: a temporary file renamed into
+    /// place) instead of standard output; the format follows --json/--csv/
+    /// --markdown, else the extension (.json, .csv, .md), else JSON
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// The format chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Human tables.
+    Table,
+    /// JSON document.
+    Json,
+    /// CSV rows.
+    Csv,
+    /// Markdown tables.
+    Markdown,
+}
+
+impl OutputArgs {
+    /// The format to produce.
+    pub fn format(&self) -> Format {
+        if self.json {
+            Format::Json
+        } else if self.csv {
+            Format::Csv
+        } else if self.markdown {
+            Format::Markdown
+        } else if let Some(path) = &self.output {
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("csv") => Format::Csv,
+                Some("md") => Format::Markdown,
+                Some("txt") => Format::Table,
+                _ => Format::Json,
+            }
+        } else {
+            Format::Table
+        }
+    }
+
+    /// Writes `text` to the output file, or to standard output.
+    pub fn emit(&self, text: &str) -> Result<()> {
+        match &self.output {
+            Some(path) => {
+                write_atomically(path, text.as_bytes())?;
+                if io::stderr().is_terminal() {
+                    eprintln!("wrote {}", path.display());
+                }
+                Ok(())
+            }
+            None => print_stdout(text),
+        }
+    }
+}
+
+/// Prints to stdout; a closed pipe (`numalab topo | head`) is not an error.
+pub fn print_stdout(text: &str) -> Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing to standard output"),
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory
+/// renamed into place, so a reader never sees half a file and a failure
+/// leaves nothing behind.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} is not a file name", path.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> io::Result<()> {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if let Err(err) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(err).with_context(|| format!("writing {}", path.display()));
+    }
+    Ok(())
+}
+
+/// The envelope of every JSON document numalab writes.
+#[derive(Debug, Serialize)]
+pub struct Document<'a, T: Serialize> {
+    /// What the document holds, e.g. `numalab.topo`.
+    pub schema: &'a str,
+    /// Version of that schema; bumped on incompatible changes.
+    pub schema_version: u32,
+    /// The numalab version that wrote it.
+    pub numalab_version: &'a str,
+    /// When it was written (UTC, RFC 3339).
+    pub created: String,
+    /// The payload.
+    #[serde(flatten)]
+    pub body: &'a T,
+}
+
+/// Serialises `body` in numalab's JSON envelope.
+pub fn to_json<T: Serialize>(schema: &str, schema_version: u32, body: &T) -> Result<String> {
+    let doc = Document {
+        schema,
+        schema_version,
+        numalab_version: env!("CARGO_PKG_VERSION"),
+        created: now_rfc3339(),
+        body,
+    };
+    let mut text = serde_json::to_string_pretty(&doc)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// The current UTC time as `2026-11-22T02:07:54Z`.
+pub fn now_rfc3339() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// A table in numalab's style: light rules on a terminal, plain columns on
+/// a pipe or in a file.
+pub fn table(header: impl Into<comfy_table::Row>) -> Table {
+    let mut table = Table::new();
+    table.load_style(presets::NOTHING);
+    table.set_content_arrangement(ContentArrangement::Disabled);
+    table.set_header(header);
+    table
+}
+
+/// A Markdown table.
+pub fn markdown_table(header: impl Into<comfy_table::Row>) -> Table {
+    let mut table = Table::new();
+    table.load_style(presets::ASCII_MARKDOWN);
+    table.set_header(header);
+    table
+}
+
+/// Renders a table's lines with trailing spaces trimmed.
+pub fn render(table: &Table) -> String {
+    let mut out = String::new();
+    for line in table.lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// CSV writer for flat rows: quotes fields that need it.
+#[derive(Debug, Default)]
+pub struct Csv {
+    out: String,
+}
+
+impl Csv {
+    /// A CSV document starting with `header`.
+    pub fn new(header: &[&str]) -> Csv {
+        let mut csv = Csv::default();
+        csv.row(header.iter().map(|s| s.to_string()));
+        csv
+    }
+
+    /// Appends a row.
+    pub fn row(&mut self, fields: impl IntoIterator<Item = String>) {
+        let mut first = true;
+        for field in fields {
+            if !first {
+                self.out.push(',');
+            }
+            first = false;
+            if field.contains([',', '"', '\n']) {
+                self.out.push('"');
+                self.out.push_str(&field.replace('"', "\"\""));
+                self.out.push('"');
+            } else {
+                self.out.push_str(&field);
+            }
+        }
+        self.out.push('\n');
+    }
+
+    /// The document.
+    pub fn finish(self) -> String {
+        self.out
+    }
+}
+
+/// Bytes as MiB with one decimal.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// Bytes in the largest fitting binary unit: `4.0 GiB`, `480 MiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 || unit == 0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_when_needed() {
+        let mut csv = Csv::new(&["a", "b"]);
+        csv.row(["1".to_string(), "x,y".to_string()]);
+        csv.row(["say \"hi\"".to_string(), String::new()]);
+        assert_eq!(csv.finish(), "a,b\n1,\"x,y\"\n\"say \"\"hi\"\"\",\n");
+    }
+
+    #[test]
+    fn human_bytes_picks_a_unit() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(480 << 20), "480 MiB");
+        assert_eq!(human_bytes(5 << 29), "2.5 GiB");
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        let now = now_rfc3339();
+        assert_eq!(now.len(), 20, "{now}");
+        assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
+    }
+
+    #[test]
+    fn atomic_write_leaves_no_temporary() {
+        let dir = std::env::temp_dir().join(format!("numalab-out-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.json");
+        write_atomically(&path, b"{}").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"{}");
+        let leftovers: Vec<_> = fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(leftovers.len(), 1);
+        assert!(write_atomically(&dir.join("missing/r.json"), b"{}").is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,330 @@
+//! The `numalab` binary as users run it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn numalab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(args)
+        .output()
+        .expect("numalab runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn topologies() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/topologies")
+}
+
+fn sysfs_nodes() -> Vec<u32> {
+    let online = std::fs::read_to_string("/sys/devices/system/node/online").unwrap();
+    let set: numalab::NodeSet = online.trim().parse().unwrap();
+    set.iter().collect()
+}
+
+#[test]
+fn topo_json_matches_sysfs() {
+    let out = numalab(&["topo", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["schema"], "numalab.topo");
+    assert_eq!(doc["schema_version"], 1);
+    let ids: Vec<u32> = doc["topology"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(ids, sysfs_nodes());
+    for node in doc["topology"]["nodes"].as_array().unwrap() {
+        let id = node["id"].as_u64().unwrap();
+        let meminfo =
+            std::fs::read_to_string(format!("/sys/devices/system/node/node{id}/meminfo")).unwrap();
+        let total_kb: u64 = meminfo
+            .lines()
+            .find(|l| l.contains("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let reported = node["memory_bytes"].as_u64().unwrap();
+        let diff = (reported as f64 - (total_kb * 1024) as f64).abs();
+        assert!(
+            diff <= 0.01 * (total_kb * 1024) as f64,
+            "node {id}: {reported} vs {total_kb} kB"
+        );
+    }
+    let memory_now = doc["memory_now"].as_array().unwrap();
+    assert_eq!(memory_now.len(), ids.len());
+    assert!(doc["kernel"]["thp_enabled"].is_string() || doc["kernel"]["thp_enabled"].is_null());
+}
+
+#[test]
+fn topo_table_agrees_with_numactl_hardware() {
+    let Ok(numactl) = Command::new("numactl").arg("--hardware").output() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("numactl is missing in CI (apt-get install numactl)");
+        }
+        eprintln!("skipped: numactl not installed (apt-get install numactl)");
+        return;
+    };
+    let numactl = stdout(&numactl);
+    let out = numalab(&["topo"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    // "node 0 cpus: 0 1" and "node 0 size: 5082 MB" in numactl's words.
+    for line in numactl.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let ["node", id, "size:", mb, "MB"] = words[..] {
+            let row = table
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(id))
+                .unwrap_or_else(|| panic!("no row for node {id}:\n{table}"));
+            assert!(
+                row.contains(&format!("{mb} MiB")),
+                "node {id} size {mb} MB, row: {row}"
+            );
+        }
+        if let ["node", id, "cpus:", cpus @ ..] = &words[..] {
+            let ours: numalab::CpuSet = cpus.iter().map(|c| c.parse::<u32>().unwrap()).collect();
+            let row = table
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(id))
+                .unwrap();
+            let listed = if ours.is_empty() {
+                "-".to_string()
+            } else {
+                ours.to_string()
+            };
+            assert_eq!(
+                row.split_whitespace().nth(1),
+                Some(listed.as_str()),
+                "{row}"
+            );
+        }
+    }
+}
+
+#[test]
+fn topo_shows_other_machines() {
+    let out = numalab(&["topo", "--synthetic", "pack:2 numa:2 core:4 pu:2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("4 NUMA node(s)"), "{text}");
+    assert!(
+        !text.contains("kernel:"),
+        "kernel settings are this machine's, not the synthetic one's"
+    );
+
+    let xml = topologies().join("24em64t-2n6c2t-pci.xml");
+    let out = numalab(&["topo", "--xml", xml.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["topology"]["nodes"].as_array().unwrap().len(), 2);
+    assert_eq!(doc["topology"]["distances"]["values"][0][1], 20);
+    assert!(doc["memory_now"].is_null());
+
+    let out = numalab(&["topo", "--xml", "/nonexistent.xml"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("/nonexistent.xml"),
+        "{}",
+        stderr(&out)
+    );
+    let out = numalab(&["topo", "--synthetic", "bogus:3"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("bogus:3"), "{}", stderr(&out));
+}
+
+#[test]
+fn topo_csv_and_output_file() {
+    let out = numalab(&["topo", "--csv"]);
+    assert!(out.status.success());
+    let csv = stdout(&out);
+    assert!(
+        csv.starts_with("node,cpus,memory_bytes,free_bytes"),
+        "{csv}"
+    );
+    assert_eq!(csv.lines().count(), 1 + sysfs_nodes().len());
+
+    let dir = std::env::temp_dir().join(format!("numalab-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("topo.json");
+    let out = numalab(&["topo", "-o", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "numalab.topo");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        1,
+        "no temporary left"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn exec_counts_the_pages_of_a_command() {
+    // dd allocates one 48 MiB block and fills it: 48 MiB of private memory.
+    let out = numalab(&[
+        "exec",
+        "--json",
+        "--membind=0",
+        "--",
+        "dd",
+        "if=/dev/zero",
+        "of=/dev/null",
+        "bs=48M",
+        "count=2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let json_start = err
+        .find('{')
+        .unwrap_or_else(|| panic!("no JSON report:\n{err}"));
+    let doc: Value = serde_json::from_str(&err[json_start..]).unwrap();
+    assert_eq!(doc["schema"], "numalab.exec");
+    assert_eq!(doc["policy"], "bind:0");
+    assert_eq!(doc["run"]["exit"]["code"], 0);
+    let private = doc["run"]["peak"]["bytes"]["private"]["0"]
+        .as_u64()
+        .unwrap_or(0)
+        + doc["run"]["peak"]["bytes"]["heap"]["0"]
+            .as_u64()
+            .unwrap_or(0);
+    assert!(
+        private >= 48 << 20,
+        "dd's 48 MiB block not counted: {private} bytes\n{err}"
+    );
+    assert_eq!(doc["audit"]["verdict"], "match", "{err}");
+}
+
+#[test]
+fn exec_binds_cpus_and_keeps_the_exit_status() {
+    let out = numalab(&[
+        "exec",
+        "--physcpubind=0",
+        "--",
+        "sh",
+        "-c",
+        "grep Cpus_allowed_list /proc/self/status; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("Cpus_allowed_list:\t0\n"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("exited 3"), "{}", stderr(&out));
+
+    let out = numalab(&["exec", "-q", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.code(), Some(128 + 15));
+    assert!(
+        stderr(&out).is_empty(),
+        "--quiet prints nothing: {}",
+        stderr(&out)
+    );
+
+    let out = numalab(&["exec", "--", "/nonexistent/command"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("/nonexistent/command"));
+}
+
+#[test]
+fn exec_refuses_nodes_that_do_not_exist() {
+    let out = numalab(&["exec", "--membind=7", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr(&out);
+    let nodes: numalab::NodeSet = sysfs_nodes().into_iter().collect();
+    assert!(err.contains("--membind=7"), "{err}");
+    assert!(err.contains("node 7 does not exist"), "{err}");
+    assert!(
+        err.contains(&format!("this machine has nodes {nodes}")),
+        "{err}"
+    );
+
+    for (args, needle) in [
+        (
+            vec!["exec", "--interleave=0,,1", "--", "true"],
+            "not a number or a range",
+        ),
+        (
+            vec!["exec", "--physcpubind=4096", "--", "true"],
+            "CPU 4096 does not exist",
+        ),
+        (
+            vec!["exec", "--cpunodebind=9", "--", "true"],
+            "node 9 does not exist",
+        ),
+        (
+            vec!["exec", "--preferred=0-1", "--", "true"],
+            "--preferred-many",
+        ),
+    ] {
+        let out = numalab(&args);
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+    // Two policies at once is a usage error.
+    let out = numalab(&["exec", "-m", "0", "-i", "0", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn help_explains_every_command() {
+    for cmd in [
+        vec!["--help"],
+        vec!["topo", "--help"],
+        vec!["exec", "--help"],
+    ] {
+        let out = numalab(&cmd);
+        assert!(out.status.success(), "{cmd:?}");
+        assert!(stdout(&out).contains("Usage:"), "{cmd:?}");
+    }
+    let help = stdout(&numalab(&["exec", "--help"]));
+    for flag in [
+        "--membind",
+        "--interleave",
+        "--preferred",
+        "--preferred-many",
+        "--weighted-interleave",
+        "--localalloc",
+        "--cpunodebind",
+        "--physcpubind",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from exec --help");
+    }
+}
+
+#[test]
+fn closed_pipe_is_not_an_error() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(["topo", "--xml"])
+        .arg(topologies().join("96em64t-4n4d3ca2co-pci.xml"))
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // stdout is now closed.
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{err}");
+}

@@ -1,0 +1,386 @@
+//! Run a command under a memory policy and CPU binding, as `numactl` does,
+//! and report where its memory was when it exited.
+//!
+//! The command is traced (`ptrace` exit events only, no per-syscall cost):
+//! when each of its processes exits, its `/proc/PID/numa_maps` is read
+//! before the kernel frees its memory, so even a short-lived command gets
+//! a full account. Meanwhile a sampler thread reads every process's memory
+//! every few tens of milliseconds, so memory freed before exit still shows
+//! in the peak. Where tracing is not permitted (some containers), only the
+//! samples are reported and the report says so.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::locate::ProcessMemory;
+use crate::policy::MemPolicy;
+use crate::sets::CpuSet;
+use crate::sys::{linux, procfs};
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    /// Exited with this status.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl Exit {
+    /// The shell's convention: the code, or 128 + the signal.
+    pub fn shell_code(self) -> i32 {
+        match self {
+            Exit::Code(code) => code,
+            Exit::Signal(signal) => 128 + signal,
+        }
+    }
+}
+
+/// How the memory of the command was observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Observation {
+    /// Read at the exit of every process of the command (exact), and
+    /// sampled while it ran.
+    AtExit,
+    /// Only sampled while it ran (tracing was not permitted); the last
+    /// sample stands for the memory at exit.
+    Sampled,
+}
+
+/// What happened to a launched command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchReport {
+    /// Process id of the command.
+    pub pid: i32,
+    /// How it ended.
+    pub exit: Exit,
+    /// Its memory as each process exited, summed over processes, per kind
+    /// and node. Memory a process freed before exiting is not here.
+    pub memory: ProcessMemory,
+    /// The largest memory each process held while it ran (sampled, and at
+    /// exit), summed over processes: where the bulk of its memory was.
+    pub peak: ProcessMemory,
+    /// How many processes (the command and its descendants) were counted.
+    pub processes: usize,
+    /// How the memory was observed.
+    pub observation: Observation,
+    /// Wall time from start to exit.
+    pub elapsed: Duration,
+}
+
+/// Why a command could not be run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// The command could not be started.
+    #[error("cannot run {program:?}: {source}")]
+    Spawn {
+        /// The program.
+        program: OsString,
+        /// Why.
+        source: io::Error,
+    },
+    /// Waiting for the command failed.
+    #[error("lost track of the command: {0}")]
+    Wait(io::Error),
+}
+
+/// A command with its placement.
+///
+/// ```no_run
+/// use numalab::launch::Launch;
+/// use numalab::{MemPolicy, NodeSet};
+/// let report = Launch::new("sort", ["-o", "/dev/null", "/etc/services"])
+///     .policy(MemPolicy::Bind(NodeSet::single(0)))
+///     .run()?;
+/// println!("{:?} {:?}", report.exit, report.memory.private_per_node());
+/// # Ok::<(), numalab::launch::LaunchError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Launch {
+    program: OsString,
+    args: Vec<OsString>,
+    policy: Option<MemPolicy>,
+    cpus: Option<CpuSet>,
+}
+
+impl Launch {
+    /// `program` with `args`, placed as the calling process is.
+    pub fn new<I, S>(program: impl Into<OsString>, args: I) -> Launch
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        Launch {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            policy: None,
+            cpus: None,
+        }
+    }
+
+    /// Runs it under `policy` (checked by the caller, e.g. with
+    /// [`MemPolicy::check`]).
+    pub fn policy(mut self, policy: MemPolicy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// Runs it on `cpus` (checked by the caller).
+    pub fn cpus(mut self, cpus: CpuSet) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+
+    /// Runs the command to completion. Ctrl-C and Ctrl-\ go to the command,
+    /// not to the caller, while it runs.
+    pub fn run(&self) -> Result<LaunchReport, LaunchError> {
+        linux::ignore_signal(linux::SIGINT, true);
+        linux::ignore_signal(linux::SIGQUIT, true);
+        let result = match self.spawn(true) {
+            Ok(pid) => self.trace(pid),
+            Err(err) if err.raw_os_error() == Some(libc::EPERM) => self
+                .spawn(false)
+                .map_err(|source| self.spawn_error(source))
+                .and_then(|pid| self.sample(pid)),
+            Err(source) => Err(self.spawn_error(source)),
+        };
+        linux::ignore_signal(linux::SIGINT, false);
+        linux::ignore_signal(linux::SIGQUIT, false);
+        result
+    }
+
+    fn spawn_error(&self, source: io::Error) -> LaunchError {
+        LaunchError::Spawn {
+            program: self.program.clone(),
+            source,
+        }
+    }
+
+    fn spawn(&self, traced: bool) -> io::Result<i32> {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args);
+        // Everything the child needs is computed here: between fork and
+        // exec it may only make system calls.
+        let policy = self.policy.as_ref().map(|p| (p.kernel_mode(), p.nodes()));
+        let cpus = self.cpus.clone();
+        let apply = move || -> io::Result<()> {
+            // The child must not inherit numalab's ignored signals.
+            linux::ignore_signal(linux::SIGINT, false);
+            linux::ignore_signal(linux::SIGQUIT, false);
+            if let Some(cpus) = &cpus {
+                linux::set_affinity(0, cpus.as_words())?;
+            }
+            if let Some((mode, nodes)) = &policy {
+                linux::set_mempolicy(*mode, nodes.as_words())?;
+            }
+            if traced {
+                linux::trace_me()?;
+            }
+            Ok(())
+        };
+        // SAFETY: the closure only makes system calls (no allocation, no
+        // locks), which is what may run between fork and exec.
+        let child = unsafe { command.pre_exec(apply) }.spawn()?;
+        Ok(child.id() as i32)
+    }
+
+    /// Follows a traced command and its descendants to their exits.
+    fn trace(&self, pid: i32) -> Result<LaunchReport, LaunchError> {
+        let start = Instant::now();
+        // The exec stops the child with SIGTRAP before its first instruction.
+        linux::wait_any(pid).map_err(LaunchError::Wait)?;
+        linux::trace_set_options(pid).map_err(LaunchError::Wait)?;
+        let sampler = Sampler::start(pid);
+        linux::trace_continue(pid, 0).map_err(LaunchError::Wait)?;
+
+        let mut at_exit: BTreeMap<i32, ProcessMemory> = BTreeMap::new();
+        let mut known = BTreeSet::from([pid]);
+        let mut exit = None;
+        loop {
+            let (tid, event) = match linux::wait_any(-1) {
+                Ok(found) => found,
+                Err(err) if err.raw_os_error() == Some(libc::ECHILD) => break,
+                Err(err) => return Err(LaunchError::Wait(err)),
+            };
+            let first_stop = known.insert(tid);
+            if first_stop {
+                sampler.watch(tid);
+            }
+            match event {
+                linux::WaitEvent::TraceEvent(linux::PTRACE_EVENT_EXIT) => {
+                    // The task is exiting but still holds its memory. The
+                    // last thread of a process to get here sees its final
+                    // state, so keep the newest snapshot per process.
+                    if let Ok(tgid) = procfs::tgid_of(tid) {
+                        if let Ok(memory) = ProcessMemory::of_process(tid) {
+                            sampler.offer(tgid, &memory);
+                            at_exit.insert(tgid, memory);
+                        }
+                    }
+                    let _ = linux::trace_continue(tid, 0);
+                }
+                linux::WaitEvent::TraceEvent(_) => {
+                    let _ = linux::trace_continue(tid, 0);
+                }
+                linux::WaitEvent::Stopped(signal) => {
+                    // New tracees start with a SIGSTOP of ptrace's own; any
+                    // other signal is the command's and is passed on.
+                    let deliver = if first_stop && signal == linux::SIGSTOP {
+                        0
+                    } else {
+                        signal
+                    };
+                    let _ = linux::trace_continue(tid, deliver);
+                }
+                linux::WaitEvent::Exited(code) if tid == pid => exit = Some(Exit::Code(code)),
+                linux::WaitEvent::Signaled(signal) if tid == pid => {
+                    exit = Some(Exit::Signal(signal))
+                }
+                _ => {}
+            }
+        }
+        let mut memory = ProcessMemory::default();
+        for process in at_exit.values() {
+            memory.merge(process);
+        }
+        Ok(LaunchReport {
+            pid,
+            exit: exit.unwrap_or(Exit::Code(0)),
+            memory,
+            peak: sampler.finish(),
+            processes: at_exit.len(),
+            observation: Observation::AtExit,
+            elapsed: start.elapsed(),
+        })
+    }
+
+    /// Samples an untraced command's memory until it exits.
+    fn sample(&self, pid: i32) -> Result<LaunchReport, LaunchError> {
+        let start = Instant::now();
+        let sampler = Sampler::start(pid);
+        let exit = loop {
+            match linux::wait_nohang(pid).map_err(LaunchError::Wait)? {
+                Some(linux::WaitEvent::Exited(code)) => break Exit::Code(code),
+                Some(linux::WaitEvent::Signaled(signal)) => break Exit::Signal(signal),
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        };
+        let last = sampler.last(pid);
+        Ok(LaunchReport {
+            pid,
+            exit,
+            memory: last,
+            peak: sampler.finish(),
+            processes: 1,
+            observation: Observation::Sampled,
+            elapsed: start.elapsed(),
+        })
+    }
+}
+
+/// Reads the memory of the command's processes in the background and keeps
+/// each one's largest snapshot (by private memory) and latest snapshot.
+struct Sampler {
+    shared: Arc<SamplerState>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct SamplerState {
+    stop: AtomicBool,
+    watched: Mutex<BTreeSet<i32>>,
+    peak: Mutex<BTreeMap<i32, ProcessMemory>>,
+    last: Mutex<BTreeMap<i32, ProcessMemory>>,
+}
+
+fn private_total(memory: &ProcessMemory) -> u64 {
+    memory.private_per_node().values().sum()
+}
+
+impl SamplerState {
+    fn offer(&self, pid: i32, memory: &ProcessMemory) {
+        let mut peak = lock(&self.peak);
+        let entry = peak.entry(pid).or_default();
+        if private_total(memory) >= private_total(entry) {
+            *entry = memory.clone();
+        }
+        lock(&self.last).insert(pid, memory.clone());
+    }
+}
+
+/// Locks a mutex, ignoring poisoning (the sampler's data stays valid).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Sampler {
+    fn start(pid: i32) -> Sampler {
+        let shared = Arc::new(SamplerState::default());
+        lock(&shared.watched).insert(pid);
+        let state = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("numalab-sampler".into())
+            .spawn(move || {
+                while !state.stop.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    let pids: Vec<i32> = lock(&state.watched).iter().copied().collect();
+                    for pid in pids {
+                        // Threads share their process's memory; read each
+                        // process once, through its leader.
+                        if procfs::tgid_of(pid).ok() != Some(pid) {
+                            continue;
+                        }
+                        if let Ok(memory) = ProcessMemory::of_process(pid) {
+                            if !memory.bytes.is_empty() {
+                                state.offer(pid, &memory);
+                            }
+                        }
+                    }
+                    // Reading numa_maps walks page tables: spend at most a
+                    // tenth of the time on it, sampling every 20 ms at most.
+                    let pause = (started.elapsed() * 9).max(Duration::from_millis(20));
+                    std::thread::sleep(pause);
+                }
+            })
+            .ok();
+        Sampler { shared, thread }
+    }
+
+    fn watch(&self, pid: i32) {
+        lock(&self.shared.watched).insert(pid);
+    }
+
+    fn offer(&self, pid: i32, memory: &ProcessMemory) {
+        self.shared.offer(pid, memory);
+    }
+
+    fn last(&self, pid: i32) -> ProcessMemory {
+        lock(&self.shared.last)
+            .get(&pid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn finish(mut self) -> ProcessMemory {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let mut total = ProcessMemory::default();
+        for memory in lock(&self.shared.peak).values() {
+            total.merge(memory);
+        }
+        total
+    }
+}

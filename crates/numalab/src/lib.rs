@@ -1,0 +1,19 @@
+//! numalab: place memory and threads on NUMA nodes, and check where pages
+//! really landed.
+#![warn(missing_docs)]
+
+pub mod affinity;
+pub mod audit;
+pub mod buffer;
+pub mod launch;
+pub mod locate;
+pub mod policy;
+pub mod sets;
+pub(crate) mod sys;
+pub mod system;
+pub mod topology;
+
+pub use buffer::{BufferError, BufferOptions, HugePages, NodeBuffer};
+pub use policy::{InterleaveWeights, MemPolicy, PolicyError, RangeMode, Support};
+pub use sets::{CpuSet, NodeSet, ParseSetError};
+pub use topology::{NodeInventory, SpecError, Topology, TopologyError};

@@ -1,0 +1,667 @@
+//! Memory policies: where the kernel takes pages from.
+//!
+//! [`MemPolicy`] names every policy Linux offers, spelt as `numactl` spells
+//! it. A policy is applied to the calling thread ([`MemPolicy::apply_to_thread`],
+//! like `numactl --membind`) or to a range of memory
+//! ([`MemPolicy::apply_to_range`], like `mbind(2)`), optionally moving the
+//! pages already there. [`Support::probe`] tells which policies the running
+//! kernel accepts, so an unsupported one is an error naming the kernel
+//! feature, never a silent fallback.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::sets::{NodeSet, ParseSetError};
+use crate::sys::{linux, procfs};
+use crate::topology::{NodeInventory, SpecError};
+
+/// A Linux memory policy.
+///
+/// ```
+/// use numalab::MemPolicy;
+/// let policy: MemPolicy = "interleave:0-3".parse()?;
+/// assert_eq!(policy, MemPolicy::Interleave("0-3".parse()?));
+/// assert_eq!(policy.to_string(), "interleave:0-3");
+/// let weighted: MemPolicy = "weighted-interleave:0=3,1=1".parse()?;
+/// assert_eq!(weighted.nodes().to_string(), "0-1");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MemPolicy {
+    /// The process default: allocate on the node of the CPU that touches the
+    /// page first, falling back to the nearest node with free memory.
+    Default,
+    /// `MPOL_LOCAL`: allocate on the touching CPU's node (as `--localalloc`).
+    Local,
+    /// `MPOL_BIND`: only these nodes; fail (or reclaim, or OOM) rather than
+    /// use another (as `--membind`).
+    Bind(NodeSet),
+    /// `MPOL_PREFERRED`: this node first, any other when it is full (as
+    /// `--preferred`).
+    Preferred(u32),
+    /// `MPOL_PREFERRED_MANY` (Linux 5.15): these nodes first, nearest one to
+    /// the CPU, any other when they are full (as `--preferred-many`).
+    PreferredMany(NodeSet),
+    /// `MPOL_INTERLEAVE`: round-robin pages over these nodes (as
+    /// `--interleave`).
+    Interleave(NodeSet),
+    /// `MPOL_WEIGHTED_INTERLEAVE` (Linux 6.9): round-robin with per-node
+    /// weights (as `--weighted-interleave`). The kernel takes the weights
+    /// from its global table in `/sys/kernel/mm/mempolicy/weighted_interleave/`;
+    /// see [`InterleaveWeights`] to set them.
+    WeightedInterleave(BTreeMap<u32, u8>),
+}
+
+/// Why a policy could not be applied.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// A node in the policy cannot be used.
+    #[error(transparent)]
+    Node(#[from] SpecError),
+    /// The running kernel lacks the policy.
+    #[error("the running kernel (Linux {kernel}) does not support {policy}: it needs {feature}")]
+    Unsupported {
+        /// The policy's name.
+        policy: &'static str,
+        /// The kernel feature that is missing.
+        feature: &'static str,
+        /// The running kernel's release.
+        kernel: String,
+    },
+    /// The kernel rejected the policy although numalab found nothing wrong
+    /// with it.
+    #[error("the kernel rejected {policy}: {source}")]
+    Rejected {
+        /// The policy as written.
+        policy: String,
+        /// The kernel's error.
+        source: io::Error,
+    },
+    /// The memory range is not mapped.
+    #[error("the range {addr:#x}+{len} is not mapped in this process")]
+    NotMapped {
+        /// Start of the range.
+        addr: usize,
+        /// Length of the range.
+        len: usize,
+    },
+    /// With [`RangeMode::MoveStrict`], some pages could not be moved.
+    #[error("some pages of {addr:#x}+{len} could not be moved to {policy} (in use or pinned)")]
+    NotMoved {
+        /// Start of the range.
+        addr: usize,
+        /// Length of the range.
+        len: usize,
+        /// The policy as written.
+        policy: String,
+    },
+    /// Weights given for a weighted interleave differ from the kernel's
+    /// global table.
+    #[error("weighted interleave asks for weights {wanted} but the kernel's table has {current}; set them first (InterleaveWeights::set, as root)")]
+    WeightsDiffer {
+        /// The weights asked for.
+        wanted: String,
+        /// The kernel's weights.
+        current: String,
+    },
+    /// A malformed policy string.
+    #[error("invalid policy {input:?}: {reason}")]
+    Parse {
+        /// The text as given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl From<ParseSetError> for PolicyError {
+    fn from(err: ParseSetError) -> Self {
+        PolicyError::Node(SpecError::Parse(err))
+    }
+}
+
+/// What happens to pages already in a range when a policy is applied to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RangeMode {
+    /// Only pages allocated from now on follow the policy.
+    #[default]
+    FutureOnly,
+    /// Existing pages are migrated to follow the policy (`MPOL_MF_MOVE`);
+    /// pages that cannot move stay where they are.
+    Move,
+    /// As `Move`, but an error if any page could not be moved
+    /// (`MPOL_MF_MOVE | MPOL_MF_STRICT`).
+    MoveStrict,
+}
+
+fn weights_to_string(weights: &BTreeMap<u32, u8>) -> String {
+    weights
+        .iter()
+        .map(|(n, w)| format!("{n}={w}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl MemPolicy {
+    /// The policy's name as `numactl` spells the option.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MemPolicy::Default => "default",
+            MemPolicy::Local => "local",
+            MemPolicy::Bind(_) => "bind",
+            MemPolicy::Preferred(_) => "preferred",
+            MemPolicy::PreferredMany(_) => "preferred-many",
+            MemPolicy::Interleave(_) => "interleave",
+            MemPolicy::WeightedInterleave(_) => "weighted-interleave",
+        }
+    }
+
+    /// The nodes the policy names (empty for `default` and `local`).
+    pub fn nodes(&self) -> NodeSet {
+        match self {
+            MemPolicy::Default | MemPolicy::Local => NodeSet::new(),
+            MemPolicy::Preferred(node) => NodeSet::single(*node),
+            MemPolicy::Bind(nodes)
+            | MemPolicy::PreferredMany(nodes)
+            | MemPolicy::Interleave(nodes) => nodes.clone(),
+            MemPolicy::WeightedInterleave(weights) => weights.keys().copied().collect(),
+        }
+    }
+
+    /// The kernel's `MPOL_*` mode number.
+    pub(crate) fn kernel_mode(&self) -> i32 {
+        match self {
+            MemPolicy::Default => linux::MPOL_DEFAULT,
+            MemPolicy::Local => linux::MPOL_LOCAL,
+            MemPolicy::Bind(_) => linux::MPOL_BIND,
+            MemPolicy::Preferred(_) => linux::MPOL_PREFERRED,
+            MemPolicy::PreferredMany(_) => linux::MPOL_PREFERRED_MANY,
+            MemPolicy::Interleave(_) => linux::MPOL_INTERLEAVE,
+            MemPolicy::WeightedInterleave(_) => linux::MPOL_WEIGHTED_INTERLEAVE,
+        }
+    }
+
+    /// Checks the policy against a machine's nodes: every node exists, is
+    /// allowed and has memory.
+    pub fn check_nodes(&self, nodes: &NodeInventory) -> Result<(), PolicyError> {
+        let named = self.nodes();
+        if named.is_empty() && !matches!(self, MemPolicy::Default | MemPolicy::Local) {
+            return Err(PolicyError::Parse {
+                input: self.to_string(),
+                reason: "the policy names no node".into(),
+            });
+        }
+        nodes.check_memory_nodes(&named)?;
+        Ok(())
+    }
+
+    /// Checks the policy against this machine: nodes (as
+    /// [`check_nodes`](Self::check_nodes)), kernel support, and for a
+    /// weighted interleave that the kernel's weights are the ones asked for.
+    pub fn check(&self) -> Result<(), PolicyError> {
+        self.check_nodes(&NodeInventory::live())?;
+        Support::probe().require(self)?;
+        if let MemPolicy::WeightedInterleave(wanted) = self {
+            let current = procfs::interleave_weights().unwrap_or_default();
+            if wanted.iter().any(|(n, w)| current.get(n) != Some(w)) {
+                let current = wanted
+                    .keys()
+                    .filter_map(|n| current.get(n).map(|w| (*n, *w)))
+                    .collect();
+                return Err(PolicyError::WeightsDiffer {
+                    wanted: weights_to_string(wanted),
+                    current: weights_to_string(&current),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes this the calling thread's policy for its future allocations
+    /// (`set_mempolicy(2)`); child processes inherit it.
+    pub fn apply_to_thread(&self) -> Result<(), PolicyError> {
+        linux::set_mempolicy(self.kernel_mode(), self.nodes().as_words())
+            .map_err(|err| self.kernel_error(err))
+    }
+
+    /// Applies the policy to `[addr, addr + len)` (`mbind(2)`); `addr` must
+    /// be page-aligned. Pages not yet touched follow it when first touched;
+    /// `mode` says what happens to pages already there. Changing where
+    /// pages live never changes their contents.
+    pub fn apply_to_range(
+        &self,
+        addr: *const u8,
+        len: usize,
+        mode: RangeMode,
+    ) -> Result<(), PolicyError> {
+        let flags = match mode {
+            RangeMode::FutureOnly => 0,
+            RangeMode::Move => linux::MPOL_MF_MOVE,
+            RangeMode::MoveStrict => linux::MPOL_MF_MOVE | linux::MPOL_MF_STRICT,
+        };
+        linux::mbind(
+            addr,
+            len,
+            self.kernel_mode(),
+            self.nodes().as_words(),
+            flags,
+        )
+        .map_err(|err| match err.raw_os_error() {
+            Some(libc::EFAULT) | Some(libc::ENOMEM) => PolicyError::NotMapped {
+                addr: addr as usize,
+                len,
+            },
+            Some(libc::EIO) => PolicyError::NotMoved {
+                addr: addr as usize,
+                len,
+                policy: self.to_string(),
+            },
+            _ => self.kernel_error(err),
+        })
+    }
+
+    /// The calling thread's current policy.
+    pub fn of_thread() -> io::Result<MemPolicy> {
+        let (mode, mask) = linux::get_thread_mempolicy()?;
+        Ok(Self::from_kernel(mode, &mask))
+    }
+
+    /// The policy governing the page at `addr`.
+    pub fn of_address(addr: *const u8) -> io::Result<MemPolicy> {
+        let (mode, mask) = linux::get_range_mempolicy(addr)?;
+        Ok(Self::from_kernel(mode, &mask))
+    }
+
+    fn from_kernel(mode: i32, mask: &[u64]) -> MemPolicy {
+        let nodes = NodeSet::from_words(mask);
+        match mode & !linux::MPOL_MODE_FLAGS {
+            linux::MPOL_LOCAL => MemPolicy::Local,
+            linux::MPOL_BIND => MemPolicy::Bind(nodes),
+            // An empty preferred mask is the kernel's old spelling of local.
+            linux::MPOL_PREFERRED => nodes.first().map_or(MemPolicy::Local, MemPolicy::Preferred),
+            linux::MPOL_PREFERRED_MANY => MemPolicy::PreferredMany(nodes),
+            linux::MPOL_INTERLEAVE => MemPolicy::Interleave(nodes),
+            linux::MPOL_WEIGHTED_INTERLEAVE => {
+                let table = procfs::interleave_weights().unwrap_or_default();
+                MemPolicy::WeightedInterleave(
+                    nodes
+                        .iter()
+                        .map(|n| (n, table.get(&n).copied().unwrap_or(1)))
+                        .collect(),
+                )
+            }
+            _ => MemPolicy::Default,
+        }
+    }
+
+    /// Turns a kernel error into one that says what is wrong.
+    fn kernel_error(&self, err: io::Error) -> PolicyError {
+        let support = Support::probe();
+        if let Err(unsupported) = support.require(self) {
+            return unsupported;
+        }
+        if err.raw_os_error() == Some(libc::EINVAL) {
+            // The nodes are the other thing EINVAL can mean.
+            if let Err(node) = self.check_nodes(&NodeInventory::live()) {
+                return node;
+            }
+        }
+        PolicyError::Rejected {
+            policy: self.to_string(),
+            source: err,
+        }
+    }
+}
+
+impl fmt::Display for MemPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemPolicy::Default | MemPolicy::Local => f.write_str(self.name()),
+            MemPolicy::WeightedInterleave(weights) => {
+                write!(f, "{}:{}", self.name(), weights_to_string(weights))
+            }
+            _ => write!(f, "{}:{}", self.name(), self.nodes()),
+        }
+    }
+}
+
+impl FromStr for MemPolicy {
+    type Err = PolicyError;
+
+    /// Parses `default`, `local`, `bind:0-1`, `preferred:1`,
+    /// `preferred-many:0,2`, `interleave:0-3`,
+    /// `weighted-interleave:0=3,1=1` (or `0:3,1:1`). Node lists are
+    /// explicit; `all` needs a topology ([`Topology::parse_policy`](crate::Topology::parse_policy)).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let (name, arg) = match s.split_once(':') {
+            Some((name, arg)) => (name, Some(arg)),
+            None => (s, None),
+        };
+        let need_arg = || {
+            arg.ok_or_else(|| PolicyError::Parse {
+                input: s.to_owned(),
+                reason: format!("{name} needs nodes, as in {name}:0-1"),
+            })
+        };
+        let policy = match name {
+            "default" => MemPolicy::Default,
+            "local" | "localalloc" => MemPolicy::Local,
+            "bind" | "membind" => MemPolicy::Bind(need_arg()?.parse()?),
+            "interleave" => MemPolicy::Interleave(need_arg()?.parse()?),
+            "preferred-many" => MemPolicy::PreferredMany(need_arg()?.parse()?),
+            "preferred" => {
+                let nodes: NodeSet = need_arg()?.parse()?;
+                if nodes.len() != 1 {
+                    return Err(PolicyError::Parse {
+                        input: s.to_owned(),
+                        reason: "preferred takes one node; use preferred-many for several".into(),
+                    });
+                }
+                MemPolicy::Preferred(nodes.first().unwrap_or(0))
+            }
+            "weighted-interleave" => MemPolicy::WeightedInterleave(parse_weights(need_arg()?)?),
+            _ => {
+                return Err(PolicyError::Parse {
+                    input: s.to_owned(),
+                    reason: format!(
+                        "unknown policy {name:?}; expected one of default, local, bind, preferred, \
+                         preferred-many, interleave, weighted-interleave"
+                    ),
+                })
+            }
+        };
+        if arg.is_some() && matches!(policy, MemPolicy::Default | MemPolicy::Local) {
+            return Err(PolicyError::Parse {
+                input: s.to_owned(),
+                reason: format!("{name} takes no nodes"),
+            });
+        }
+        Ok(policy)
+    }
+}
+
+/// Parses `0=3,1=1` or `0:3,1:1` into node weights (1–255 each).
+pub fn parse_weights(text: &str) -> Result<BTreeMap<u32, u8>, PolicyError> {
+    let bad = |reason: String| PolicyError::Parse {
+        input: text.to_owned(),
+        reason,
+    };
+    let mut weights = BTreeMap::new();
+    for pair in text.split(',') {
+        let (node, weight) = pair
+            .split_once('=')
+            .or_else(|| pair.split_once(':'))
+            .ok_or_else(|| bad(format!("{pair:?} is not node=weight, as in 0=3")))?;
+        let nodes: NodeSet = node.parse()?;
+        let weight: u8 = weight
+            .trim()
+            .parse()
+            .ok()
+            .filter(|w| *w > 0)
+            .ok_or_else(|| {
+                bad(format!(
+                    "weight {weight:?} is not a whole number from 1 to 255"
+                ))
+            })?;
+        for node in nodes.iter() {
+            weights.insert(node, weight);
+        }
+    }
+    Ok(weights)
+}
+
+impl Serialize for MemPolicy {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for MemPolicy {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which memory-placement features the running kernel has.
+///
+/// ```
+/// let support = numalab::Support::probe();
+/// // Every NUMA kernel has bind and interleave.
+/// assert!(support.numa);
+/// println!("preferred-many: {}", support.preferred_many);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Support {
+    /// The kernel release.
+    pub kernel: String,
+    /// Memory policies at all (`CONFIG_NUMA`).
+    pub numa: bool,
+    /// `MPOL_PREFERRED_MANY` (Linux 5.15).
+    pub preferred_many: bool,
+    /// `MPOL_WEIGHTED_INTERLEAVE` (Linux 6.9).
+    pub weighted_interleave: bool,
+    /// `move_pages(2)` (query and move).
+    pub move_pages: bool,
+}
+
+impl Support {
+    /// Asks the kernel: each policy is tried on a scratch page of memory.
+    pub fn probe() -> Support {
+        let page = linux::page_size();
+        let scratch = linux::map_anonymous(page, linux::Backing::Base).ok();
+        let node_mask = linux::mems_allowed()
+            .ok()
+            .map(|words| NodeSet::from_words(&words))
+            .and_then(|set| set.first())
+            .map(NodeSet::single)
+            .unwrap_or_else(|| NodeSet::single(0));
+        let accepts = |mode: i32| match scratch {
+            Some(addr) => linux::mbind(addr, page, mode, node_mask.as_words(), 0).is_ok(),
+            None => false,
+        };
+        let support = Support {
+            kernel: procfs::kernel_release(),
+            numa: accepts(linux::MPOL_BIND),
+            preferred_many: accepts(linux::MPOL_PREFERRED_MANY),
+            weighted_interleave: accepts(linux::MPOL_WEIGHTED_INTERLEAVE),
+            move_pages: scratch.is_some_and(|addr| {
+                let mut status = [0i32];
+                linux::query_pages(&[addr.cast_const()], &mut status).is_ok()
+            }),
+        };
+        if let Some(addr) = scratch {
+            // SAFETY: the scratch page was mapped above and is not used again.
+            let _ = unsafe { linux::unmap(addr, page) };
+        }
+        support
+    }
+
+    /// An error naming the missing kernel feature if the kernel cannot
+    /// apply `policy`.
+    pub fn require(&self, policy: &MemPolicy) -> Result<(), PolicyError> {
+        let missing = |feature| PolicyError::Unsupported {
+            policy: policy.name(),
+            feature,
+            kernel: self.kernel.clone(),
+        };
+        if !self.numa && !matches!(policy, MemPolicy::Default) {
+            return Err(missing("a kernel built with CONFIG_NUMA"));
+        }
+        match policy {
+            MemPolicy::PreferredMany(_) if !self.preferred_many => {
+                Err(missing("MPOL_PREFERRED_MANY (Linux 5.15 or later)"))
+            }
+            MemPolicy::WeightedInterleave(_) if !self.weighted_interleave => {
+                Err(missing("MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 or later)"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The kernel's global weighted-interleave table, changed for as long as
+/// this value lives and restored when it is dropped.
+///
+/// The table lives in `/sys/kernel/mm/mempolicy/weighted_interleave/nodeN`,
+/// is shared by every process, and writing it needs root.
+#[derive(Debug)]
+pub struct InterleaveWeights {
+    previous: BTreeMap<u32, u8>,
+}
+
+impl InterleaveWeights {
+    /// Sets the weights of the given nodes, remembering the old ones.
+    pub fn set(weights: &BTreeMap<u32, u8>) -> Result<InterleaveWeights, PolicyError> {
+        let Some(current) = procfs::interleave_weights() else {
+            return Err(PolicyError::Unsupported {
+                policy: "weighted-interleave",
+                feature: "MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 or later)",
+                kernel: procfs::kernel_release(),
+            });
+        };
+        let mut guard = InterleaveWeights {
+            previous: BTreeMap::new(),
+        };
+        for (&node, &weight) in weights {
+            if current.get(&node) == Some(&weight) {
+                continue;
+            }
+            procfs::set_interleave_weight(node, weight).map_err(|source| PolicyError::Rejected {
+                policy: format!(
+                    "weight {weight} for node {node} (writing /sys/kernel/mm/mempolicy/weighted_interleave/node{node} needs root)"
+                ),
+                source,
+            })?;
+            guard
+                .previous
+                .insert(node, current.get(&node).copied().unwrap_or(1));
+        }
+        Ok(guard)
+    }
+
+    /// The weights that will be restored.
+    pub fn previous(&self) -> &BTreeMap<u32, u8> {
+        &self.previous
+    }
+}
+
+impl Drop for InterleaveWeights {
+    fn drop(&mut self) {
+        for (&node, &weight) in &self.previous {
+            let _ = procfs::set_interleave_weight(node, weight);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_policy() {
+        let cases = [
+            ("default", MemPolicy::Default),
+            ("local", MemPolicy::Local),
+            ("localalloc", MemPolicy::Local),
+            ("bind:0-1", MemPolicy::Bind("0-1".parse().unwrap())),
+            ("membind:2", MemPolicy::Bind("2".parse().unwrap())),
+            ("preferred:1", MemPolicy::Preferred(1)),
+            (
+                "preferred-many:0,2",
+                MemPolicy::PreferredMany("0,2".parse().unwrap()),
+            ),
+            (
+                "interleave:0-3",
+                MemPolicy::Interleave("0-3".parse().unwrap()),
+            ),
+            (
+                "weighted-interleave:0=3,1=1",
+                MemPolicy::WeightedInterleave(BTreeMap::from([(0, 3), (1, 1)])),
+            ),
+            (
+                "weighted-interleave:0:3,1:1",
+                MemPolicy::WeightedInterleave(BTreeMap::from([(0, 3), (1, 1)])),
+            ),
+        ];
+        for (text, policy) in cases {
+            assert_eq!(text.parse::<MemPolicy>().unwrap(), policy, "{text}");
+        }
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for text in [
+            "default",
+            "local",
+            "bind:0-1",
+            "preferred:3",
+            "preferred-many:0,2",
+            "interleave:0-3",
+            "weighted-interleave:0=3,1=1",
+        ] {
+            let policy: MemPolicy = text.parse().unwrap();
+            assert_eq!(policy.to_string(), text);
+            let json = serde_json::to_string(&policy).unwrap();
+            assert_eq!(serde_json::from_str::<MemPolicy>(&json).unwrap(), policy);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_policies() {
+        for bad in [
+            "bind",
+            "bind:",
+            "preferred:0-1",
+            "local:0",
+            "interleave:x",
+            "weighted-interleave:0",
+            "weighted-interleave:0=0",
+            "weighted-interleave:0=300",
+            "firsttouch",
+        ] {
+            let err = bad.parse::<MemPolicy>().unwrap_err();
+            assert!(!err.to_string().is_empty(), "{bad}");
+        }
+        let err = "bogus".parse::<MemPolicy>().unwrap_err().to_string();
+        assert!(err.contains("expected one of"), "{err}");
+    }
+
+    #[test]
+    fn names_the_missing_kernel_feature() {
+        let old = Support {
+            kernel: "6.1.0".into(),
+            numa: true,
+            preferred_many: true,
+            weighted_interleave: false,
+            move_pages: true,
+        };
+        let err = old
+            .require(&"weighted-interleave:0=1".parse().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("MPOL_WEIGHTED_INTERLEAVE"), "{err}");
+        assert!(err.contains("6.1.0"), "{err}");
+        assert!(old
+            .require(&MemPolicy::Interleave(NodeSet::single(0)))
+            .is_ok());
+    }
+
+    #[test]
+    fn thread_policy_round_trips_through_the_kernel() {
+        let before = MemPolicy::of_thread().unwrap();
+        let bind = MemPolicy::Bind(NodeSet::single(0));
+        bind.apply_to_thread().unwrap();
+        assert_eq!(MemPolicy::of_thread().unwrap(), bind);
+        MemPolicy::Default.apply_to_thread().unwrap();
+        assert_eq!(MemPolicy::of_thread().unwrap(), MemPolicy::Default);
+        before.apply_to_thread().unwrap();
+    }
+}

@@ -1,0 +1,484 @@
+//! Readers of Linux's `/sys` and `/proc` files that describe NUMA state.
+//!
+//! Each reader is split in two: a pure parser of the file's text (unit
+//! tested on captured examples) and a function that reads the live file.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use crate::sets::{CpuSet, NodeSet};
+
+const NODE_ROOT: &str = "/sys/devices/system/node";
+
+fn read_trimmed(path: impl AsRef<Path>) -> io::Result<String> {
+    Ok(fs::read_to_string(path)?.trim().to_owned())
+}
+
+fn invalid(path: &str, what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {what}"))
+}
+
+/// Reads a sysfs node or CPU list such as `/sys/devices/system/node/online`.
+/// An empty file is an empty set.
+fn read_list<T: std::str::FromStr + Default>(path: &str) -> io::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let text = read_trimmed(path)?;
+    if text.is_empty() {
+        return Ok(T::default());
+    }
+    text.parse().map_err(|e| invalid(path, e))
+}
+
+/// Nodes the kernel has online.
+pub fn online_nodes() -> io::Result<NodeSet> {
+    read_list(&format!("{NODE_ROOT}/online"))
+}
+
+/// Nodes with memory.
+pub fn nodes_with_memory() -> io::Result<NodeSet> {
+    read_list(&format!("{NODE_ROOT}/has_memory"))
+}
+
+/// CPUs of one node.
+pub fn node_cpus(node: u32) -> io::Result<CpuSet> {
+    read_list(&format!("{NODE_ROOT}/node{node}/cpulist"))
+}
+
+/// CPUs online.
+pub fn online_cpus() -> io::Result<CpuSet> {
+    read_list("/sys/devices/system/cpu/online")
+}
+
+/// The fields of a node's `meminfo` that numalab reports, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeMemInfo {
+    pub total: u64,
+    pub free: u64,
+    pub file_pages: u64,
+}
+
+/// Parses `/sys/devices/system/node/nodeN/meminfo` (`Node 0 MemFree: 123 kB`).
+pub fn parse_node_meminfo(text: &str) -> NodeMemInfo {
+    let mut info = NodeMemInfo::default();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        // "Node", "<n>", "<Key>:", "<value>", "kB"
+        let (Some(key), Some(value)) = (words.nth(2), words.next()) else {
+            continue;
+        };
+        let Ok(value) = value.parse::<u64>() else {
+            continue;
+        };
+        let bytes = if words.next() == Some("kB") {
+            value * 1024
+        } else {
+            value
+        };
+        match key {
+            "MemTotal:" => info.total = bytes,
+            "MemFree:" => info.free = bytes,
+            "FilePages:" => info.file_pages = bytes,
+            _ => {}
+        }
+    }
+    info
+}
+
+/// A node's memory, read now.
+pub fn node_meminfo(node: u32) -> io::Result<NodeMemInfo> {
+    Ok(parse_node_meminfo(&fs::read_to_string(format!(
+        "{NODE_ROOT}/node{node}/meminfo"
+    ))?))
+}
+
+/// Huge pages of one size on one node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HugePool {
+    pub page_size: u64,
+    pub total: u64,
+    pub free: u64,
+}
+
+/// The hugetlb pools of one node (`nodeN/hugepages/hugepages-<size>kB/`).
+pub fn node_huge_pools(node: u32) -> io::Result<Vec<HugePool>> {
+    let dir = format!("{NODE_ROOT}/node{node}/hugepages");
+    let mut pools = Vec::new();
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(pools),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(kb) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("hugepages-"))
+            .and_then(|n| n.strip_suffix("kB"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let read = |file: &str| -> io::Result<u64> {
+            let path = entry.path().join(file);
+            read_trimmed(&path)?
+                .parse()
+                .map_err(|e| invalid(&path.display().to_string(), e))
+        };
+        pools.push(HugePool {
+            page_size: kb * 1024,
+            total: read("nr_hugepages")?,
+            free: read("free_hugepages")?,
+        });
+    }
+    pools.sort_by_key(|p| p.page_size);
+    Ok(pools)
+}
+
+/// `/proc/sys/kernel/numa_balancing`, if the kernel has it.
+pub fn numa_balancing() -> Option<u32> {
+    read_trimmed("/proc/sys/kernel/numa_balancing")
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// The selected word of a sysfs choice file such as `always [madvise] never`.
+pub fn parse_choice(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .map(str::to_owned)
+}
+
+/// Transparent huge pages: `(enabled, defrag)`.
+pub fn transparent_hugepages() -> Option<(String, String)> {
+    let root = "/sys/kernel/mm/transparent_hugepage";
+    let enabled = parse_choice(&read_trimmed(format!("{root}/enabled")).ok()?)?;
+    let defrag = parse_choice(&read_trimmed(format!("{root}/defrag")).ok()?)?;
+    Some((enabled, defrag))
+}
+
+const WEIGHTS_DIR: &str = "/sys/kernel/mm/mempolicy/weighted_interleave";
+
+/// The kernel's weighted-interleave weight of each node, if the kernel has
+/// weighted interleave (Linux 6.9).
+pub fn interleave_weights() -> Option<BTreeMap<u32, u8>> {
+    let mut weights = BTreeMap::new();
+    for entry in fs::read_dir(WEIGHTS_DIR).ok()? {
+        let entry = entry.ok()?;
+        let name = entry.file_name();
+        let Some(node) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("node"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(weight) = read_trimmed(entry.path()).ok().and_then(|w| w.parse().ok()) {
+            weights.insert(node, weight);
+        }
+    }
+    Some(weights)
+}
+
+/// Sets one node's weighted-interleave weight (needs root).
+pub fn set_interleave_weight(node: u32, weight: u8) -> io::Result<()> {
+    fs::write(format!("{WEIGHTS_DIR}/node{node}"), weight.to_string())
+}
+
+/// `(Cpus_allowed_list, Mems_allowed_list)` of a process's
+/// `/proc/PID/status`.
+pub fn parse_allowed(status: &str) -> (Option<CpuSet>, Option<NodeSet>) {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    (
+        field("Cpus_allowed_list:").and_then(|v| v.parse().ok()),
+        field("Mems_allowed_list:").and_then(|v| v.parse().ok()),
+    )
+}
+
+/// The CPUs and nodes this process's cgroup cpuset allows.
+///
+/// `Cpus_allowed_list` in `/proc/self/status` is the calling thread's
+/// affinity, which binding changes; the cgroup's effective sets are what
+/// binding may choose from. Falls back to every online CPU and the status
+/// file's `Mems_allowed_list` where no cpuset controller is mounted.
+pub fn allowed_for_self() -> io::Result<(Option<CpuSet>, Option<NodeSet>)> {
+    if let Some(found) = cgroup_cpuset() {
+        return Ok(found);
+    }
+    let (_, mems) = parse_allowed(&fs::read_to_string("/proc/self/status")?);
+    Ok((online_cpus().ok(), mems))
+}
+
+/// Reads the effective cpuset of this process's cgroup (v1 or v2).
+fn cgroup_cpuset() -> Option<(Option<CpuSet>, Option<NodeSet>)> {
+    let cgroups = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    for (dir, cpus_file, mems_file) in cpuset_dirs(&cgroups, &mountinfo) {
+        // In v2 the files exist only where the controller is enabled: walk
+        // up to the nearest cgroup that has them.
+        let mut dir = std::path::PathBuf::from(dir);
+        loop {
+            let cpus = read_list::<CpuSet>(&dir.join(cpus_file).to_string_lossy());
+            let mems = read_list::<NodeSet>(&dir.join(mems_file).to_string_lossy());
+            if let (Ok(cpus), Ok(mems)) = (cpus, mems) {
+                if !cpus.is_empty() && !mems.is_empty() {
+                    return Some((Some(cpus), Some(mems)));
+                }
+            }
+            if !dir.pop() {
+                break;
+            }
+        }
+    }
+    None
+}
+
+/// Candidate cpuset directories, from `/proc/self/cgroup` and
+/// `/proc/self/mountinfo`: `(directory, cpus file, mems file)`.
+fn cpuset_dirs(cgroups: &str, mountinfo: &str) -> Vec<(String, &'static str, &'static str)> {
+    let mut dirs = Vec::new();
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let v1 = controllers.split(',').any(|c| c == "cpuset");
+        let v2 = controllers.is_empty();
+        if !v1 && !v2 {
+            continue;
+        }
+        for mount in mountinfo.lines() {
+            // id parent major:minor root mountpoint options - fstype source superoptions
+            let fields: Vec<&str> = mount.split_whitespace().collect();
+            let Some(dash) = fields.iter().position(|f| *f == "-") else {
+                continue;
+            };
+            let (Some(root), Some(point), Some(fstype), Some(options)) = (
+                fields.get(3),
+                fields.get(4),
+                fields.get(dash + 1),
+                fields.get(dash + 3),
+            ) else {
+                continue;
+            };
+            let relative = path
+                .strip_prefix(root)
+                .unwrap_or(path)
+                .trim_start_matches('/');
+            let dir = format!("{}/{relative}", point.trim_end_matches('/'));
+            if v1 && *fstype == "cgroup" && options.split(',').any(|o| o == "cpuset") {
+                dirs.push((dir, "cpuset.effective_cpus", "cpuset.effective_mems"));
+            } else if v2 && *fstype == "cgroup2" {
+                dirs.push((dir, "cpuset.cpus.effective", "cpuset.mems.effective"));
+            }
+        }
+    }
+    dirs
+}
+
+/// The thread group id of a task, from `/proc/TID/status`.
+pub fn tgid_of(tid: i32) -> io::Result<i32> {
+    let text = fs::read_to_string(format!("/proc/{tid}/status"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| invalid("/proc/TID/status", "no Tgid line"))
+}
+
+/// Resident pages of one mapping of `/proc/PID/numa_maps`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NumaMapsEntry {
+    /// Start address of the mapping.
+    pub address: u64,
+    /// Policy text, e.g. `default`, `bind:1`, `interleave:0-1`.
+    pub policy: String,
+    /// Page size of the mapping in bytes (`kernelpagesize_kB`).
+    pub page_size: u64,
+    /// Pages per node.
+    pub pages: BTreeMap<u32, u64>,
+    /// The backing file, `heap`, `stack`, or `anon`.
+    pub kind: String,
+}
+
+/// Parses `/proc/PID/numa_maps`.
+pub fn parse_numa_maps(text: &str) -> Vec<NumaMapsEntry> {
+    let mut entries = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(address), Some(policy)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(address) = u64::from_str_radix(address, 16) else {
+            continue;
+        };
+        let mut entry = NumaMapsEntry {
+            address,
+            policy: policy.to_owned(),
+            page_size: 4096,
+            kind: "anon".to_owned(),
+            ..Default::default()
+        };
+        for word in words {
+            if let Some(rest) = word.strip_prefix('N') {
+                if let Some((node, count)) = rest.split_once('=') {
+                    if let (Ok(node), Ok(count)) = (node.parse(), count.parse()) {
+                        entry.pages.insert(node, count);
+                    }
+                }
+            } else if let Some(kb) = word.strip_prefix("kernelpagesize_kB=") {
+                entry.page_size = kb.parse::<u64>().unwrap_or(4) * 1024;
+            } else if let Some(file) = word.strip_prefix("file=") {
+                entry.kind = file.to_owned();
+            } else if word == "heap" || word == "stack" {
+                entry.kind = word.to_owned();
+            }
+        }
+        entries.push(entry);
+    }
+    entries
+}
+
+/// Reads `/proc/PID/numa_maps`.
+pub fn numa_maps(pid: i32) -> io::Result<Vec<NumaMapsEntry>> {
+    Ok(parse_numa_maps(&fs::read_to_string(format!(
+        "/proc/{pid}/numa_maps"
+    ))?))
+}
+
+/// Identity of the running system, for result files.
+pub fn hostname() -> String {
+    read_trimmed("/proc/sys/kernel/hostname").unwrap_or_else(|_| "unknown".into())
+}
+
+/// The kernel release (`uname -r`).
+pub fn kernel_release() -> String {
+    read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_else(|_| "unknown".into())
+}
+
+/// The CPU model name and the flags of the first CPU in `/proc/cpuinfo`.
+pub fn parse_cpuinfo(text: &str) -> (Option<String>, Option<f64>) {
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            (key.trim() == name).then(|| value.trim().to_owned())
+        })
+    };
+    (
+        field("model name"),
+        field("cpu MHz").and_then(|v| v.parse().ok()),
+    )
+}
+
+/// `(model name, MHz)` of the first CPU.
+pub fn cpu_model() -> (Option<String>, Option<f64>) {
+    fs::read_to_string("/proc/cpuinfo")
+        .map(|t| parse_cpuinfo(&t))
+        .unwrap_or((None, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_node_meminfo() {
+        let text = "Node 0 MemTotal:        5204172 kB\n\
+                    Node 0 MemFree:         3951364 kB\n\
+                    Node 0 MemUsed:         1252808 kB\n\
+                    Node 0 FilePages:        100 kB\n\
+                    Node 0 HugePages_Total:     0\n";
+        let info = parse_node_meminfo(text);
+        assert_eq!(info.total, 5204172 * 1024);
+        assert_eq!(info.free, 3951364 * 1024);
+        assert_eq!(info.file_pages, 100 * 1024);
+    }
+
+    #[test]
+    fn parses_choice_files() {
+        assert_eq!(
+            parse_choice("always [madvise] never").as_deref(),
+            Some("madvise")
+        );
+        assert_eq!(
+            parse_choice("[always] madvise never").as_deref(),
+            Some("always")
+        );
+        assert_eq!(parse_choice("nothing selected"), None);
+    }
+
+    #[test]
+    fn parses_allowed_lists() {
+        let status = "Name:\tcat\nCpus_allowed:\t3\nCpus_allowed_list:\t0-1\n\
+                      Mems_allowed:\t00000000,00000001\nMems_allowed_list:\t0\n";
+        let (cpus, mems) = parse_allowed(status);
+        assert_eq!(cpus.unwrap().to_string(), "0-1");
+        assert_eq!(mems.unwrap().to_string(), "0");
+    }
+
+    #[test]
+    fn finds_cpuset_directories() {
+        let cgroups = "4:memory:/job\n3:cpuset:/slurm/job_7\n0::/user.slice\n";
+        let mountinfo = "\
+34 31 0:31 / /sys/fs/cgroup/cpuset rw,relatime - cgroup cgroup rw,cpuset
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw,nsdelegate
+";
+        let dirs = cpuset_dirs(cgroups, mountinfo);
+        assert_eq!(
+            dirs,
+            vec![
+                (
+                    "/sys/fs/cgroup/cpuset/slurm/job_7".to_owned(),
+                    "cpuset.effective_cpus",
+                    "cpuset.effective_mems"
+                ),
+                (
+                    "/sys/fs/cgroup/unified/user.slice".to_owned(),
+                    "cpuset.cpus.effective",
+                    "cpuset.mems.effective"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn parses_numa_maps() {
+        let text = "\
+55d0c7a00000 default file=/usr/bin/cat mapped=3 N0=3 kernelpagesize_kB=4
+55d0c8e1b000 default heap anon=33 dirty=33 N0=30 N1=3 kernelpagesize_kB=4
+7f2a00000000 bind:1 anon=512 dirty=512 N1=512 kernelpagesize_kB=2048
+7ffc1b9f0000 default stack anon=3 dirty=3 N0=3 kernelpagesize_kB=4
+7ffc1b9fc000 default
+";
+        let entries = parse_numa_maps(text);
+        assert_eq!(entries.len(), 5);
+        assert_eq!(entries[0].kind, "/usr/bin/cat");
+        assert_eq!(entries[1].kind, "heap");
+        assert_eq!(entries[1].pages, BTreeMap::from([(0, 30), (1, 3)]));
+        assert_eq!(entries[2].policy, "bind:1");
+        assert_eq!(entries[2].page_size, 2 << 20);
+        assert_eq!(entries[2].pages[&1], 512);
+        assert_eq!(entries[3].kind, "stack");
+        assert!(entries[4].pages.is_empty());
+    }
+
+    #[test]
+    fn parses_cpuinfo() {
+        let text =
+            "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum\ncpu MHz\t\t: 2100.000\n";
+        let (model, mhz) = parse_cpuinfo(text);
+        assert_eq!(model.as_deref(), Some("Intel(R) Xeon(R) Platinum"));
+        assert_eq!(mhz, Some(2100.0));
+    }
+}

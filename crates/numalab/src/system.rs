@@ -1,0 +1,143 @@
+//! The running system's state that changes NUMA results: the kernel and
+//! CPU, automatic NUMA balancing, transparent huge pages, each node's free
+//! memory and huge-page pools. Every result numalab writes carries an
+//! [`Environment`] so results from two machines, or two settings, can be
+//! told apart and compared.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::Support;
+use crate::sys::procfs;
+use crate::topology::{Topology, TopologySummary};
+
+/// Identity of the machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    /// Host name.
+    pub hostname: String,
+    /// Kernel release (`uname -r`).
+    pub kernel: String,
+    /// CPU model name.
+    pub cpu_model: Option<String>,
+    /// Nominal CPU frequency in MHz, as `/proc/cpuinfo` reports it.
+    pub cpu_mhz: Option<f64>,
+}
+
+impl Host {
+    /// Reads the running machine's identity.
+    pub fn current() -> Host {
+        let (cpu_model, cpu_mhz) = procfs::cpu_model();
+        Host {
+            hostname: procfs::hostname(),
+            kernel: procfs::kernel_release(),
+            cpu_model,
+            cpu_mhz,
+        }
+    }
+}
+
+/// Kernel settings that change NUMA results.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelSettings {
+    /// `/proc/sys/kernel/numa_balancing`: 0 off, 1 on (2: memory tiering
+    /// mode), `None` when the kernel lacks it.
+    pub numa_balancing: Option<u32>,
+    /// Transparent huge pages: `always`, `madvise` or `never`.
+    pub thp_enabled: Option<String>,
+    /// THP defragmentation setting.
+    pub thp_defrag: Option<String>,
+    /// Weighted-interleave weights per node (Linux 6.9), `None` when the
+    /// kernel lacks them.
+    pub interleave_weights: Option<BTreeMap<u32, u8>>,
+}
+
+impl KernelSettings {
+    /// Reads the settings now.
+    pub fn current() -> KernelSettings {
+        let (thp_enabled, thp_defrag) = procfs::transparent_hugepages().unzip();
+        KernelSettings {
+            numa_balancing: procfs::numa_balancing(),
+            thp_enabled,
+            thp_defrag,
+            interleave_weights: procfs::interleave_weights(),
+        }
+    }
+}
+
+/// Huge pages of one size on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HugePagePool {
+    /// Page size in bytes.
+    pub page_bytes: u64,
+    /// Pages reserved in the pool.
+    pub total: u64,
+    /// Pages free in the pool.
+    pub free: u64,
+}
+
+/// One node's memory, read now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeMemory {
+    /// The node.
+    pub node: u32,
+    /// Installed memory in bytes.
+    pub total_bytes: u64,
+    /// Free memory in bytes (`MemFree`).
+    pub free_bytes: u64,
+    /// Page cache in bytes (`FilePages`), mostly reclaimable.
+    pub file_bytes: u64,
+    /// hugetlb pools.
+    pub huge_pages: Vec<HugePagePool>,
+}
+
+impl NodeMemory {
+    /// Reads `node`'s memory from sysfs.
+    pub fn read(node: u32) -> io::Result<NodeMemory> {
+        let info = procfs::node_meminfo(node)?;
+        Ok(NodeMemory {
+            node,
+            total_bytes: info.total,
+            free_bytes: info.free,
+            file_bytes: info.file_pages,
+            huge_pages: procfs::node_huge_pools(node)?
+                .into_iter()
+                .map(|p| HugePagePool {
+                    page_bytes: p.page_size,
+                    total: p.total,
+                    free: p.free,
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Everything a result file records about where it was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    /// The machine.
+    pub host: Host,
+    /// Kernel settings.
+    pub kernel: KernelSettings,
+    /// Which placement features the kernel has.
+    pub support: Support,
+    /// The topology in brief.
+    pub topology: TopologySummary,
+    /// numalab's version.
+    pub numalab_version: String,
+}
+
+impl Environment {
+    /// Reads the running system's environment.
+    pub fn current(topology: &Topology) -> Environment {
+        Environment {
+            host: Host::current(),
+            kernel: KernelSettings::current(),
+            support: Support::probe(),
+            topology: topology.summary(),
+            numalab_version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what numalab needs on a Debian or Ubuntu machine, then builds it.
+#   scripts/setup.sh            build dependencies, release build
+#   scripts/setup.sh --test     also the test tools (QEMU, a kernel, busybox, reference tools)
+# Packages already installed are not installed again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(libhwloc-dev libudev-dev pkg-config numactl hwloc)
+if [[ "${1:-}" == "--test" ]]; then
+    packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    sudo=""
+    [[ "$(id -u)" -ne 0 ]] && sudo="sudo"
+    echo "setup: installing ${missing[*]}" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+    echo "setup: cargo not found; install Rust from https://rustup.rs (1.85 or later)" >&2
+    exit 1
+fi
+if [[ "${1:-}" == "--test" ]]; then
+    rustup component add rustfmt clippy >/dev/null 2>&1 || true
+else
+    cargo build --release --locked -q
+fi
