@@ -4,6 +4,8 @@
 mod cmd;
 mod output;
 mod placement;
+#[allow(dead_code)] // used by the commands that draw figures
+mod plot;
 
 use std::process::ExitCode;
 

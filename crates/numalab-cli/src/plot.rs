@@ -1,0 +1,432 @@
+//! Figures, as SVG and PNG, drawn from saved results (never from live
+//! state): line charts of a figure of merit against a swept parameter, and
+//! heat maps of node-by-node matrices. The DejaVu font is built in, so
+//! plots render the same on a server without fonts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use anyhow::{anyhow, Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters_backend::{BackendColor, BackendStyle, BackendTextStyle, DrawingErrorKind};
+
+use crate::output::write_atomically;
+
+const SIZE: (u32, u32) = (1000, 650);
+
+fn register_fonts() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The font is a valid TrueType file shipped in the crate; a failure
+        // would only make text disappear.
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            dejavu::sans::regular(),
+        );
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Bold, dejavu::sans::bold());
+    });
+}
+
+/// One line of a chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Legend text.
+    pub name: String,
+    /// `(x, y)` points, drawn in order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A line chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LineChart {
+    /// Title above the plot.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+/// A matrix drawn as coloured cells with their values written in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heatmap {
+    /// Title above the plot.
+    pub title: String,
+    /// What the rows are (e.g. "CPU node").
+    pub row_label: String,
+    /// What the columns are (e.g. "memory node").
+    pub col_label: String,
+    /// Row names.
+    pub rows: Vec<String>,
+    /// Column names.
+    pub cols: Vec<String>,
+    /// `values[row][col]`; `None` for a cell that was not measured.
+    pub values: Vec<Vec<Option<f64>>>,
+    /// Unit written after each value.
+    pub unit: String,
+}
+
+/// Draws `chart` into `<stem>.svg` and `<stem>.png` (each written through a
+/// temporary file renamed into place) and returns both paths.
+pub fn line_chart(chart: &LineChart, stem: &Path) -> Result<Vec<PathBuf>> {
+    render(stem, |root| draw_lines(root, chart))
+}
+
+/// Draws `map` into `<stem>.svg` and `<stem>.png`.
+pub fn heatmap(map: &Heatmap, stem: &Path) -> Result<Vec<PathBuf>> {
+    render(stem, |root| draw_heatmap(root, map))
+}
+
+/// Renders with both backends. The closure is called once per backend,
+/// through a trait object so one drawing function serves both.
+fn render(
+    stem: &Path,
+    draw: impl Fn(&DrawingArea<DynBackend<'_>, Shift>) -> Result<()>,
+) -> Result<Vec<PathBuf>> {
+    register_fonts();
+    let svg_path = stem.with_extension("svg");
+    let png_path = stem.with_extension("png");
+
+    let mut svg = String::new();
+    {
+        let backend = DynBackend::Svg(SVGBackend::with_string(&mut svg, SIZE));
+        let root = backend.into_drawing_area();
+        draw(&root)?;
+        root.present()
+            .map_err(|e| anyhow!("drawing {}: {e}", svg_path.display()))?;
+    }
+    write_atomically(&svg_path, svg.as_bytes())?;
+
+    // The bitmap backend writes the file itself, choosing the format by
+    // extension: draw into a hidden .png beside the target, then rename.
+    let file_name = png_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = png_path.with_file_name(format!(".{file_name}.tmp-{}.png", std::process::id()));
+    let drawn = (|| -> Result<()> {
+        let backend = DynBackend::Bitmap(BitMapBackend::new(&tmp, SIZE));
+        let root = backend.into_drawing_area();
+        draw(&root)?;
+        root.present()
+            .map_err(|e| anyhow!("drawing {}: {e}", png_path.display()))?;
+        Ok(())
+    })()
+    .and_then(|()| {
+        std::fs::rename(&tmp, &png_path).with_context(|| format!("writing {}", png_path.display()))
+    });
+    if let Err(err) = drawn {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err);
+    }
+    Ok(vec![svg_path, png_path])
+}
+
+/// The two backends behind one type, so drawing code is written once.
+enum DynBackend<'a> {
+    Svg(SVGBackend<'a>),
+    Bitmap(BitMapBackend<'a>),
+}
+
+impl DrawingBackend for DynBackend<'_> {
+    type ErrorType = std::io::Error;
+
+    fn get_size(&self) -> (u32, u32) {
+        match self {
+            DynBackend::Svg(b) => b.get_size(),
+            DynBackend::Bitmap(b) => b.get_size(),
+        }
+    }
+
+    fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b.ensure_prepared().map_err(convert),
+            DynBackend::Bitmap(b) => b.ensure_prepared().map_err(convert),
+        }
+    }
+
+    fn present(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b.present().map_err(convert),
+            DynBackend::Bitmap(b) => b.present().map_err(convert),
+        }
+    }
+
+    fn draw_pixel(
+        &mut self,
+        point: (i32, i32),
+        color: BackendColor,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b.draw_pixel(point, color).map_err(convert),
+            DynBackend::Bitmap(b) => b.draw_pixel(point, color).map_err(convert),
+        }
+    }
+
+    fn draw_line<S: BackendStyle>(
+        &mut self,
+        from: (i32, i32),
+        to: (i32, i32),
+        style: &S,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b.draw_line(from, to, style).map_err(convert),
+            DynBackend::Bitmap(b) => b.draw_line(from, to, style).map_err(convert),
+        }
+    }
+
+    fn draw_rect<S: BackendStyle>(
+        &mut self,
+        upper_left: (i32, i32),
+        bottom_right: (i32, i32),
+        style: &S,
+        fill: bool,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b
+                .draw_rect(upper_left, bottom_right, style, fill)
+                .map_err(convert),
+            DynBackend::Bitmap(b) => b
+                .draw_rect(upper_left, bottom_right, style, fill)
+                .map_err(convert),
+        }
+    }
+
+    fn draw_text<S: BackendTextStyle>(
+        &mut self,
+        text: &str,
+        style: &S,
+        pos: (i32, i32),
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b.draw_text(text, style, pos).map_err(convert),
+            DynBackend::Bitmap(b) => b.draw_text(text, style, pos).map_err(convert),
+        }
+    }
+
+    fn blit_bitmap(
+        &mut self,
+        pos: (i32, i32),
+        (w, h): (u32, u32),
+        src: &[u8],
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b.blit_bitmap(pos, (w, h), src).map_err(convert),
+            DynBackend::Bitmap(b) => b.blit_bitmap(pos, (w, h), src).map_err(convert),
+        }
+    }
+}
+
+fn convert<E: std::error::Error + Send + Sync>(
+    err: DrawingErrorKind<E>,
+) -> DrawingErrorKind<std::io::Error> {
+    match err {
+        DrawingErrorKind::DrawingError(e) => {
+            DrawingErrorKind::DrawingError(std::io::Error::other(e.to_string()))
+        }
+        DrawingErrorKind::FontError(e) => DrawingErrorKind::FontError(e),
+    }
+}
+
+fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow!("drawing the figure: {e}")
+}
+
+fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> Result<()> {
+    root.fill(&WHITE).map_err(plot_err)?;
+    let points = chart.series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
+    for &(x, y) in points {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x0 == x1 {
+        (x0, x1) = (x0 - 0.5, x1 + 0.5);
+    }
+    let y1 = if y1 > 0.0 { y1 * 1.1 } else { 1.0 };
+    let mut ctx = ChartBuilder::on(root)
+        .caption(&chart.title, ("sans-serif", 24))
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x0..x1, 0.0..y1)
+        .map_err(plot_err)?;
+    ctx.configure_mesh()
+        .x_desc(&chart.x_label)
+        .y_desc(&chart.y_label)
+        .label_style(("sans-serif", 16))
+        .draw()
+        .map_err(plot_err)?;
+    for (i, series) in chart.series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        ctx.draw_series(LineSeries::new(
+            series.points.iter().copied(),
+            Color::stroke_width(&color, 3),
+        ))
+        .map_err(plot_err)?
+        .label(&series.name)
+        .legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 24, y)], Color::stroke_width(&color, 3))
+        });
+        ctx.draw_series(
+            series
+                .points
+                .iter()
+                .map(|&p| Circle::new(p, 4, color.filled())),
+        )
+        .map_err(plot_err)?;
+    }
+    if chart.series.len() > 1 || chart.series.first().is_some_and(|s| !s.name.is_empty()) {
+        ctx.configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 16))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(plot_err)?;
+    }
+    Ok(())
+}
+
+fn draw_heatmap(root: &DrawingArea<DynBackend<'_>, Shift>, map: &Heatmap) -> Result<()> {
+    use plotters::coord::ranged1d::SegmentValue;
+    root.fill(&WHITE).map_err(plot_err)?;
+    let (rows, cols) = (map.rows.len().max(1), map.cols.len().max(1));
+    let values: Vec<f64> = map.values.iter().flatten().flatten().copied().collect();
+    let lo = values.iter().copied().fold(f64::MAX, f64::min);
+    let hi = values.iter().copied().fold(f64::MIN, f64::max);
+    let mut ctx = ChartBuilder::on(root)
+        .caption(&map.title, ("sans-serif", 24))
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(80)
+        // A segmented range 0..n has n + 1 segments.
+        .build_cartesian_2d(
+            (0..cols - 1).into_segmented(),
+            (0..rows - 1).into_segmented(),
+        )
+        .map_err(plot_err)?;
+    // Row 0 is drawn at the top, as in a printed matrix.
+    let name = |names: &[String], value: &SegmentValue<usize>, flip: bool| match value {
+        SegmentValue::CenterOf(i) => {
+            let i = if flip {
+                names.len().saturating_sub(1 + *i)
+            } else {
+                *i
+            };
+            names.get(i).cloned().unwrap_or_default()
+        }
+        _ => String::new(),
+    };
+    ctx.configure_mesh()
+        .disable_mesh()
+        .x_desc(&map.col_label)
+        .y_desc(&map.row_label)
+        .x_labels(cols)
+        .y_labels(rows)
+        .x_label_formatter(&|v| name(&map.cols, v, false))
+        .y_label_formatter(&|v| name(&map.rows, v, true))
+        .label_style(("sans-serif", 16))
+        .draw()
+        .map_err(plot_err)?;
+    for (r, row) in map.values.iter().enumerate() {
+        for (c, value) in row.iter().enumerate() {
+            let y = rows - 1 - r;
+            let (fill, text) = match value {
+                Some(v) => {
+                    let t = if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
+                    (
+                        RGBColor(255, (230.0 - 150.0 * t) as u8, (200.0 - 180.0 * t) as u8),
+                        format!("{v:.1} {}", map.unit),
+                    )
+                }
+                None => (RGBColor(235, 235, 235), "n/a".to_string()),
+            };
+            let corner = |x: usize, y: usize| (SegmentValue::Exact(x), SegmentValue::Exact(y));
+            ctx.draw_series(std::iter::once(Rectangle::new(
+                [corner(c, y), corner(c + 1, y + 1)],
+                fill.filled(),
+            )))
+            .map_err(plot_err)?;
+            let center = ctx.backend_coord(&(SegmentValue::CenterOf(c), SegmentValue::CenterOf(y)));
+            let style = TextStyle::from(("sans-serif", 18).into_font()).pos(
+                plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Center,
+                    plotters::style::text_anchor::VPos::Center,
+                ),
+            );
+            root.draw_text(&text, &style, center).map_err(plot_err)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("numalab-plot-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    #[test]
+    fn line_chart_writes_svg_and_png() {
+        let chart = LineChart {
+            title: "time to last thread".into(),
+            x_label: "threads".into(),
+            y_label: "seconds".into(),
+            series: vec![
+                Series {
+                    name: "local".into(),
+                    points: vec![(1.0, 2.0), (2.0, 1.1), (4.0, 0.6)],
+                },
+                Series {
+                    name: "remote".into(),
+                    points: vec![(1.0, 3.0), (2.0, 1.8), (4.0, 1.0)],
+                },
+            ],
+        };
+        let stem = scratch("lines");
+        let paths = line_chart(&chart, &stem).unwrap();
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        assert!(svg.contains("<svg") && svg.contains("remote") && svg.contains("threads"));
+        let png = std::fs::read(&paths[1]).unwrap();
+        assert_eq!(&png[1..4], b"PNG");
+        std::fs::remove_dir_all(stem.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn heatmap_writes_cells() {
+        let map = Heatmap {
+            title: "idle latency".into(),
+            row_label: "CPU node".into(),
+            col_label: "memory node".into(),
+            rows: vec!["0".into(), "1".into()],
+            cols: vec!["0".into(), "1".into(), "2".into()],
+            values: vec![
+                vec![Some(90.0), Some(140.0), None],
+                vec![Some(141.0), Some(91.0), Some(250.0)],
+            ],
+            unit: "ns".into(),
+        };
+        let stem = scratch("heat");
+        let paths = heatmap(&map, &stem).unwrap();
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        assert!(
+            svg.contains("250.0 ns") && svg.contains("n/a"),
+            "cells are labelled"
+        );
+        assert_eq!(&std::fs::read(&paths[1]).unwrap()[1..4], b"PNG");
+        std::fs::remove_dir_all(stem.parent().unwrap()).unwrap();
+    }
+}
