@@ -12,6 +12,7 @@ pub mod sets;
 pub(crate) mod sys;
 pub mod system;
 pub mod topology;
+pub mod units;
 
 pub use buffer::{BufferError, BufferOptions, HugePages, NodeBuffer};
 pub use policy::{InterleaveWeights, MemPolicy, PolicyError, RangeMode, Support};

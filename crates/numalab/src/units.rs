@@ -1,0 +1,142 @@
+//! Sizes as people write them: `1.5G`, `512M`, `64KiB`, `4096`.
+//!
+//! Every unit is binary (`K` = 1024), as `numactl`, `numastat` and the
+//! kernel's own files count memory; `B`, `iB` and lower case are accepted,
+//! so `1g`, `1G`, `1GB` and `1GiB` are all 2³⁰ bytes.
+
+use std::fmt;
+
+/// Why a size could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid size {input:?}: {reason}; write it as 4096, 64K, 512M, 1.5G or 2T")]
+pub struct ParseSizeError {
+    /// The text as given.
+    pub input: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Parses a size in bytes.
+///
+/// ```
+/// use numalab::units::parse_size;
+/// assert_eq!(parse_size("1.5G")?, 3 << 29);
+/// assert_eq!(parse_size("512MiB")?, 512 << 20);
+/// assert_eq!(parse_size("4096")?, 4096);
+/// assert!(parse_size("1.5 parsecs").is_err());
+/// # Ok::<(), numalab::units::ParseSizeError>(())
+/// ```
+pub fn parse_size(text: &str) -> Result<u64, ParseSizeError> {
+    let bad = |reason: &str| ParseSizeError {
+        input: text.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    if number.is_empty() {
+        return Err(bad("it does not start with a number"));
+    }
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad(&format!("unknown unit {:?}", unit.trim()))),
+    };
+    let bytes = match number.split_once('.') {
+        None => number
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(1 << shift)),
+        Some((whole, fraction)) => {
+            let value: f64 = format!("{}.{fraction}", if whole.is_empty() { "0" } else { whole })
+                .parse()
+                .map_err(|_| bad("the number is malformed"))?;
+            let bytes = value * (1u64 << shift) as f64;
+            (bytes < u64::MAX as f64).then_some(bytes as u64)
+        }
+    };
+    bytes.ok_or_else(|| bad("it is too large"))
+}
+
+/// Bytes in the largest binary unit that keeps them readable: `1.5 GiB`,
+/// `480 MiB`, `512 B`.
+///
+/// ```
+/// assert_eq!(numalab::units::format_size(3 << 29), "1.5 GiB");
+/// assert_eq!(numalab::units::format_size(480 << 20), "480 MiB");
+/// ```
+pub fn format_size(bytes: u64) -> String {
+    Size(bytes).to_string()
+}
+
+/// A size in bytes that prints in binary units (see [`format_size`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Size(pub u64);
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut value = self.0 as f64;
+        let mut unit = 0;
+        while value >= 1024.0 && unit < UNITS.len() - 1 {
+            value /= 1024.0;
+            unit += 1;
+        }
+        if value.fract() == 0.0 || unit == 0 {
+            write!(f, "{value:.0} {}", UNITS[unit])
+        } else {
+            write!(f, "{value:.1} {}", UNITS[unit])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_every_spelling() {
+        for (text, bytes) in [
+            ("0", 0),
+            ("4096", 4096),
+            ("4096B", 4096),
+            ("64k", 64 << 10),
+            ("64KiB", 64 << 10),
+            ("512M", 512 << 20),
+            ("512 MB", 512 << 20),
+            ("1.5G", 3 << 29),
+            ("1.5gib", 3 << 29),
+            (".5G", 1 << 29),
+            ("2T", 2 << 40),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_is_not_a_size() {
+        for (text, reason) in [
+            ("", "does not start with a number"),
+            ("G", "does not start with a number"),
+            ("1.2.3G", "malformed"),
+            ("12X", "unknown unit \"X\""),
+            ("99999999999T", "too large"),
+        ] {
+            let err = parse_size(text).unwrap_err();
+            assert!(err.to_string().contains(reason), "{text}: {err}");
+            assert!(err.to_string().contains("1.5G"), "{err}");
+        }
+    }
+
+    #[test]
+    fn prints_in_binary_units() {
+        assert_eq!(format_size(512), "512 B");
+        assert_eq!(format_size(3 << 29), "1.5 GiB");
+        assert_eq!(format_size(2 << 40), "2 TiB");
+    }
+}
