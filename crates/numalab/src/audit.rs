@@ -77,6 +77,36 @@ impl fmt::Display for PlacementAudit {
 /// assert_eq!(check.note, "bind:1: 0% of 100 pages on node 1; found node0 100 (100.0%)");
 /// ```
 pub fn audit(policy: &MemPolicy, touched_from: &NodeSet, found: &PageHistogram) -> PlacementAudit {
+    audit_in_units(policy, touched_from, found, 1)
+}
+
+/// As [`audit`], for memory Linux placed `unit_pages` base pages at a time
+/// (512 for memory backed by 2 MiB huge pages on x86-64): an interleave
+/// then deals out whole huge pages, and is even only to within one of them
+/// per node.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use numalab::audit::{audit, audit_in_units, Verdict};
+/// use numalab::locate::PageHistogram;
+/// use numalab::{MemPolicy, NodeSet};
+///
+/// // 7 huge pages over 4 nodes: 2, 2, 2 and 1 of them.
+/// let found = PageHistogram { page_size: 4096, queried: 3584,
+///     per_node: BTreeMap::from([(0, 1024), (1, 1024), (2, 1024), (3, 512)]),
+///     ..Default::default() };
+/// let interleave: MemPolicy = "interleave:0-3".parse()?;
+/// let nodes = NodeSet::single(0);
+/// assert_eq!(audit(&interleave, &nodes, &found).verdict, Verdict::Mismatch);
+/// assert_eq!(audit_in_units(&interleave, &nodes, &found, 512).verdict, Verdict::Match);
+/// # Ok::<(), numalab::PolicyError>(())
+/// ```
+pub fn audit_in_units(
+    policy: &MemPolicy,
+    touched_from: &NodeSet,
+    found: &PageHistogram,
+    unit_pages: u64,
+) -> PlacementAudit {
     let (expected_nodes, strict) = match policy {
         MemPolicy::Default | MemPolicy::Local => (touched_from.clone(), false),
         MemPolicy::Preferred(_) | MemPolicy::PreferredMany(_) => (policy.nodes(), false),
@@ -100,7 +130,7 @@ pub fn audit(policy: &MemPolicy, touched_from: &NodeSet, found: &PageHistogram) 
     };
     let uneven = shares
         .as_ref()
-        .and_then(|shares: &BTreeMap<u32, u32>| uneven_split(shares, found));
+        .and_then(|shares: &BTreeMap<u32, u32>| uneven_split(shares, found, unit_pages.max(1)));
 
     let verdict = if present == 0 {
         Verdict::Empty
@@ -138,15 +168,20 @@ pub fn audit(policy: &MemPolicy, touched_from: &NodeSet, found: &PageHistogram) 
 }
 
 /// For an interleave: a description of the first node whose share is off
-/// by more than a page or two (or 1% of the pages, for large regions).
-fn uneven_split(weights: &BTreeMap<u32, u32>, found: &PageHistogram) -> Option<String> {
+/// by more than a unit or two (or 1% of the pages, for large regions).
+fn uneven_split(
+    weights: &BTreeMap<u32, u32>,
+    found: &PageHistogram,
+    unit_pages: u64,
+) -> Option<String> {
     let present = found.present() as f64;
     let total_weight: u32 = weights.values().sum();
-    // Round-robin leaves each node within one page (or one weight's worth
-    // of pages) of its share; allow a little more for pages allocated out
-    // of turn (page tables, the first touch of a sampled page).
+    // Round-robin leaves each node within one unit (a page, or a huge
+    // page; times the weight) of its share; allow a page more for pages
+    // allocated out of turn (page tables, the first touch of a sampled
+    // page).
     let max_weight = weights.values().copied().max().unwrap_or(1) as f64;
-    let tolerance = (2.0 * max_weight).max(0.01 * present);
+    let tolerance = (max_weight * (unit_pages as f64 + 1.0)).max(0.01 * present);
     weights.iter().find_map(|(node, weight)| {
         let expected = present * f64::from(*weight) / f64::from(total_weight);
         let got = found.on_node(*node) as f64;
@@ -218,6 +253,23 @@ mod tests {
             audit(&interleave, &nodes("0"), &missing).verdict,
             Verdict::Mismatch
         );
+    }
+
+    #[test]
+    fn huge_pages_interleave_a_huge_page_at_a_time() {
+        // dd's 16 MiB buffer under interleave:0-3 with THP, as found on a
+        // 4-node Linux 6.1: 7 huge pages dealt 2, 2, 1, 2 plus base pages
+        // at the unaligned ends.
+        let interleave = MemPolicy::Interleave(nodes("0-3"));
+        let found = hist(&[(0, 1154), (1, 1154), (2, 642), (3, 1155)]);
+        let base = audit(&interleave, &nodes("0"), &found);
+        assert_eq!(base.verdict, Verdict::Mismatch, "{}", base.note);
+        let huge = audit_in_units(&interleave, &nodes("0"), &found, 512);
+        assert_eq!(huge.verdict, Verdict::Match, "{}", huge.note);
+        // Two huge pages off is still uneven.
+        let skewed = hist(&[(0, 2048), (1, 1024), (2, 512), (3, 512)]);
+        let check = audit_in_units(&interleave, &nodes("0"), &skewed, 512);
+        assert_eq!(check.verdict, Verdict::Mismatch, "{}", check.note);
     }
 
     #[test]

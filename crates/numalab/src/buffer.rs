@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{audit, PlacementAudit};
+use crate::audit::{audit_in_units, PlacementAudit};
 use crate::locate::{self, LocateError, PageHistogram, Sample};
 use crate::policy::{MemPolicy, PolicyError, RangeMode};
 use crate::sets::NodeSet;
@@ -336,7 +336,20 @@ impl NodeBuffer {
     /// (a kernel without `move_pages`) is reported as an empty check.
     pub fn audit(&self) -> PlacementAudit {
         let found = self.locate(Sample::All).unwrap_or_default();
-        audit(&self.options.policy, &self.touched_from, &found)
+        self.audit_pages(&found)
+    }
+
+    /// Checks pages already located (by [`locate`](Self::locate)) against
+    /// the policy, knowing how the buffer is backed: huge pages are placed
+    /// whole, so an interleave of them is even to within one per node.
+    pub fn audit_pages(&self, found: &PageHistogram) -> PlacementAudit {
+        let page = linux::page_size() as u64;
+        let unit_pages = match self.options.huge_pages {
+            HugePages::None => 1,
+            HugePages::Transparent => procfs::thp_size() / page,
+            HugePages::Explicit2M => HUGE_2M as u64 / page,
+        };
+        audit_in_units(&self.options.policy, &self.touched_from, found, unit_pages)
     }
 
     /// Applies a new policy and migrates the pages already there

@@ -232,12 +232,31 @@ pub enum MemoryKind {
 pub struct ProcessMemory {
     /// Bytes per node and kind.
     pub bytes: BTreeMap<MemoryKind, BTreeMap<u32, u64>>,
+    /// Bytes of its private memory backed by transparent huge pages
+    /// (`AnonHugePages`, counted within `private` and `heap`). Linux places
+    /// such memory a whole huge page at a time, so an interleave of it is
+    /// even only to within a huge page per node.
+    #[serde(default)]
+    pub transparent_huge_bytes: u64,
 }
 
 impl ProcessMemory {
-    /// Reads a live process's `numa_maps`.
+    /// Reads a live process's `numa_maps` (and `smaps_rollup` for its
+    /// transparent huge pages).
     pub fn of_process(pid: i32) -> io::Result<ProcessMemory> {
-        Ok(Self::from_numa_maps(&procfs::numa_maps(pid)?))
+        let mut memory = Self::from_numa_maps(&procfs::numa_maps(pid)?);
+        memory.transparent_huge_bytes = procfs::anon_huge_pages(pid);
+        Ok(memory)
+    }
+
+    /// How many base pages Linux placed at a time in this memory: one, or
+    /// a transparent huge page's worth when some was backed by them.
+    pub fn placement_unit_pages(&self) -> u64 {
+        if self.transparent_huge_bytes > 0 {
+            procfs::thp_size() / linux::page_size() as u64
+        } else {
+            1
+        }
     }
 
     fn from_numa_maps(entries: &[procfs::NumaMapsEntry]) -> ProcessMemory {
@@ -294,6 +313,7 @@ impl ProcessMemory {
 
     /// Adds another process's memory.
     pub fn merge(&mut self, other: &ProcessMemory) {
+        self.transparent_huge_bytes += other.transparent_huge_bytes;
         for (kind, per_node) in &other.bytes {
             let mine = self.bytes.entry(*kind).or_default();
             for (node, bytes) in per_node {

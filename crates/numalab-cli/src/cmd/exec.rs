@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use numalab::audit::{audit, PlacementAudit};
+use numalab::audit::{audit_in_units, PlacementAudit};
 use numalab::launch::{Exit, Launch, LaunchReport, Observation};
 use numalab::locate::MemoryKind;
 use numalab::{InterleaveWeights, MemPolicy, NodeSet, Topology};
@@ -112,7 +112,12 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
-        audit: audit(&policy, &ran_on, &run.peak.private_histogram()),
+        audit: audit_in_units(
+            &policy,
+            &ran_on,
+            &run.peak.private_histogram(),
+            run.peak.placement_unit_pages(),
+        ),
         policy,
         cpus: placement.cpus.clone(),
         run,

@@ -356,6 +356,35 @@ pub fn numa_maps(pid: i32) -> io::Result<Vec<NumaMapsEntry>> {
     ))?))
 }
 
+/// Bytes of a process's anonymous memory backed by transparent huge pages
+/// (`AnonHugePages` in `/proc/PID/smaps_rollup`); 0 when not given.
+pub fn parse_anon_huge_pages(smaps_rollup: &str) -> u64 {
+    smaps_rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Reads a process's transparent-huge-page bytes (Linux 4.14 or later for
+/// `smaps_rollup`; 0 where it is missing).
+pub fn anon_huge_pages(pid: i32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .map(|t| parse_anon_huge_pages(&t))
+        .unwrap_or(0)
+}
+
+/// The size of a transparent huge page
+/// (`/sys/kernel/mm/transparent_hugepage/hpage_pmd_size`), 2 MiB where
+/// the kernel does not say.
+pub fn thp_size() -> u64 {
+    read_trimmed("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2 << 20)
+}
+
 /// Identity of the running system, for result files.
 pub fn hostname() -> String {
     read_trimmed("/proc/sys/kernel/hostname").unwrap_or_else(|_| "unknown".into())
@@ -471,6 +500,16 @@ mod tests {
         assert_eq!(entries[2].pages[&1], 512);
         assert_eq!(entries[3].kind, "stack");
         assert!(entries[4].pages.is_empty());
+    }
+
+    #[test]
+    fn parses_anon_huge_pages() {
+        let text = "55d0c7a00000-7ffc1ba00000 ---p 00000000 00:00 0  [rollup]\n\
+                    Rss:               18060 kB\n\
+                    AnonHugePages:     14336 kB\n\
+                    ShmemPmdMapped:        0 kB\n";
+        assert_eq!(parse_anon_huge_pages(text), 14336 * 1024);
+        assert_eq!(parse_anon_huge_pages("Rss: 4 kB\n"), 0);
     }
 
     #[test]
