@@ -353,8 +353,9 @@ impl NodeBuffer {
     }
 
     /// Applies a new policy and migrates the pages already there
-    /// (`mbind` with `MPOL_MF_MOVE`); pages that cannot move stay put
-    /// (see [`audit`](Self::audit)).
+    /// (`mbind` with `MPOL_MF_MOVE`; for an interleave, every page to the
+    /// node the interleave gives it); pages that cannot move stay put (see
+    /// [`audit`](Self::audit)).
     pub fn migrate(&mut self, policy: MemPolicy) -> Result<(), PolicyError> {
         policy.check()?;
         policy.apply_to_range(self.as_ptr(), self.map_len, RangeMode::Move)?;

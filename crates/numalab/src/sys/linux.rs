@@ -153,6 +153,32 @@ pub fn query_pages(pages: &[*const u8], status: &mut [i32]) -> io::Result<()> {
     Ok(())
 }
 
+/// `move_pages(2)` for the calling process: moves the page holding each
+/// address of `pages` to the node at the same index of `nodes`, and writes
+/// into `status` the node it is on afterwards, or a negative errno
+/// (`-ENOENT`: not present, so nothing to move; `-EBUSY`, `-EACCES`: it
+/// could not move). Only pages this process maps alone are moved
+/// (`MPOL_MF_MOVE`). Moving a page never changes its contents.
+pub fn move_pages_to(pages: &[*const u8], nodes: &[i32], status: &mut [i32]) -> io::Result<()> {
+    assert_eq!(pages.len(), nodes.len());
+    assert_eq!(pages.len(), status.len());
+    // SAFETY: pages, nodes and status have `len` elements; the kernel
+    // reads the first two and writes the third. The addresses themselves
+    // are only looked up in this process's page tables.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0,
+            pages.len() as libc::c_ulong,
+            pages.as_ptr(),
+            nodes.as_ptr(),
+            status.as_mut_ptr(),
+            MPOL_MF_MOVE as libc::c_int,
+        )
+    })?;
+    Ok(())
+}
+
 /// `sched_setaffinity(2)` for thread `tid` (0: the calling thread).
 pub fn set_affinity(tid: i32, mask: &[u64]) -> io::Result<()> {
     // SAFETY: mask is valid for reads of its byte length.
