@@ -434,7 +434,9 @@ fn check_free_memory(len: usize, options: &BufferOptions) -> Result<(), BufferEr
         return Ok(()); // no sysfs view of node memory: let the kernel decide
     }
     let free: u64 = infos.iter().map(|i| i.free).sum();
-    let reclaimable: u64 = infos.iter().map(|i| i.file_pages).sum();
+    // Only page cache on the file LRU can be reclaimed: tmpfs, shared
+    // memory and ramfs count in FilePages but stay.
+    let reclaimable: u64 = infos.iter().map(|i| i.file_lru).sum();
     if (len as u64) > free + reclaimable {
         return Err(BufferError::InsufficientMemory {
             nodes,

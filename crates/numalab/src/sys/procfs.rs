@@ -58,7 +58,12 @@ pub fn online_cpus() -> io::Result<CpuSet> {
 pub struct NodeMemInfo {
     pub total: u64,
     pub free: u64,
+    /// All page cache, including tmpfs, shared memory and ramfs, which
+    /// reclaim cannot free.
     pub file_pages: u64,
+    /// Page cache on the file LRU lists (`Active(file)` +
+    /// `Inactive(file)`): what reclaim can free.
+    pub file_lru: u64,
 }
 
 /// Parses `/sys/devices/system/node/nodeN/meminfo` (`Node 0 MemFree: 123 kB`).
@@ -82,6 +87,7 @@ pub fn parse_node_meminfo(text: &str) -> NodeMemInfo {
             "MemTotal:" => info.total = bytes,
             "MemFree:" => info.free = bytes,
             "FilePages:" => info.file_pages = bytes,
+            "Active(file):" | "Inactive(file):" => info.file_lru += bytes,
             _ => {}
         }
     }
@@ -425,12 +431,17 @@ mod tests {
         let text = "Node 0 MemTotal:        5204172 kB\n\
                     Node 0 MemFree:         3951364 kB\n\
                     Node 0 MemUsed:         1252808 kB\n\
+                    Node 0 Active(file):      30 kB\n\
+                    Node 0 Inactive(file):    40 kB\n\
                     Node 0 FilePages:        100 kB\n\
+                    Node 0 Shmem:             30 kB\n\
                     Node 0 HugePages_Total:     0\n";
         let info = parse_node_meminfo(text);
         assert_eq!(info.total, 5204172 * 1024);
         assert_eq!(info.free, 3951364 * 1024);
         assert_eq!(info.file_pages, 100 * 1024);
+        // tmpfs and ramfs pages count in FilePages but not on the file LRU.
+        assert_eq!(info.file_lru, 70 * 1024);
     }
 
     #[test]
