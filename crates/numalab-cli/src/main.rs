@@ -29,6 +29,7 @@ struct Cli {
 enum Command {
     Topo(cmd::topo::TopoArgs),
     Exec(cmd::exec::ExecArgs),
+    Fill(cmd::fill::FillArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Topo(args) => cmd::topo::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
+        Command::Fill(args) => cmd::fill::run(args).map(|()| 0).map_err(|e| (e, 1)),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -1,4 +1,5 @@
 //! One module per subcommand.
 
 pub mod exec;
+pub mod fill;
 pub mod topo;
