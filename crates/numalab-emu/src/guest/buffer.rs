@@ -1,0 +1,255 @@
+//! Placement by the library: [`NodeBuffer`] under every policy, checked
+//! page by page with `locate` and `audit`.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use numalab::locate::Sample;
+use numalab::{InterleaveWeights, MemPolicy, NodeBuffer, NodeSet};
+
+use super::{expect_pages, Guest, Outcome, Pages};
+
+/// Buffers of 1024 base pages: large enough to show a split, small enough
+/// to fit any node.
+const PAGES: u64 = 1024;
+
+fn page_size() -> u64 {
+    // locate reports its page size; a 1-page buffer tells it.
+    NodeBuffer::new(1, MemPolicy::Default)
+        .ok()
+        .and_then(|b| b.locate(Sample::All).ok())
+        .map_or(4096, |h| h.page_size)
+}
+
+fn place(policy: MemPolicy) -> Result<NodeBuffer> {
+    Ok(NodeBuffer::new((PAGES * page_size()) as usize, policy)?)
+}
+
+fn audit_line(out: &mut Outcome, what: String, buffer: &NodeBuffer) {
+    let audit = buffer.audit();
+    out.check(what, "audit: match", audit.note.clone(), audit.is_match());
+}
+
+/// Bound to each node, every page is there.
+pub fn bind(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    for node in guest.preset.node_ids().iter() {
+        let buffer = place(MemPolicy::Bind(NodeSet::single(node)))?;
+        expect_pages(
+            out,
+            format!("bind:{node}"),
+            &Pages::on(node, PAGES),
+            &buffer.locate(Sample::All)?,
+            0,
+        );
+        audit_line(out, format!("bind:{node} audit"), &buffer);
+    }
+    Ok(())
+}
+
+/// Preferring each node, every page is there (it has room).
+pub fn preferred(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    for node in guest.preset.node_ids().iter() {
+        let buffer = place(MemPolicy::Preferred(node))?;
+        expect_pages(
+            out,
+            format!("preferred:{node}"),
+            &Pages::on(node, PAGES),
+            &buffer.locate(Sample::All)?,
+            0,
+        );
+        audit_line(out, format!("preferred:{node} audit"), &buffer);
+    }
+    Ok(())
+}
+
+/// From a thread on each CPU node, preferred-many over the other nodes
+/// takes the nearest of them by the preset's distances (Linux walks its
+/// zonelist, nearest first).
+pub fn preferred_many(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let preset = &guest.preset;
+    for cpu_node in preset.cpu_nodes().iter() {
+        let others = preset.node_ids().difference(&NodeSet::single(cpu_node));
+        let set = if others.len() >= 2 {
+            others
+        } else {
+            preset.node_ids()
+        };
+        let nearest = preset.nearest(cpu_node, &set);
+        let policy = MemPolicy::PreferredMany(set.clone());
+        let (ran_on, buffer) = guest.on_node(cpu_node, || place(policy.clone()))?;
+        let buffer = buffer?;
+        out.same(
+            format!("thread pinned on node {cpu_node}"),
+            cpu_node,
+            ran_on,
+        );
+        let found = buffer.locate(Sample::All)?;
+        match nearest.first().filter(|_| nearest.len() == 1) {
+            Some(node) => {
+                expect_pages(
+                    out,
+                    format!("{policy} from node {cpu_node} (nearest member: {node})"),
+                    &Pages::on(node, PAGES),
+                    &found,
+                    0,
+                );
+            }
+            None => {
+                out.check(
+                    format!("{policy} from node {cpu_node}"),
+                    format!("all on the nearest members {nearest}"),
+                    Pages::found(&found),
+                    found.on_nodes(&nearest) == PAGES,
+                );
+            }
+        }
+        audit_line(out, format!("{policy} from node {cpu_node} audit"), &buffer);
+    }
+    Ok(())
+}
+
+/// Interleave splits pages evenly: over two nodes, over every node, and
+/// over a CPU node with a memory-only one.
+pub fn interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let preset = &guest.preset;
+    let all = preset.node_ids();
+    let mut sets: Vec<NodeSet> = vec![all.iter().take(2).collect()];
+    if all.len() > 2 {
+        sets.push(all.clone());
+    }
+    if let (Some(cpu), Some(memory_only)) = (
+        preset.cpu_nodes().first(),
+        preset.memory_only_nodes().first(),
+    ) {
+        sets.push([cpu, memory_only].into_iter().collect());
+    }
+    for nodes in sets {
+        let policy = MemPolicy::Interleave(nodes.clone());
+        let buffer = place(policy.clone())?;
+        expect_pages(
+            out,
+            format!("{policy} ({} nodes)", nodes.len()),
+            &Pages::even(&nodes, PAGES),
+            &buffer.locate(Sample::All)?,
+            2,
+        );
+        audit_line(out, format!("{policy} audit"), &buffer);
+    }
+    Ok(())
+}
+
+/// `local` and `default` from a thread pinned on each CPU node land on
+/// that node.
+pub fn local(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    for node in guest.preset.cpu_nodes().iter() {
+        for policy in [MemPolicy::Local, MemPolicy::Default] {
+            let (ran_on, buffer) = guest.on_node(node, || place(policy.clone()))?;
+            let buffer = buffer?;
+            out.same(format!("thread pinned on node {node}"), node, ran_on);
+            out.same(
+                format!("{policy} buffer made from node"),
+                node,
+                buffer.touched_from(),
+            );
+            expect_pages(
+                out,
+                format!("{policy} from node {node}"),
+                &Pages::on(node, PAGES),
+                &buffer.locate(Sample::All)?,
+                0,
+            );
+            audit_line(out, format!("{policy} from node {node} audit"), &buffer);
+        }
+    }
+    Ok(())
+}
+
+/// Weighted interleave: on Linux 6.9 and later pages follow the weights
+/// (3:1); before, making the buffer fails with an error naming
+/// `MPOL_WEIGHTED_INTERLEAVE` and the kernel version it needs.
+pub fn weighted_interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let nodes: Vec<u32> = guest.preset.node_ids().iter().take(2).collect();
+    let weights: BTreeMap<u32, u8> =
+        BTreeMap::from([(nodes[0], 3), (*nodes.last().unwrap_or(&0), 1)]);
+    let policy = MemPolicy::WeightedInterleave(weights.clone());
+    if guest.kernel_at_least(6, 9) {
+        let _restore = InterleaveWeights::set(&weights)?;
+        let buffer = place(policy.clone())?;
+        let expected = Pages(
+            weights
+                .iter()
+                .map(|(n, w)| (*n, PAGES * u64::from(*w) / 4))
+                .collect(),
+        );
+        expect_pages(
+            out,
+            format!("{policy}"),
+            &expected,
+            &buffer.locate(Sample::All)?,
+            6,
+        );
+        audit_line(out, format!("{policy} audit"), &buffer);
+    } else {
+        let err = match place(policy.clone()) {
+            Ok(_) => "no error: the buffer was made".to_owned(),
+            Err(err) => err.to_string(),
+        };
+        let needle = "MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 or later)";
+        out.check(
+            format!("{policy} on Linux {}", guest.kernel),
+            format!("an error naming {needle}"),
+            &err,
+            err.contains(needle) && err.contains("does not support weighted-interleave"),
+        );
+    }
+    Ok(())
+}
+
+/// A buffer filled with a pattern moves to each other node in turn, then
+/// to an interleave over all nodes; every page follows, bytes unchanged.
+pub fn migrate(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let nodes = guest.preset.node_ids();
+    let first = nodes.first().unwrap_or(0);
+    let mut buffer = place(MemPolicy::Bind(NodeSet::single(first)))?;
+    for (i, byte) in buffer.as_mut_slice().iter_mut().enumerate() {
+        *byte = (i % 251) as u8;
+    }
+    let intact = |buffer: &NodeBuffer| {
+        buffer
+            .as_slice()
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == (i % 251) as u8)
+    };
+    let mut targets: Vec<MemPolicy> = nodes
+        .iter()
+        .skip(1)
+        .map(|n| MemPolicy::Bind(NodeSet::single(n)))
+        .collect();
+    targets.push(MemPolicy::Bind(NodeSet::single(first)));
+    targets.push(MemPolicy::Interleave(nodes.clone()));
+    for policy in targets {
+        buffer.migrate(policy.clone())?;
+        let expected = match &policy {
+            MemPolicy::Interleave(set) => Pages::even(set, PAGES),
+            other => Pages::on(other.nodes().first().unwrap_or(0), PAGES),
+        };
+        expect_pages(
+            out,
+            format!("moved to {policy}"),
+            &expected,
+            &buffer.locate(Sample::All)?,
+            if matches!(policy, MemPolicy::Interleave(_)) {
+                2
+            } else {
+                0
+            },
+        );
+        out.same(
+            format!("contents after moving to {policy}"),
+            "intact",
+            if intact(&buffer) { "intact" } else { "changed" },
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,302 @@
+//! Placement of a command run by `numalab exec`: busybox `dd` fills an
+//! 8 MiB buffer under each policy, and both the pages (from exec's JSON
+//! report, as `numastat -p` counts them) and exec's own audit must agree
+//! with the preset.
+
+use std::collections::BTreeMap;
+use std::fs;
+
+use anyhow::{bail, Result};
+use numalab::{CpuSet, NodeSet};
+use serde_json::Value;
+
+use super::{Guest, Outcome, Pages, Ran};
+
+/// dd's buffer: 8 MiB, 2048 pages.
+const DD_PAGES: u64 = 2048;
+
+const THP: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+
+/// Sets transparent huge pages for as long as it lives.
+struct ThpSetting {
+    previous: Option<String>,
+}
+
+impl ThpSetting {
+    fn set(mode: &str) -> Result<ThpSetting> {
+        let previous = fs::read_to_string(THP).ok().and_then(|t| selected_word(&t));
+        fs::write(THP, mode)?;
+        Ok(ThpSetting { previous })
+    }
+}
+
+impl Drop for ThpSetting {
+    fn drop(&mut self) {
+        if let Some(previous) = &self.previous {
+            let _ = fs::write(THP, previous);
+        }
+    }
+}
+
+fn selected_word(text: &str) -> Option<String> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .map(str::to_owned)
+}
+
+/// Runs `numalab exec --json FLAGS -- ARGS` and returns the report.
+fn exec(guest: &Guest, flags: &[String], command: &[&str]) -> Result<(Ran, Value)> {
+    let mut args: Vec<&str> = vec!["exec", "--json"];
+    args.extend(flags.iter().map(String::as_str));
+    args.push("--");
+    args.extend(command);
+    let ran = guest.numalab(&args)?;
+    if ran.code != Some(0) {
+        bail!(
+            "numalab {} exited {:?}:\n{}{}",
+            args.join(" "),
+            ran.code,
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    let doc = Ran::json_in(&ran.stderr)?;
+    Ok((ran, doc))
+}
+
+const DD: [&str; 5] = ["dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1"];
+
+/// The command's private memory at its peak (heap, stack, anonymous,
+/// huge), in pages per node.
+fn private_pages(doc: &Value) -> Pages {
+    let mut pages = BTreeMap::new();
+    let page = 4096;
+    if let Some(kinds) = doc["run"]["peak"]["bytes"].as_object() {
+        for (kind, per_node) in kinds {
+            if kind == "file" {
+                continue;
+            }
+            for (node, bytes) in per_node.as_object().into_iter().flatten() {
+                if let (Ok(node), Some(bytes)) = (node.parse::<u32>(), bytes.as_u64()) {
+                    *pages.entry(node).or_insert(0) += bytes / page;
+                }
+            }
+        }
+    }
+    Pages(pages)
+}
+
+fn total(pages: &Pages) -> u64 {
+    pages.0.values().sum()
+}
+
+/// Every policy `numalab exec` offers, with transparent huge pages off so
+/// interleave is exact to the page.
+pub fn policies(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let _thp = ThpSetting::set("never")?;
+    let preset = &guest.preset;
+    let nodes = preset.node_ids();
+    // (flags, where the pages must be, slack per node)
+    let mut cases: Vec<(Vec<String>, Expect)> = Vec::new();
+    for node in nodes.iter() {
+        cases.push((vec![format!("--membind={node}")], Expect::On(node)));
+        cases.push((vec![format!("--preferred={node}")], Expect::On(node)));
+    }
+    for cpu_node in preset.cpu_nodes().iter() {
+        cases.push((
+            vec![format!("--cpunodebind={cpu_node}"), "--localalloc".into()],
+            Expect::On(cpu_node),
+        ));
+        let others = nodes.difference(&NodeSet::single(cpu_node));
+        let set = if others.len() >= 2 {
+            others
+        } else {
+            nodes.clone()
+        };
+        let nearest = preset.nearest(cpu_node, &set);
+        if let (1, Some(node)) = (nearest.len(), nearest.first()) {
+            cases.push((
+                vec![
+                    format!("--cpunodebind={cpu_node}"),
+                    format!("--preferred-many={set}"),
+                ],
+                Expect::On(node),
+            ));
+        }
+    }
+    let two: NodeSet = nodes.iter().take(2).collect();
+    cases.push((vec![format!("--interleave={two}")], Expect::Even(two)));
+    if nodes.len() > 2 {
+        cases.push((vec!["--interleave=all".into()], Expect::Even(nodes.clone())));
+    }
+    for (flags, expect) in cases {
+        let label = format!("exec {}", flags.join(" "));
+        let (_, doc) = exec(guest, &flags, &DD)?;
+        let found = private_pages(&doc);
+        out.check(
+            format!("{label}: private pages"),
+            format!(">= {DD_PAGES}"),
+            total(&found),
+            total(&found) >= DD_PAGES,
+        );
+        let (expected, slack) = match &expect {
+            Expect::On(node) => (Pages::on(*node, total(&found)), 0),
+            // Each mapping's round-robin starts afresh: a page of slack
+            // per mapping of the process (a handful).
+            Expect::Even(set) => (Pages::even(set, total(&found)), 8),
+        };
+        out.check(
+            format!("{label}: pages"),
+            if slack > 0 {
+                format!("{expected} (±{slack})")
+            } else {
+                expected.to_string()
+            },
+            &found,
+            found.within(&expected, slack),
+        );
+        out.same(
+            format!("{label}: exec's audit"),
+            "match",
+            doc["audit"]["verdict"].as_str().unwrap_or("missing"),
+        );
+    }
+    Ok(())
+}
+
+enum Expect {
+    On(u32),
+    Even(NodeSet),
+}
+
+/// `numalab exec --cpunodebind=N --membind=N`: the command may run only on
+/// node N's CPUs (its `Cpus_allowed_list`), and its pages are on node N.
+pub fn cpunodebind(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let script =
+        "grep Cpus_allowed_list /proc/self/status; dd if=/dev/zero of=/dev/null bs=8M count=1";
+    for node in guest.preset.cpu_nodes().iter() {
+        let flags = vec![format!("--cpunodebind={node}"), format!("--membind={node}")];
+        let (ran, doc) = exec(guest, &flags, &["sh", "-c", script])?;
+        let allowed = ran
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map_or("missing".to_owned(), |v| v.trim().to_owned());
+        let cpus = guest.preset.cpus_of(node).to_string();
+        out.same(
+            format!("node {node}: the command's Cpus_allowed_list"),
+            &cpus,
+            allowed,
+        );
+        out.same(
+            format!("node {node}: exec report cpus"),
+            &cpus,
+            serde_json::from_value::<CpuSet>(doc["cpus"].clone())
+                .map_or_else(|_| doc["cpus"].to_string(), |c| c.to_string()),
+        );
+        out.same(
+            format!("node {node}: exec report policy"),
+            format!("bind:{node}"),
+            doc["policy"].as_str().unwrap_or("missing"),
+        );
+        let found = private_pages(&doc);
+        out.check(
+            format!("node {node}: private pages"),
+            format!("node{node} >= {DD_PAGES}, nowhere else"),
+            &found,
+            found.0.get(&node).copied().unwrap_or(0) >= DD_PAGES
+                && found.0.iter().all(|(n, c)| *n == node || *c == 0),
+        );
+        out.same(
+            format!("node {node}: exec's audit"),
+            "match",
+            doc["audit"]["verdict"].as_str().unwrap_or("missing"),
+        );
+    }
+    Ok(())
+}
+
+/// With transparent huge pages, Linux interleaves whole 2 MiB pages; the
+/// audit must not call that an uneven split.
+pub fn interleave_thp(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let _thp = ThpSetting::set("always")?;
+    let nodes = guest.preset.node_ids();
+    let flags = vec![format!("--interleave={nodes}")];
+    let (_, doc) = exec(
+        guest,
+        &flags,
+        &["dd", "if=/dev/zero", "of=/dev/null", "bs=16M", "count=1"],
+    )?;
+    let found = private_pages(&doc);
+    let expected = Pages::even(&nodes, total(&found));
+    out.check(
+        "pages (2 MiB pages interleaved)",
+        format!("{expected} (±512 per node)"),
+        &found,
+        found.within(&expected, 512 + 8),
+    );
+    out.check(
+        "every node got pages",
+        nodes.to_string(),
+        found
+            .0
+            .iter()
+            .filter(|(_, c)| **c > 0)
+            .map(|(n, _)| *n)
+            .collect::<NodeSet>(),
+        nodes
+            .iter()
+            .all(|n| found.0.get(&n).copied().unwrap_or(0) > 0),
+    );
+    out.same(
+        "exec's audit",
+        "match",
+        doc["audit"]["verdict"].as_str().unwrap_or("missing"),
+    );
+    out.note(format!(
+        "audit: {}",
+        doc["audit"]["note"].as_str().unwrap_or("missing")
+    ));
+    Ok(())
+}
+
+/// `numalab exec --weighted-interleave`: on Linux 6.9 and later the pages
+/// follow the weights; before, numalab refuses (exit 125) naming
+/// `MPOL_WEIGHTED_INTERLEAVE` and the version it needs.
+pub fn weighted_interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let nodes: Vec<u32> = guest.preset.node_ids().iter().take(2).collect();
+    let (a, b) = (nodes[0], nodes[nodes.len() - 1]);
+    if guest.kernel_at_least(6, 9) {
+        let flags = vec![format!("--weighted-interleave={a}:3,{b}:1")];
+        let (_, doc) = exec(guest, &flags, &DD)?;
+        let found = private_pages(&doc);
+        let all = total(&found);
+        let expected = Pages(BTreeMap::from([(a, all * 3 / 4), (b, all / 4)]));
+        out.check(
+            "pages 3:1",
+            format!("{expected} (±16)"),
+            &found,
+            found.within(&expected, 16),
+        );
+        return Ok(());
+    }
+    let needle = "MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 or later)";
+    for flag in [
+        format!("--weighted-interleave={a},{b}"),
+        format!("--weighted-interleave={a}:3,{b}:1"),
+    ] {
+        let ran = guest.numalab(&["exec", &flag, "--", "true"])?;
+        out.same(
+            format!("exec {flag}: exit status"),
+            "Some(125)",
+            format!("{:?}", ran.code),
+        );
+        out.check(
+            format!("exec {flag}: error"),
+            format!("names {needle}"),
+            ran.stderr.trim(),
+            ran.stderr.contains(needle),
+        );
+    }
+    Ok(())
+}

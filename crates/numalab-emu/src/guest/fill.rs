@@ -1,0 +1,213 @@
+//! The fill test from the field reports, with `numalab fill`: more than a
+//! node's free memory, under `default` (numa_balancing on and off) and
+//! `preferred`, spills onto the nearest other node; under `bind`, numalab
+//! refuses before allocating.
+
+use std::fs;
+
+use anyhow::{bail, Result};
+use numalab::system::NodeMemory;
+use numalab::NodeSet;
+use serde_json::Value;
+
+use super::{Guest, Outcome, Ran};
+
+const BALANCING: &str = "/proc/sys/kernel/numa_balancing";
+const MIB: u64 = 1 << 20;
+
+/// The fill: which node, how much.
+struct Plan {
+    /// The CPU node with the least free memory.
+    node: u32,
+    /// Its free memory before the fill.
+    free: u64,
+    /// The node the spill should go to.
+    nearest: u32,
+    /// Bytes to fill: the node's free memory and a quarter more (at least
+    /// 64 MiB), within half of what the nearest node has free.
+    size: u64,
+}
+
+fn plan(guest: &Guest) -> Result<Option<Plan>> {
+    let preset = &guest.preset;
+    let free = |n: u32| NodeMemory::read(n).map(|m| m.free_bytes);
+    let mut best: Option<(u32, u64)> = None;
+    for node in preset.cpu_nodes().iter() {
+        let bytes = free(node)?;
+        if best.is_none_or(|(_, b)| bytes < b) {
+            best = Some((node, bytes));
+        }
+    }
+    let Some((node, node_free)) = best else {
+        return Ok(None);
+    };
+    let others = preset.node_ids().difference(&NodeSet::single(node));
+    let nearest = preset.nearest(node, &others);
+    let (1, Some(nearest)) = (nearest.len(), nearest.first()) else {
+        return Ok(None);
+    };
+    let room = free(nearest)? / 2;
+    let spill = (node_free / 4).max(64 * MIB).min(room);
+    if spill < 16 * MIB {
+        return Ok(None);
+    }
+    Ok(Some(Plan {
+        node,
+        free: node_free,
+        nearest,
+        size: (node_free + spill) / MIB * MIB,
+    }))
+}
+
+fn fill(guest: &Guest, flags: &[String]) -> Result<Value> {
+    let mut args = vec!["fill", "--json"];
+    args.extend(flags.iter().map(String::as_str));
+    let ran = guest.numalab(&args)?;
+    if ran.code != Some(0) {
+        bail!(
+            "numalab {} exited {:?}:\n{}",
+            args.join(" "),
+            ran.code,
+            ran.stderr
+        );
+    }
+    Ran::json_in(&ran.stdout)
+}
+
+fn pages_on(doc: &Value, node: u32) -> u64 {
+    doc["pages"]["per_node"][node.to_string()]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// Sets `numa_balancing` for as long as it lives.
+struct Balancing(Option<String>);
+
+impl Balancing {
+    fn set(value: &str) -> Result<Balancing> {
+        let previous = fs::read_to_string(BALANCING).ok();
+        fs::write(BALANCING, value)?;
+        Ok(Balancing(previous))
+    }
+}
+
+impl Drop for Balancing {
+    fn drop(&mut self) {
+        if let Some(previous) = &self.0 {
+            let _ = fs::write(BALANCING, previous.trim());
+        }
+    }
+}
+
+/// default (numa_balancing on, then off) and preferred: the node fills
+/// first, the rest goes to the nearest node by the preset's distances.
+pub fn spill(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let Some(plan) = plan(guest)? else {
+        out.not_applicable("the preset has no CPU node with a single nearest node to spill to");
+        return Ok(());
+    };
+    let size = format!("{}M", plan.size / MIB);
+    out.note(format!(
+        "node {} had {} MiB free; filling {size} (spill to node {})",
+        plan.node,
+        plan.free / MIB,
+        plan.nearest
+    ));
+    let cases = [
+        (
+            "default, numa_balancing on",
+            "1",
+            vec![format!("--cpunodebind={}", plan.node)],
+        ),
+        (
+            "default, numa_balancing off",
+            "0",
+            vec![format!("--cpunodebind={}", plan.node)],
+        ),
+        ("preferred", "1", vec![format!("--preferred={}", plan.node)]),
+    ];
+    for (label, balancing, mut flags) in cases {
+        let _balancing = Balancing::set(balancing)?;
+        flags.push(format!("--size={size}"));
+        let doc = fill(guest, &flags)?;
+        let page = doc["pages"]["page_size"].as_u64().unwrap_or(4096);
+        let queried = doc["pages"]["queried"].as_u64().unwrap_or(0);
+        let present: u64 = doc["pages"]["per_node"]
+            .as_object()
+            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+        out.same(
+            format!("{label}: numa_balancing in the report"),
+            balancing,
+            doc["numa_balancing"].to_string(),
+        );
+        out.same(format!("{label}: pages present"), queried, present);
+        let on_node = pages_on(&doc, plan.node);
+        let spilled = present - on_node;
+        // The node fills to near its low watermark before anything spills.
+        let floor = plan.free / page * 8 / 10;
+        out.check(
+            format!("{label}: pages on node {} (filled first)", plan.node),
+            format!(">= {floor} (80% of its free memory)"),
+            on_node,
+            on_node >= floor,
+        );
+        out.check(
+            format!("{label}: pages spilled"),
+            "> 0",
+            spilled,
+            spilled > 0,
+        );
+        let on_nearest = pages_on(&doc, plan.nearest);
+        out.check(
+            format!("{label}: spilled pages on node {} (nearest)", plan.nearest),
+            format!(">= {} (99% of the spill)", spilled * 99 / 100),
+            on_nearest,
+            on_nearest >= spilled * 99 / 100,
+        );
+        out.same(
+            format!("{label}: audit"),
+            "spilled",
+            doc["audit"]["verdict"].as_str().unwrap_or("missing"),
+        );
+        out.check(
+            format!("{label}: fallback_bytes"),
+            spilled * page,
+            doc["fallback_bytes"].as_u64().unwrap_or(0),
+            doc["fallback_bytes"].as_u64() == Some(spilled * page),
+        );
+    }
+    Ok(())
+}
+
+/// `--membind` to the node with more than its free memory: refused before
+/// anything is allocated, naming the node and its free memory.
+pub fn bind_refused(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let Some(plan) = plan(guest)? else {
+        out.not_applicable("the preset has no CPU node with a single nearest node");
+        return Ok(());
+    };
+    let size = format!("{}M", plan.size / MIB);
+    let ran = guest.numalab(&[
+        "fill",
+        &format!("--membind={}", plan.node),
+        &format!("--size={size}"),
+    ])?;
+    let after = NodeMemory::read(plan.node)?.free_bytes;
+    out.same("exit status", "Some(1)", format!("{:?}", ran.code));
+    let error = ran.stderr.trim().to_owned();
+    out.check(
+        "error",
+        format!("names node(s) {} and its free memory", plan.node),
+        &error,
+        error.contains(&format!("requested on node(s) {}, which have", plan.node))
+            && error.contains("MiB) free"),
+    );
+    out.check(
+        format!("node {} free memory after the refusal", plan.node),
+        format!("about {} MiB (nothing allocated)", plan.free / MIB),
+        format!("{} MiB", after / MIB),
+        after + 32 * MIB >= plan.free,
+    );
+    out.same("nothing on standard output", "", ran.stdout.trim());
+    Ok(())
+}

@@ -1,0 +1,709 @@
+//! The guest side of the suite: checks that run inside the emulated
+//! machine, each comparing what numalab does or reports with what the
+//! preset says.
+//!
+//! # Adding a check
+//!
+//! Write a function `fn(&Guest, &mut Outcome) -> anyhow::Result<()>` in
+//! the module of its area, record each comparison with
+//! [`Outcome::same`] or [`Outcome::check`], and add one line to
+//! [`CHECKS`]. A check passes when every comparison agrees; an error
+//! (`?`) or a panic fails it with the message; [`Outcome::not_applicable`]
+//! says the preset has nothing for it (no memory-only node, say).
+//!
+//! ```no_run
+//! use numalab_emu::guest::{Guest, Outcome};
+//! fn every_node_has_memory(guest: &Guest, out: &mut Outcome) -> anyhow::Result<()> {
+//!     let topology = guest.topology()?;
+//!     for node in guest.preset.node_ids().iter() {
+//!         let found = topology.node(node).map_or(0, |n| n.memory_bytes);
+//!         out.check(format!("node {node} has memory"), "> 0", found, found > 0);
+//!     }
+//!     Ok(())
+//! }
+//! ```
+
+pub mod buffer;
+pub mod exec;
+pub mod fill;
+pub mod topo;
+
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
+use std::fmt::{self, Display};
+use std::fs;
+use std::io::Write;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use numalab::locate::PageHistogram;
+use numalab::{affinity, NodeSet, Topology};
+use serde_json::Value;
+
+use crate::preset::{Preset, Presets, Tolerance};
+use crate::report::{CheckReport, Comparison, GuestEnd, GuestStart, Status, BEGIN, END, RESULT};
+
+/// One named check.
+///
+/// ```
+/// use numalab_emu::guest::CHECKS;
+/// let topology: Vec<&str> = CHECKS.iter().map(|c| c.name).filter(|n| n.starts_with("topo.")).collect();
+/// assert_eq!(topology, ["topo.nodes", "topo.distances", "topo.hmat"]);
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Check {
+    /// `area.what`, e.g. `topo.distances`.
+    pub name: &'static str,
+    /// One line on what it proves.
+    pub about: &'static str,
+    /// The check itself.
+    pub run: fn(&Guest, &mut Outcome) -> Result<()>,
+}
+
+/// Every check, in the order the guest runs them.
+pub const CHECKS: &[Check] = &[
+    Check {
+        name: "topo.nodes",
+        about: "numalab topo --json: nodes, CPUs and memory per node, packages, memory-only nodes",
+        run: topo::nodes,
+    },
+    Check {
+        name: "topo.distances",
+        about: "numalab topo --json: the distance matrix, cell by cell, in the right orientation",
+        run: topo::distances,
+    },
+    Check {
+        name: "topo.hmat",
+        about: "numalab topo --json: HMAT latency and bandwidth as Linux publishes them",
+        run: topo::hmat,
+    },
+    Check {
+        name: "buffer.bind",
+        about: "NodeBuffer bound to each node (memory-only ones too) lands there",
+        run: buffer::bind,
+    },
+    Check {
+        name: "buffer.preferred",
+        about: "NodeBuffer preferring each node lands there while it has room",
+        run: buffer::preferred,
+    },
+    Check {
+        name: "buffer.preferred-many",
+        about: "preferred-many takes the member nearest the thread's node (by the SLIT)",
+        run: buffer::preferred_many,
+    },
+    Check {
+        name: "buffer.interleave",
+        about: "interleave over 2 nodes and over all nodes splits pages evenly (within 2 pages)",
+        run: buffer::interleave,
+    },
+    Check {
+        name: "buffer.local",
+        about: "local and default from a thread pinned on each CPU node land on that node",
+        run: buffer::local,
+    },
+    Check {
+        name: "buffer.weighted-interleave",
+        about: "weighted interleave follows the weights, or fails naming the kernel feature",
+        run: buffer::weighted_interleave,
+    },
+    Check {
+        name: "buffer.migrate",
+        about: "NodeBuffer::migrate moves every page to each other node, contents intact",
+        run: buffer::migrate,
+    },
+    Check {
+        name: "exec.policies",
+        about: "numalab exec with every policy: dd's buffer lands as asked, report agrees",
+        run: exec::policies,
+    },
+    Check {
+        name: "exec.cpunodebind",
+        about: "numalab exec --cpunodebind=N --membind=N: CPUs and pages on node N",
+        run: exec::cpunodebind,
+    },
+    Check {
+        name: "exec.interleave-thp",
+        about: "numalab exec --interleave with transparent huge pages: no false uneven-split warning",
+        run: exec::interleave_thp,
+    },
+    Check {
+        name: "exec.weighted-interleave",
+        about: "numalab exec --weighted-interleave: works, or fails naming the kernel feature",
+        run: exec::weighted_interleave,
+    },
+    Check {
+        name: "fill.spill",
+        about: "numalab fill beyond a node's free memory spills to the nearest node (default, preferred)",
+        run: fill::spill,
+    },
+    Check {
+        name: "fill.bind-refused",
+        about: "numalab fill --membind beyond the node's free memory is refused before allocating",
+        run: fill::bind_refused,
+    },
+];
+
+/// What one check found.
+///
+/// ```
+/// use numalab_emu::guest::Outcome;
+/// let mut out = Outcome::default();
+/// assert!(out.same("node ids", "0-3", "0-3"));
+/// let free = 90;
+/// assert!(!out.check("free MiB", ">= 100", free, free >= 100));
+/// ```
+#[derive(Debug, Default)]
+pub struct Outcome {
+    comparisons: Vec<Comparison>,
+    notes: Vec<String>,
+    not_applicable: Option<String>,
+}
+
+impl Outcome {
+    /// Records that `found` should print as `expected`; returns whether it
+    /// does.
+    pub fn same(
+        &mut self,
+        what: impl Into<String>,
+        expected: impl Display,
+        found: impl Display,
+    ) -> bool {
+        let (expected, found) = (expected.to_string(), found.to_string());
+        let ok = expected == found;
+        self.comparisons.push(Comparison {
+            what: what.into(),
+            expected,
+            found,
+            ok,
+        });
+        ok
+    }
+
+    /// Records a comparison judged by the caller (`expected` describes
+    /// what would have been accepted, e.g. `>= 240 MiB`).
+    pub fn check(
+        &mut self,
+        what: impl Into<String>,
+        expected: impl Display,
+        found: impl Display,
+        ok: bool,
+    ) -> bool {
+        self.comparisons.push(Comparison {
+            what: what.into(),
+            expected: expected.to_string(),
+            found: found.to_string(),
+            ok,
+        });
+        ok
+    }
+
+    /// Adds a note to the report (what was measured, what was set).
+    pub fn note(&mut self, text: impl Into<String>) {
+        self.notes.push(text.into());
+    }
+
+    /// Marks the check as not applicable to this preset, saying why.
+    pub fn not_applicable(&mut self, why: impl Into<String>) {
+        self.not_applicable = Some(why.into());
+    }
+}
+
+/// The guest's view of its world: the preset it was booted as, the
+/// kernel, and numalab's answers (cached). Checks receive one; see the
+/// [module documentation](self) for a check using it.
+///
+/// ```no_run
+/// use numalab_emu::guest::{Guest, Outcome};
+/// fn exec_runs(guest: &Guest, out: &mut Outcome) -> anyhow::Result<()> {
+///     let ran = guest.numalab(&["exec", "--membind=0", "--", "true"])?;
+///     out.same("exit status", "Some(0)", format!("{:?}", ran.code));
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Guest {
+    /// The preset the host booted.
+    pub preset: Preset,
+    /// How close memory sizes must be.
+    pub(crate) tolerance: Tolerance,
+    /// `uname -r`.
+    pub kernel: String,
+    /// The `numalab` command.
+    pub numalab: PathBuf,
+    topo: OnceCell<Value>,
+    topology: OnceCell<Topology>,
+}
+
+/// A finished command.
+///
+/// ```
+/// use numalab_emu::guest::Ran;
+/// let ran = Ran { code: Some(0), stdout: String::new(), stderr: "1+0 records in\n{\"schema\": \"numalab.exec\"}\n".into() };
+/// assert_eq!(Ran::json_in(&ran.stderr)?["schema"], "numalab.exec");
+/// # Ok::<(), anyhow::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Ran {
+    /// Exit status (`None`: killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Ran {
+    /// The first JSON document in `text` (numalab exec writes its report
+    /// after the command's own messages).
+    pub fn json_in(text: &str) -> Result<Value> {
+        let start = text
+            .find("\n{")
+            .map(|i| i + 1)
+            .or_else(|| text.starts_with('{').then_some(0))
+            .ok_or_else(|| anyhow!("no JSON document in:\n{text}"))?;
+        serde_json::from_str(&text[start..]).with_context(|| format!("reading JSON from:\n{text}"))
+    }
+}
+
+impl Guest {
+    /// A guest for `preset`.
+    pub(crate) fn new(preset: Preset, tolerance: Tolerance) -> Guest {
+        Guest {
+            preset,
+            tolerance,
+            kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|_| "unknown".into()),
+            numalab: PathBuf::from("/bin/numalab"),
+            topo: OnceCell::new(),
+            topology: OnceCell::new(),
+        }
+    }
+
+    /// Whether the kernel is at least `major.minor`.
+    pub fn kernel_at_least(&self, major: u64, minor: u64) -> bool {
+        let mut parts = self
+            .kernel
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|p| p.parse::<u64>().ok());
+        let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        found >= (major, minor)
+    }
+
+    /// Runs `numalab ARGS`.
+    pub fn numalab(&self, args: &[&str]) -> Result<Ran> {
+        let output = Command::new(&self.numalab)
+            .args(args)
+            .output()
+            .with_context(|| format!("running numalab {}", args.join(" ")))?;
+        Ok(Ran {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })
+    }
+
+    /// `numalab topo --json`, run once.
+    pub fn topo_json(&self) -> Result<&Value> {
+        if let Some(doc) = self.topo.get() {
+            return Ok(doc);
+        }
+        let ran = self.numalab(&["topo", "--json"])?;
+        if ran.code != Some(0) {
+            bail!(
+                "numalab topo --json failed ({:?}):\n{}",
+                ran.code,
+                ran.stderr
+            );
+        }
+        let doc: Value =
+            serde_json::from_str(&ran.stdout).context("reading numalab topo --json")?;
+        Ok(self.topo.get_or_init(|| doc))
+    }
+
+    /// The library's view of the machine ([`Topology::system`]), taken
+    /// once.
+    pub fn topology(&self) -> Result<&Topology> {
+        if let Some(topology) = self.topology.get() {
+            return Ok(topology);
+        }
+        let topology = Topology::system()?;
+        Ok(self.topology.get_or_init(|| topology))
+    }
+
+    /// Runs `f` on a new thread bound to the CPUs of `node` (with
+    /// [`affinity::bind_thread_to_nodes`]); also returns the node the
+    /// thread ran on as `f` started.
+    pub fn on_node<T: Send>(&self, node: u32, f: impl FnOnce() -> T + Send) -> Result<(u32, T)> {
+        let topology = self.topology()?;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| -> Result<(u32, T)> {
+                    affinity::bind_thread_to_nodes(topology, &NodeSet::single(node))?;
+                    let ran_on = affinity::current().node;
+                    Ok((ran_on, f()))
+                })
+                .join()
+                .map_err(|_| anyhow!("the thread pinned on node {node} panicked"))?
+        })
+    }
+}
+
+/// Pages per node, printed `node0 256, node1 256`.
+///
+/// ```
+/// use numalab_emu::guest::Pages;
+/// let even = Pages::even(&"0-3".parse()?, 1024);
+/// assert_eq!(even.to_string(), "node0 256, node1 256, node2 256, node3 256");
+/// assert!(!Pages::on(0, 1024).within(&even, 2));
+/// # Ok::<(), numalab::ParseSetError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pages(pub BTreeMap<u32, u64>);
+
+impl Display for Pages {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (node, count) in self.0.iter().filter(|(_, c)| **c > 0) {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            write!(f, "node{node} {count}")?;
+        }
+        if first {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
+impl Pages {
+    /// All `count` pages on `node`.
+    pub fn on(node: u32, count: u64) -> Pages {
+        Pages(BTreeMap::from([(node, count)]))
+    }
+
+    /// `count` pages split evenly over `nodes` (the first ones get the
+    /// remainder, as round-robin from the first node does).
+    pub fn even(nodes: &NodeSet, count: u64) -> Pages {
+        let k = nodes.len() as u64;
+        Pages(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n, count / k + u64::from((i as u64) < count % k)))
+                .collect(),
+        )
+    }
+
+    /// The present pages of a histogram.
+    pub fn found(histogram: &PageHistogram) -> Pages {
+        Pages(histogram.per_node.clone())
+    }
+
+    /// Whether every node is within `slack` pages of `expected` (nodes on
+    /// either side only count as their pages).
+    pub fn within(&self, expected: &Pages, slack: u64) -> bool {
+        let nodes: NodeSet = self.0.keys().chain(expected.0.keys()).copied().collect();
+        let within = nodes.iter().all(|n| {
+            let a = self.0.get(&n).copied().unwrap_or(0);
+            let b = expected.0.get(&n).copied().unwrap_or(0);
+            a.abs_diff(b) <= slack
+        });
+        within
+    }
+}
+
+/// Records a comparison of pages found with pages expected, `slack` pages
+/// per node allowed, plus one of no page missing.
+pub fn expect_pages(
+    out: &mut Outcome,
+    what: impl Into<String>,
+    expected: &Pages,
+    found: &PageHistogram,
+    slack: u64,
+) -> bool {
+    let pages = Pages::found(found);
+    let mut text = pages.to_string();
+    if found.not_present + found.unknown > 0 {
+        text.push_str(&format!(
+            " (+{} not present)",
+            found.not_present + found.unknown
+        ));
+    }
+    let ok = pages.within(expected, slack) && found.not_present + found.unknown == 0;
+    let expected_text = if slack > 0 {
+        format!("{expected} (±{slack})")
+    } else {
+        expected.to_string()
+    };
+    out.check(what, expected_text, text, ok)
+}
+
+/// The value of `numalab.KEY=` on the kernel command line.
+fn cmdline_value(key: &str) -> Option<String> {
+    let cmdline = fs::read_to_string("/proc/cmdline").ok()?;
+    let prefix = format!("numalab.{key}=");
+    cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&prefix))
+        .map(str::to_owned)
+}
+
+/// Whether `check` is selected by a comma-separated list of names or
+/// prefixes (`topo`, `buffer.bind`).
+pub fn selected(check: &str, filter: Option<&str>) -> bool {
+    match filter {
+        None => true,
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|f| !f.is_empty())
+            .any(|f| check.starts_with(f)),
+    }
+}
+
+/// Runs the selected checks, writing result lines to `results` and a
+/// readable account to standard output.
+pub(crate) fn run_checks(guest: &Guest, filter: Option<&str>, results: &mut dyn Write) -> GuestEnd {
+    let checks: Vec<&Check> = CHECKS.iter().filter(|c| selected(c.name, filter)).collect();
+    let start = GuestStart {
+        preset: guest.preset.name.clone(),
+        kernel: guest.kernel.clone(),
+        checks: checks.iter().map(|c| c.name.to_owned()).collect(),
+    };
+    let emit = |results: &mut dyn Write, prefix: &str, json: String| {
+        let _ = writeln!(results, "{prefix}{json}");
+        let _ = results.flush();
+    };
+    emit(
+        results,
+        BEGIN,
+        serde_json::to_string(&start).unwrap_or_default(),
+    );
+    println!(
+        "numalab-guest: preset {} ({}), Linux {}, {} checks",
+        guest.preset.name,
+        guest.preset.summary(),
+        guest.kernel,
+        checks.len()
+    );
+    let mut end = GuestEnd {
+        passed: 0,
+        failed: 0,
+        not_applicable: 0,
+    };
+    for check in checks {
+        println!("numalab-guest: running {}", check.name);
+        let began = Instant::now();
+        let mut outcome = Outcome::default();
+        let ran = panic::catch_unwind(AssertUnwindSafe(|| (check.run)(guest, &mut outcome)));
+        let error = match ran {
+            Ok(Ok(())) => None,
+            Ok(Err(err)) => Some(format!("error: {err:#}")),
+            Err(panic) => Some(format!(
+                "panicked: {}",
+                panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)")
+            )),
+        };
+        let mismatches = outcome.comparisons.iter().any(|c| !c.ok);
+        let status = if error.is_some() || mismatches {
+            Status::Fail
+        } else if outcome.not_applicable.is_some() {
+            Status::NotApplicable
+        } else if outcome.comparisons.is_empty() {
+            outcome
+                .notes
+                .push("the check compared nothing, which is a failure".into());
+            Status::Fail
+        } else {
+            Status::Pass
+        };
+        let mut detail: Vec<String> = error.into_iter().collect();
+        detail.extend(outcome.not_applicable.clone());
+        detail.extend(outcome.notes);
+        let report = CheckReport {
+            check: check.name.to_owned(),
+            status,
+            detail: detail.join("\n"),
+            comparisons: outcome.comparisons,
+            seconds: began.elapsed().as_secs_f64(),
+        };
+        match status {
+            Status::Pass => end.passed += 1,
+            Status::Fail => end.failed += 1,
+            Status::NotApplicable => end.not_applicable += 1,
+        }
+        if status == Status::Fail {
+            print!("{}", report.render_diff());
+        } else {
+            println!(
+                "numalab-guest: {} {} ({} comparisons, {:.2} s){}",
+                status,
+                check.name,
+                report.comparisons.len(),
+                report.seconds,
+                if report.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", report.detail.replace('\n', "; "))
+                }
+            );
+        }
+        emit(
+            results,
+            RESULT,
+            serde_json::to_string(&report).unwrap_or_default(),
+        );
+    }
+    emit(
+        results,
+        END,
+        serde_json::to_string(&end).unwrap_or_default(),
+    );
+    println!(
+        "numalab-guest: {} passed, {} failed, {} n/a",
+        end.passed, end.failed, end.not_applicable
+    );
+    end
+}
+
+/// The guest program: `numalab-guest [--preset NAME] [--checks LIST]
+/// [--results PATH] [--list]`. The preset and checks default to the
+/// kernel command line's `numalab.preset=` and `numalab.checks=`.
+pub fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let (mut preset, mut checks, mut results) = (None, None, None);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--preset" => preset = args.next(),
+            "--checks" => checks = args.next(),
+            "--results" => results = args.next(),
+            "--list" => {
+                for check in CHECKS {
+                    println!("{:<28} {}", check.name, check.about);
+                }
+                return ExitCode::SUCCESS;
+            }
+            other => {
+                eprintln!(
+                    "numalab-guest: unknown argument {other:?}; usage: numalab-guest \
+                     [--preset NAME] [--checks LIST] [--results PATH] [--list]"
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let presets = match Presets::builtin() {
+        Ok(p) => p,
+        Err(err) => {
+            eprintln!("numalab-guest: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(name) = preset.or_else(|| cmdline_value("preset")) else {
+        eprintln!("numalab-guest: no preset: pass --preset NAME or boot with numalab.preset=NAME");
+        return ExitCode::from(2);
+    };
+    let preset = match presets.get(&name) {
+        Ok(p) => p.clone(),
+        Err(err) => {
+            eprintln!("numalab-guest: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let checks = checks.or_else(|| cmdline_value("checks"));
+    let guest = Guest::new(preset, presets.tolerance.clone());
+    let end = match results {
+        Some(path) => match fs::OpenOptions::new().write(true).open(&path) {
+            Ok(mut file) => run_checks(&guest, checks.as_deref(), &mut file),
+            Err(err) => {
+                eprintln!("numalab-guest: cannot open {path}: {err}");
+                return ExitCode::from(2);
+            }
+        },
+        None => run_checks(&guest, checks.as_deref(), &mut std::io::stdout()),
+    };
+    if end.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_names_are_unique_and_filterable() {
+        let mut names: Vec<&str> = CHECKS.iter().map(|c| c.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), CHECKS.len());
+        assert!(selected("topo.hmat", Some("topo")));
+        assert!(selected("buffer.bind", Some("exec, buffer.bind")));
+        assert!(!selected("buffer.bind", Some("exec")));
+        assert!(selected("anything", None));
+    }
+
+    #[test]
+    fn pages_compare_within_slack() {
+        let nodes: NodeSet = "0-2".parse().unwrap();
+        let even = Pages::even(&nodes, 10);
+        assert_eq!(even.to_string(), "node0 4, node1 3, node2 3");
+        let found = Pages(BTreeMap::from([(0, 3), (1, 4), (2, 3)]));
+        assert!(found.within(&even, 1));
+        assert!(!found.within(&even, 0));
+        let elsewhere = Pages(BTreeMap::from([(0, 4), (1, 3), (2, 3), (3, 2)]));
+        assert!(
+            !elsewhere.within(&even, 1),
+            "pages on a node not expected count"
+        );
+        assert_eq!(Pages::on(1, 0).to_string(), "none");
+    }
+
+    #[test]
+    fn an_empty_selection_still_reports_begin_and_end() {
+        let presets = Presets::builtin().unwrap();
+        let guest = Guest::new(
+            presets.get("two-socket").unwrap().clone(),
+            presets.tolerance.clone(),
+        );
+        let mut out = Vec::new();
+        let end = run_checks(&guest, Some("no-such-check"), &mut out);
+        assert_eq!(end.passed + end.failed + end.not_applicable, 0);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with(BEGIN) && text.contains(END), "{text}");
+    }
+
+    #[test]
+    fn kernel_versions_compare_numerically() {
+        let presets = Presets::builtin().unwrap();
+        let mut guest = Guest::new(
+            presets.get("two-socket").unwrap().clone(),
+            presets.tolerance.clone(),
+        );
+        guest.kernel = "6.1.0-56-amd64".into();
+        assert!(guest.kernel_at_least(5, 15));
+        assert!(!guest.kernel_at_least(6, 9));
+        guest.kernel = "6.10.2".into();
+        assert!(guest.kernel_at_least(6, 9));
+    }
+
+    #[test]
+    fn finds_the_json_after_other_output() {
+        let doc = Ran::json_in("2+0 records in\n{\n \"a\": 1\n}\n").unwrap();
+        assert_eq!(doc["a"], 1);
+        assert!(Ran::json_in("nothing here").is_err());
+    }
+}

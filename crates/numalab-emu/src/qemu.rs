@@ -1,0 +1,349 @@
+//! Finding what the suite needs on the host, and booting one guest.
+
+use std::env;
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::preset::Preset;
+
+/// The Debian packages that provide everything the suite needs.
+pub(crate) const INSTALL: &str =
+    "install with apt-get install qemu-system-x86 linux-image-amd64 busybox-static cpio";
+
+/// A prerequisite the host lacks.
+///
+/// ```
+/// use numalab_emu::qemu::Missing;
+/// let missing = Missing { what: "busybox not found".into(), fix: "install with apt-get install busybox-static".into() };
+/// assert_eq!(
+///     format!("skipped: {missing}"),
+///     "skipped: busybox not found, install with apt-get install busybox-static"
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// What is missing or unusable.
+    pub what: String,
+    /// How to get it.
+    pub fix: String,
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}, {}", self.what, self.fix)
+    }
+}
+
+/// The host programs and files a boot needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Prerequisites {
+    /// `qemu-system-x86_64`.
+    pub(crate) qemu: PathBuf,
+    /// The Linux kernel image to boot.
+    pub(crate) kernel: PathBuf,
+    /// A busybox to be the guest's shell and tools.
+    pub(crate) busybox: PathBuf,
+}
+
+fn in_path(name: &str) -> Option<PathBuf> {
+    env::split_paths(&env::var_os("PATH")?)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|dir| dir.join(name))
+        .find(|path| path.is_file())
+}
+
+/// Orders kernel image names by version: `vmlinuz-6.1.0-56-amd64` after
+/// `vmlinuz-6.1.0-9-amd64`.
+fn version_key(name: &str) -> Vec<u64> {
+    name.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap_or(0))
+        .collect()
+}
+
+impl Prerequisites {
+    /// Looks for QEMU, a kernel (`$NUMALAB_EMU_KERNEL`, else the newest
+    /// `/boot/vmlinuz-*`) and busybox; says what is missing and how to get
+    /// it.
+    pub(crate) fn find() -> Result<Prerequisites, Missing> {
+        let missing = |what: String| Missing {
+            what,
+            fix: INSTALL.to_owned(),
+        };
+        let qemu = in_path("qemu-system-x86_64")
+            .ok_or_else(|| missing("qemu-system-x86_64 not found".into()))?;
+        let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .or_else(|| in_path("busybox"))
+            .ok_or_else(|| missing("busybox not found".into()))?;
+        in_path("ldd").ok_or_else(|| Missing {
+            what: "ldd not found".into(),
+            fix: "install with apt-get install libc-bin".into(),
+        })?;
+        let kernel = match env::var_os("NUMALAB_EMU_KERNEL") {
+            Some(path) => PathBuf::from(path),
+            None => {
+                let mut images: Vec<PathBuf> = fs::read_dir("/boot")
+                    .map(|dir| {
+                        dir.flatten()
+                            .map(|e| e.path())
+                            .filter(|p| {
+                                p.file_name()
+                                    .and_then(|n| n.to_str())
+                                    .is_some_and(|n| n.starts_with("vmlinuz-"))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                images.sort_by_key(|p| version_key(&p.to_string_lossy()));
+                images
+                    .pop()
+                    .ok_or_else(|| missing("no Linux kernel image in /boot".into()))?
+            }
+        };
+        if let Err(err) = fs::File::open(&kernel) {
+            let what = format!("cannot read the kernel image {}: {err}", kernel.display());
+            return Err(if err.kind() == std::io::ErrorKind::PermissionDenied {
+                Missing {
+                    what,
+                    fix: format!(
+                        "Debian installs kernel images readable by root only (mode 0600): run as \
+                         root, or point NUMALAB_EMU_KERNEL at a readable copy (sudo install -m \
+                         0644 {} ~/vmlinuz)",
+                        kernel.display()
+                    ),
+                }
+            } else {
+                missing(what)
+            });
+        }
+        Ok(Prerequisites {
+            qemu,
+            kernel,
+            busybox,
+        })
+    }
+}
+
+/// How to boot one guest.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab_emu::qemu::BootOptions;
+/// // Only the topology checks, console shown as the guest boots.
+/// let options = BootOptions {
+///     timeout: Duration::from_secs(120),
+///     checks: Some("topo".into()),
+///     shell: false,
+///     echo: true,
+/// };
+/// assert_eq!(options.checks.as_deref(), Some("topo"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct BootOptions {
+    /// Kill the guest after this long.
+    pub timeout: Duration,
+    /// Only these checks (comma-separated names or prefixes), else all.
+    pub checks: Option<String>,
+    /// Keep the guest running with a shell on this terminal after the
+    /// checks.
+    pub shell: bool,
+    /// Copy the guest's console to standard error as it comes.
+    pub echo: bool,
+}
+
+/// How a boot ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// QEMU exited (the guest powered off, or QEMU refused to start).
+    Exited(Option<i32>),
+    /// The guest ran past the timeout and was killed.
+    TimedOut(Duration),
+}
+
+/// What a boot left behind.
+#[derive(Debug, Clone)]
+pub(crate) struct Boot {
+    /// Everything on the guest's console (kernel messages and the checks'
+    /// own output).
+    pub(crate) console: String,
+    /// QEMU's own error output.
+    pub(crate) qemu_errors: String,
+    /// The guest's results port.
+    pub(crate) results: String,
+    /// How it ended.
+    pub(crate) ending: Ending,
+    /// Wall time from start to end.
+    pub(crate) elapsed: Duration,
+}
+
+/// The kernel command line for a preset.
+pub(crate) fn kernel_command_line(preset: &Preset, options: &BootOptions) -> String {
+    // panic=-1 and oops=panic turn a kernel crash into a reboot, which
+    // -no-reboot turns into QEMU's exit: a crashed guest ends at once.
+    // nokaslr keeps the kernel image on node 0 in every boot, so memory
+    // per node is the same from run to run.
+    let mut line = format!(
+        "console=ttyS0 loglevel=4 panic=-1 oops=panic nokaslr rdinit=/init numalab.preset={}",
+        preset.name
+    );
+    if let Some(checks) = &options.checks {
+        line.push_str(&format!(" numalab.checks={checks}"));
+    }
+    if options.shell {
+        line.push_str(" numalab.shell=1");
+    }
+    line
+}
+
+/// Boots `preset` with `initramfs` and waits for it to power off (or for
+/// the timeout). `workdir` receives the results port's file.
+pub(crate) fn boot(
+    prerequisites: &Prerequisites,
+    initramfs: &Path,
+    preset: &Preset,
+    options: &BootOptions,
+    workdir: &Path,
+) -> Result<Boot> {
+    fs::create_dir_all(workdir).with_context(|| format!("creating {}", workdir.display()))?;
+    let results_path = workdir.join(format!(
+        "results-{}-{}.txt",
+        preset.name,
+        std::process::id()
+    ));
+    let _ = fs::remove_file(&results_path);
+    let mut command = Command::new(&prerequisites.qemu);
+    command
+        .args(["-accel", "tcg", "-cpu", "max"])
+        .args([
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+        ])
+        .args(preset.qemu_args())
+        .arg("-kernel")
+        .arg(&prerequisites.kernel)
+        .arg("-initrd")
+        .arg(initramfs)
+        .arg("-append")
+        .arg(kernel_command_line(preset, options))
+        .arg("-serial")
+        .arg(if options.shell { "mon:stdio" } else { "stdio" })
+        .arg("-serial")
+        .arg(format!("file:{}", results_path.display()));
+    let start = Instant::now();
+    let result = if options.shell {
+        let status = command
+            .status()
+            .with_context(|| format!("starting {}", prerequisites.qemu.display()))?;
+        Ok((String::new(), String::new(), Ending::Exited(status.code())))
+    } else {
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", prerequisites.qemu.display()))?;
+        supervise(child, options)
+    };
+    let results = fs::read_to_string(&results_path).unwrap_or_default();
+    let _ = fs::remove_file(&results_path);
+    let (console, qemu_errors, ending) = result?;
+    Ok(Boot {
+        console,
+        qemu_errors,
+        results,
+        ending,
+        elapsed: start.elapsed(),
+    })
+}
+
+/// Collects a running QEMU's output until it exits or the timeout passes.
+fn supervise(mut child: Child, options: &BootOptions) -> Result<(String, String, Ending)> {
+    let console = Arc::new(Mutex::new(String::new()));
+    let stdout = child.stdout.take().context("QEMU's standard output")?;
+    let echo = options.echo;
+    let sink = Arc::clone(&console);
+    let reader = thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = Vec::new();
+        while let Ok(n) = reader.read_until(b'\n', &mut line) {
+            if n == 0 {
+                break;
+            }
+            let text = String::from_utf8_lossy(&line).replace('\r', "");
+            if echo {
+                eprint!("{text}");
+            }
+            sink.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_str(&text);
+            line.clear();
+        }
+    });
+    let mut stderr = child.stderr.take().context("QEMU's error output")?;
+    let errors = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let start = Instant::now();
+    let ending = loop {
+        if let Some(status) = child.try_wait().context("waiting for QEMU")? {
+            break Ending::Exited(status.code());
+        }
+        if start.elapsed() > options.timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break Ending::TimedOut(options.timeout);
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    let _ = reader.join();
+    let qemu_errors = errors.join().unwrap_or_default();
+    let console = std::mem::take(&mut *console.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok((console, qemu_errors, ending))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newest_kernel_sorts_last() {
+        let mut names = [
+            "/boot/vmlinuz-6.1.0-56-amd64",
+            "/boot/vmlinuz-6.10.0-1-amd64",
+            "/boot/vmlinuz-6.1.0-9-amd64",
+        ];
+        names.sort_by_key(|n| version_key(n));
+        assert_eq!(names.last(), Some(&"/boot/vmlinuz-6.10.0-1-amd64"));
+        assert_eq!(names.first(), Some(&"/boot/vmlinuz-6.1.0-9-amd64"));
+    }
+
+    #[test]
+    fn command_line_carries_the_preset_and_options() {
+        let presets = crate::preset::Presets::builtin().unwrap();
+        let preset = presets.get("cxl").unwrap();
+        let options = BootOptions {
+            timeout: Duration::from_secs(1),
+            checks: Some("topo".into()),
+            shell: true,
+            echo: false,
+        };
+        let line = kernel_command_line(preset, &options);
+        assert!(line.contains("console=ttyS0"), "{line}");
+        assert!(line.contains("numalab.preset=cxl numalab.checks=topo numalab.shell=1"));
+    }
+}
