@@ -187,8 +187,8 @@ impl PresetRun {
         let mut problems = Vec::new();
         if let Ending::TimedOut(after) = boot.ending {
             problems.push(format!(
-                "the guest did not power off within {} s and was killed (raise the limit with \
-                 NUMALAB_EMU_TIMEOUT=SECONDS)",
+                "the guest did not power off within {} s and was killed (raise the limit with --timeout \
+                 or NUMALAB_EMU_TIMEOUT=SECONDS)",
                 after.as_secs()
             ));
         }
