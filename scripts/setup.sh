@@ -24,7 +24,7 @@ if ((${#missing[@]})); then
 fi
 
 if ! command -v cargo >/dev/null; then
-    echo "setup: cargo not found; install Rust from https://rustup.rs (1.85 or later)" >&2
+    echo "setup: cargo not found; install Rust from https://rustup.rs (1.89 or later)" >&2
     exit 1
 fi
 if [[ "${1:-}" == "--test" ]]; then
