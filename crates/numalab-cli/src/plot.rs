@@ -196,6 +196,44 @@ impl DrawingBackend for DynBackend<'_> {
         }
     }
 
+    // Paths, circles and polygons go to the backends' own primitives: the
+    // trait's defaults rasterise them pixel by pixel, which in SVG means
+    // one <rect> per pixel of every thick line.
+    fn draw_path<S: BackendStyle, I: IntoIterator<Item = (i32, i32)>>(
+        &mut self,
+        path: I,
+        style: &S,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b.draw_path(path, style).map_err(convert),
+            DynBackend::Bitmap(b) => b.draw_path(path, style).map_err(convert),
+        }
+    }
+
+    fn draw_circle<S: BackendStyle>(
+        &mut self,
+        center: (i32, i32),
+        radius: u32,
+        style: &S,
+        fill: bool,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b.draw_circle(center, radius, style, fill).map_err(convert),
+            DynBackend::Bitmap(b) => b.draw_circle(center, radius, style, fill).map_err(convert),
+        }
+    }
+
+    fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = (i32, i32)>>(
+        &mut self,
+        vert: I,
+        style: &S,
+    ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+        match self {
+            DynBackend::Svg(b) => b.fill_polygon(vert, style).map_err(convert),
+            DynBackend::Bitmap(b) => b.fill_polygon(vert, style).map_err(convert),
+        }
+    }
+
     fn draw_text<S: BackendTextStyle>(
         &mut self,
         text: &str,
@@ -402,6 +440,32 @@ mod tests {
         assert!(svg.contains("<svg") && svg.contains("remote") && svg.contains("threads"));
         let png = std::fs::read(&paths[1]).unwrap();
         assert_eq!(&png[1..4], b"PNG");
+        std::fs::remove_dir_all(stem.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn svg_lines_are_paths_not_pixels() {
+        let chart = LineChart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            series: vec![Series {
+                name: "local".into(),
+                points: vec![(1.0, 2.0), (2.0, 1.0), (3.0, 3.0)],
+            }],
+        };
+        let stem = scratch("paths");
+        let paths = line_chart(&chart, &stem).unwrap();
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        assert!(
+            svg.contains("<polyline") || svg.contains("<path"),
+            "thick lines are drawn as paths"
+        );
+        assert!(
+            svg.len() < 200_000,
+            "no pixel-by-pixel drawing: {} bytes",
+            svg.len()
+        );
         std::fs::remove_dir_all(stem.parent().unwrap()).unwrap();
     }
 
