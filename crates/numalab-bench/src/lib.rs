@@ -1,6 +1,8 @@
 //! numalab's measurement engine: memory kernels that measure memory and
-//! not themselves, and pinned workers that start together.
+//! not themselves, pinned workers that start together, and the experiment
+//! engine (`numalab run` / `numalab sweep`) built on them.
 
+pub mod experiment;
 pub mod kernels;
 pub mod stats;
 pub mod workers;

@@ -1,0 +1,1020 @@
+//! The experiment file: a TOML description of a workload, read strictly.
+//!
+//! Every key is listed once in [`KEYS`] with its default and meaning (the
+//! README's reference is that table); unknown keys are errors that name
+//! the file, line and column and suggest the nearest valid key. `--set
+//! key=value` overrides any key, type-checked like the file. A `[sweep]`
+//! table of lists turns one experiment into a grid of them.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::values::{
+    ByteSize, IsaChoice, Pattern, PolicySpec, ReadWrite, Seconds, Sharing, Sync, ThreadPlacement,
+};
+use crate::kernels::{Mix, Store};
+
+/// An experiment: threads, memory, how the threads access it, how often
+/// to measure, and optionally a grid of variations.
+///
+/// ```
+/// use numalab_bench::experiment::Experiment;
+/// let exp = Experiment::from_toml_str(r#"
+///     name = "deck-exp1"
+///     [threads]
+///     count = 2
+///     [memory]
+///     size = "8MiB"
+///     policy = "remote"
+///     [access]
+///     read_write = "2:1"
+///     op_size = 128
+/// "#, "deck.toml")?;
+/// assert_eq!(exp.threads.count, 2);
+/// assert_eq!(exp.memory.size.0, 8 << 20);
+/// assert_eq!(exp.access.mix().to_string(), "2:1");
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    /// Short name, used in titles and file names (the file's name when
+    /// not given).
+    #[serde(default)]
+    pub name: String,
+    /// One line on what the experiment shows.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+    /// The threads.
+    #[serde(default)]
+    pub threads: Threads,
+    /// The memory they use.
+    #[serde(default)]
+    pub memory: Memory,
+    /// What they do to it.
+    #[serde(default)]
+    pub access: Access,
+    /// Repeats and warm-up.
+    #[serde(default)]
+    pub run: RunSettings,
+    /// For `numalab sweep`: the grid.
+    #[serde(default, skip_serializing_if = "Sweep::is_empty")]
+    pub sweep: Sweep,
+}
+
+/// The name of an experiment given none (and not read from a file).
+pub const DEFAULT_NAME: &str = "experiment";
+
+/// `[threads]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Threads {
+    /// Number of worker threads.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Which CPUs they run on.
+    #[serde(default)]
+    pub placement: ThreadPlacement,
+    /// Allow more threads than CPUs (they then share CPUs).
+    #[serde(default)]
+    pub oversubscribe: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for Threads {
+    fn default() -> Self {
+        Threads {
+            count: 1,
+            placement: ThreadPlacement::Balanced,
+            oversubscribe: false,
+        }
+    }
+}
+
+/// `[memory]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    /// Bytes per region.
+    #[serde(default = "default_size")]
+    pub size: ByteSize,
+    /// Where each region's pages go.
+    #[serde(default)]
+    pub policy: PolicySpec,
+    /// How many regions, and who uses each.
+    #[serde(default)]
+    pub sharing: Sharing,
+    /// Page size backing the regions.
+    #[serde(default)]
+    pub huge_pages: numalab::HugePages,
+}
+
+fn default_size() -> ByteSize {
+    ByteSize(256 << 20)
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Memory {
+            size: default_size(),
+            policy: PolicySpec::Local,
+            sharing: Sharing::PerNode,
+            huge_pages: numalab::HugePages::None,
+        }
+    }
+}
+
+/// `[access]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Access {
+    /// Order of the operations.
+    #[serde(default)]
+    pub pattern: Pattern,
+    /// Bytes per read or write (the deck's RW_SIZE).
+    #[serde(default = "default_op_size")]
+    pub op_size: ByteSize,
+    /// Reads to writes; unset means reads only (`1:0`), and `1:1` for copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_write: Option<ReadWrite>,
+    /// Operations in total, split across the threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<u64>,
+    /// Or: how long each thread runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<Seconds>,
+    /// What guards the memory.
+    #[serde(default)]
+    pub sync: Sync,
+    /// Reader-writer locks over each region with `sync = "rwlock"`.
+    #[serde(default = "default_stripes")]
+    pub lock_stripes: u32,
+    /// Time one operation in this many (0: none).
+    #[serde(default = "default_sample")]
+    pub latency_sample: u32,
+    /// Vector instructions for sequential and copy operations.
+    #[serde(default)]
+    pub isa: IsaChoice,
+    /// Cached or non-temporal stores for sequential writes and copies.
+    #[serde(default)]
+    pub stores: Store,
+    /// Seed of the per-thread generators.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+}
+
+fn default_op_size() -> ByteSize {
+    ByteSize(64)
+}
+fn default_stripes() -> u32 {
+    1024
+}
+fn default_sample() -> u32 {
+    1024
+}
+fn default_seed() -> u64 {
+    1
+}
+
+/// Operations when neither `ops` nor `duration` is given.
+pub const DEFAULT_OPS: u64 = 10_000_000;
+
+impl Default for Access {
+    fn default() -> Self {
+        Access {
+            pattern: Pattern::Random,
+            op_size: default_op_size(),
+            read_write: None,
+            ops: None,
+            duration: None,
+            sync: Sync::None,
+            lock_stripes: default_stripes(),
+            latency_sample: default_sample(),
+            isa: IsaChoice::Auto,
+            stores: Store::Cached,
+            seed: default_seed(),
+        }
+    }
+}
+
+impl Access {
+    /// The read:write schedule: as written, else reads only (`1:1` for a
+    /// copy, which reads and writes every byte).
+    pub fn mix(&self) -> Mix {
+        match (self.read_write, self.pattern) {
+            (Some(rw), _) => rw.0,
+            (None, Pattern::Copy) => Mix {
+                reads: 1,
+                writes: 1,
+            },
+            (None, _) => Mix {
+                reads: 1,
+                writes: 0,
+            },
+        }
+    }
+
+    /// Total operations when the run is counted in operations (not time).
+    pub fn total_ops(&self) -> Option<u64> {
+        match (self.ops, self.duration) {
+            (Some(ops), _) => Some(ops),
+            (None, Some(_)) => None,
+            (None, None) => Some(DEFAULT_OPS),
+        }
+    }
+}
+
+/// `[run]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSettings {
+    /// Measured runs.
+    #[serde(default = "default_repeats")]
+    pub repeats: u32,
+    /// Unmeasured runs first.
+    #[serde(default = "one")]
+    pub warmup: u32,
+    /// Read performance counters.
+    #[serde(default = "yes")]
+    pub counters: bool,
+}
+
+fn default_repeats() -> u32 {
+    5
+}
+fn yes() -> bool {
+    true
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        RunSettings {
+            repeats: default_repeats(),
+            warmup: 1,
+            counters: true,
+        }
+    }
+}
+
+/// One documented key of the experiment file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    /// Dotted path, e.g. `memory.policy`.
+    pub path: &'static str,
+    /// Default, as written in a file (`-` when required or unset).
+    pub default: &'static str,
+    /// Values accepted.
+    pub values: &'static str,
+    /// What it does.
+    pub meaning: &'static str,
+}
+
+/// Every key of the experiment file (the README's reference is made from
+/// this table; a test keeps it and the types in step).
+pub const KEYS: &[Key] = &[
+    Key { path: "name", default: "the file's name", values: "text", meaning: "short name, used in titles and file names" },
+    Key { path: "description", default: "", values: "text", meaning: "what the experiment shows" },
+    Key { path: "threads.count", default: "1", values: "1 or more", meaning: "worker threads" },
+    Key { path: "threads.placement", default: "balanced", values: "balanced | ratio:3:1 | nodes:0,1 | cpus:0-5,12-17", meaning: "balanced: even split over the nodes with CPUs; ratio: split over those nodes in id order in this ratio (the deck's unbalanced runs); nodes: even split over these nodes; cpus: exactly these CPUs in order. Within a node, one CPU per core first, then SMT siblings" },
+    Key { path: "threads.oversubscribe", default: "false", values: "bool", meaning: "allow more threads than CPUs (they share CPUs; otherwise such a plan is refused)" },
+    Key { path: "memory.size", default: "256MiB", values: "150MiB, 1GiB, 150MB, bytes", meaning: "bytes per region" },
+    Key { path: "memory.policy", default: "local", values: "local | remote | first-touch | interleave[:NODES] | weighted-interleave:0=3,1=1 | bind:N | preferred:N | preferred-many:NODES | default", meaning: "local: each region bound to its threads' node; remote: to the nearest other node; first-touch: no policy, each thread faults in its own share; the rest are the kernel's policies as numactl spells them. `replicate` is reserved for per-node replicas (not available yet)" },
+    Key { path: "memory.sharing", default: "per-node", values: "shared | per-node | per-thread", meaning: "one region for all threads, one per node with threads (the deck's 2 x 150 MB), or one per thread" },
+    Key { path: "memory.huge_pages", default: "none", values: "none | thp | 2M", meaning: "base pages, transparent huge pages (madvised, 2 MiB-aligned) or explicit 2 MiB pages from the hugetlb pool" },
+    Key { path: "access.pattern", default: "random", values: "random | sequential | strided:BYTES | copy", meaning: "random: uniform op-size-aligned offsets over the whole region; sequential/strided: each thread walks its own share; copy: each thread copies the first half of its share into the second" },
+    Key { path: "access.op_size", default: "64", values: "bytes, multiple of 8", meaning: "bytes per read or write (the deck's RW_SIZE)" },
+    Key { path: "access.read_write", default: "1:0 (copy: 1:1)", values: "R:W", meaning: "reads to writes, interleaved exactly (2:1 is R R W R R W ...)" },
+    Key { path: "access.ops", default: "10000000", values: "integer", meaning: "operations in total, split evenly across the threads" },
+    Key { path: "access.duration", default: "-", values: "10s, 500ms, 2m", meaning: "instead of ops: every thread runs this long" },
+    Key { path: "access.sync", default: "none", values: "none | rwlock", meaning: "rwlock: a reader-writer lock per stripe of the region, shared for reads and exclusive for writes (the deck's Experiment 2)" },
+    Key { path: "access.lock_stripes", default: "1024", values: "1 or more", meaning: "locks per region with sync = rwlock; each guards an equal stripe" },
+    Key { path: "access.latency_sample", default: "1024", values: "0 or more", meaning: "time one operation in this many for the latency percentiles (0: none)" },
+    Key { path: "access.isa", default: "auto", values: "auto | avx512 | avx2 | scalar", meaning: "vector instructions for sequential and copy operations of 256 bytes or more" },
+    Key { path: "access.stores", default: "cached", values: "cached | non_temporal", meaning: "stores through the caches, or streaming stores around them (sequential writes and copies)" },
+    Key { path: "access.seed", default: "1", values: "integer", meaning: "seed of the per-thread random generators (thread i, repeat r get distinct streams)" },
+    Key { path: "run.repeats", default: "5", values: "1 or more", meaning: "measured runs; figures are their median, with min, max and CV" },
+    Key { path: "run.warmup", default: "1", values: "0 or more", meaning: "unmeasured runs first" },
+    Key { path: "run.counters", default: "true", values: "bool", meaning: "read perf counters per thread (hardware where the PMU allows, software events otherwise)" },
+    Key { path: "sweep.\"KEY\"", default: "-", values: "list", meaning: "numalab sweep: runs every combination of the listed values of these keys, e.g. \"threads.count\" = [1, 2, 4]" },
+];
+
+/// The keys `--set` and `[sweep]` accept (every key but `sweep` itself).
+pub fn settable_keys() -> impl Iterator<Item = &'static str> {
+    KEYS.iter()
+        .map(|k| k.path)
+        .filter(|p| !p.starts_with("sweep."))
+}
+
+/// The nearest of `candidates` to `wrong`, if any is close enough to be a
+/// plausible typo.
+pub fn nearest<'a>(wrong: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::jaro_winkler(wrong, c), c))
+        .filter(|(score, _)| *score >= 0.75)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+/// The `[sweep]` table: keys in the order written, each with its values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sweep {
+    /// Each swept key (`threads.count`) and its values, in file order.
+    pub axes: Vec<(String, Vec<toml::Value>)>,
+}
+
+impl Sweep {
+    /// Whether there is nothing to sweep.
+    pub fn is_empty(&self) -> bool {
+        self.axes.is_empty()
+    }
+
+    /// Number of cells in the grid.
+    pub fn cells(&self) -> usize {
+        self.axes.iter().map(|(_, v)| v.len()).product()
+    }
+}
+
+impl Serialize for Sweep {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.axes.len()))?;
+        for (key, values) in &self.axes {
+            map.serialize_entry(key, values)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Sweep {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SweepVisitor;
+        impl<'de> Visitor<'de> for SweepVisitor {
+            type Value = Sweep;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of lists, e.g. \"threads.count\" = [1, 2, 4]")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Sweep, A::Error> {
+                let mut axes = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let values = match map.next_value::<toml::Value>()? {
+                        toml::Value::Array(values) => values,
+                        other => {
+                            return Err(serde::de::Error::custom(format!(
+                            "sweep \"{key}\" must be a list of values, as in \"{key}\" = [{other}]"
+                        )))
+                        }
+                    };
+                    axes.push((key, values));
+                }
+                Ok(Sweep { axes })
+            }
+        }
+        deserializer.deserialize_map(SweepVisitor)
+    }
+}
+
+/// One cell of a sweep grid: the settings that make it (key and value,
+/// in axis order) and the experiment it is.
+pub type Cell = (Vec<(String, toml::Value)>, Experiment);
+
+/// Where a configuration error is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The file.
+    pub file: String,
+    /// Line, from 1.
+    pub line: usize,
+    /// Column, from 1 (in characters).
+    pub column: usize,
+    /// The line's text.
+    pub text: String,
+    /// Characters to underline from `column`.
+    pub width: usize,
+}
+
+/// A configuration error: what is wrong and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// In the file (line and column).
+    pub location: Option<Box<Location>>,
+    /// Which `--set` option, when it came from one.
+    pub set_option: Option<String>,
+    /// What is wrong.
+    pub message: String,
+    /// The nearest valid key, or another hint.
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(loc) = &self.location {
+            write!(f, "{}:{}:{}: ", loc.file, loc.line, loc.column)?;
+        }
+        if let Some(set) = &self.set_option {
+            write!(f, "--set {set}: ")?;
+        }
+        f.write_str(&self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, "; {hint}")?;
+        }
+        if let Some(loc) = &self.location {
+            let number = loc.line.to_string();
+            let pad = " ".repeat(number.len());
+            write!(
+                f,
+                "\n{pad} |\n{number} | {}\n{pad} | {}{}",
+                loc.text,
+                " ".repeat(loc.column.saturating_sub(1)),
+                "^".repeat(loc.width.max(1))
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ConfigError {
+    fn plain(message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            location: None,
+            set_option: None,
+            message: message.into(),
+            hint: None,
+        }
+    }
+}
+
+/// Line, column and text of byte offset `span` in `text`.
+fn locate(file: &str, text: &str, span: std::ops::Range<usize>) -> Location {
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
+    let line_text = &text[line_start..line_end];
+    let column = text[line_start..start].chars().count() + 1;
+    let end = span.end.clamp(start, line_end);
+    Location {
+        file: file.to_owned(),
+        line: text[..start].matches('\n').count() + 1,
+        column,
+        text: line_text.trim_end_matches('\r').to_owned(),
+        width: text[start..end].chars().count(),
+    }
+}
+
+/// The section (`memory`) whose fields a `deny_unknown_fields` message
+/// lists, found from the expected names.
+fn section_of(expected: &[&str]) -> Option<&'static str> {
+    let first = expected.first()?;
+    KEYS.iter().find_map(|k| match k.path.split_once('.') {
+        Some((section, field)) if field == *first && !section.starts_with("sweep") => Some(section),
+        _ => None,
+    })
+}
+
+/// Turns serde's "unknown field `x`, expected one of `a`, `b`" into a
+/// message naming the section and a hint with the nearest key.
+fn explain_unknown(message: &str) -> Option<(String, Option<String>)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (field, rest) = rest.split_once('`')?;
+    let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    let section = section_of(&expected);
+    let place = match section {
+        Some(section) => format!(" in [{section}]"),
+        None => " at the top level".to_owned(),
+    };
+    let message = format!("unknown key `{field}`{place}");
+    // The nearest key of the same section, else a key of that name that
+    // lives in another section.
+    let hint = nearest(field, expected.iter().copied())
+        .map(|near| format!("did you mean `{near}`?"))
+        .or_else(|| {
+            KEYS.iter()
+                .find(|k| k.path.rsplit('.').next() == Some(field))
+                .map(|k| {
+                    let (section, _) = k.path.split_once('.').unwrap_or(("", k.path));
+                    format!("`{field}` belongs in [{section}]")
+                })
+        })
+        .or_else(|| Some(format!("valid keys here: {}", expected.join(", "))));
+    Some((message, hint))
+}
+
+fn from_toml_error(err: &toml::de::Error, file: &str, text: &str) -> ConfigError {
+    let raw = err.message().trim();
+    let (message, hint) = explain_unknown(raw).unwrap_or_else(|| (raw.to_owned(), None::<String>));
+    ConfigError {
+        location: err.span().map(|span| Box::new(locate(file, text, span))),
+        set_option: None,
+        message,
+        hint,
+    }
+}
+
+impl Experiment {
+    /// Reads an experiment file.
+    pub fn from_file(path: &Path) -> Result<Experiment, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::plain(format!(
+                "cannot read experiment file {}: {e}",
+                path.display()
+            ))
+        })?;
+        let mut exp = Self::from_toml_str(&text, &path.display().to_string())?;
+        if exp.name == DEFAULT_NAME && !text.lines().any(|l| l.trim_start().starts_with("name")) {
+            if let Some(stem) = path.file_stem() {
+                exp.name = stem.to_string_lossy().into_owned();
+            }
+        }
+        Ok(exp)
+    }
+
+    /// Parses an experiment from TOML text; `file` names it in errors.
+    pub fn from_toml_str(text: &str, file: &str) -> Result<Experiment, ConfigError> {
+        let mut exp: Experiment =
+            toml::from_str(text).map_err(|e| from_toml_error(&e, file, text))?;
+        // TOML tables have no order; the grid's axes keep the file's.
+        exp.sweep
+            .axes
+            .sort_by_key(|(key, _)| text.find(&format!("\"{key}\"")).unwrap_or(usize::MAX));
+        if exp.name.is_empty() {
+            exp.name = DEFAULT_NAME.to_owned();
+        }
+        exp.validate().map_err(|mut e| {
+            e.location = key_location(file, text, &e.message).map(Box::new);
+            e
+        })?;
+        for (key, values) in &exp.sweep.axes {
+            let at = |needle: &str| {
+                text.find(needle)
+                    .map(|start| Box::new(locate(file, text, start..start + needle.len())))
+            };
+            let quoted = format!("\"{key}\"");
+            if !settable_keys().any(|k| k == key) {
+                return Err(ConfigError {
+                    location: at(&quoted),
+                    set_option: None,
+                    message: format!("sweep over unknown key \"{key}\""),
+                    hint: nearest(key, settable_keys()).map(|k| format!("did you mean \"{k}\"?")),
+                });
+            }
+            if values.is_empty() {
+                return Err(ConfigError {
+                    location: at(&quoted),
+                    set_option: None,
+                    message: format!("sweep \"{key}\" lists no value"),
+                    hint: None,
+                });
+            }
+            // Each value must be valid for its key.
+            for value in values {
+                let mut cell = exp.clone();
+                cell.sweep = Sweep::default();
+                cell.set_value(key, value.clone()).map_err(|mut e| {
+                    e.set_option = None;
+                    e.location = at(&quoted);
+                    e.message = format!("sweep \"{key}\" value {value}: {}", e.message);
+                    e
+                })?;
+            }
+        }
+        Ok(exp)
+    }
+
+    /// Checks what the types cannot: ranges and combinations.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| ConfigError {
+            location: None,
+            set_option: None,
+            message: format!("{key}: {message}"),
+            hint: None,
+        };
+        if self.threads.count == 0 {
+            return Err(bad("threads.count", "must be at least 1".into()));
+        }
+        if self.memory.size.0 == 0 {
+            return Err(bad("memory.size", "must be at least one byte".into()));
+        }
+        let op = self.access.op_size.0;
+        if op < 8 || !op.is_multiple_of(8) {
+            return Err(bad(
+                "access.op_size",
+                format!(
+                    "{op} bytes: an operation is a whole number of 8-byte words (8, 64, 128, ...)"
+                ),
+            ));
+        }
+        if op > self.memory.size.0 {
+            return Err(bad(
+                "access.op_size",
+                format!(
+                    "{} is larger than a region ({})",
+                    self.access.op_size, self.memory.size
+                ),
+            ));
+        }
+        if self.access.ops.is_some() && self.access.duration.is_some() {
+            return Err(bad("access.ops", "give ops or duration, not both".into()));
+        }
+        if self.access.ops == Some(0) {
+            return Err(bad("access.ops", "must be at least 1".into()));
+        }
+        if self.access.pattern == Pattern::Copy {
+            if let Some(rw) = self.access.read_write {
+                if rw.0
+                    != (Mix {
+                        reads: 1,
+                        writes: 1,
+                    })
+                {
+                    return Err(bad(
+                        "access.read_write",
+                        format!("{rw} with pattern copy: a copy reads and writes every byte once, so the ratio is 1:1"),
+                    ));
+                }
+            }
+        }
+        if self.access.lock_stripes == 0 {
+            return Err(bad("access.lock_stripes", "must be at least 1".into()));
+        }
+        if self.run.repeats == 0 {
+            return Err(bad("run.repeats", "must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// Applies `--set key=value` overrides: the value is read as TOML
+    /// (`8`, `true`, `"text"`), or taken as text when it is not TOML
+    /// (`interleave`, `150MiB`). A swept key that is set is no longer swept.
+    pub fn with_overrides(&self, sets: &[String]) -> Result<Experiment, ConfigError> {
+        let mut exp = self.clone();
+        for set in sets {
+            let (key, value) = set.split_once('=').ok_or_else(|| ConfigError {
+                location: None,
+                set_option: Some(set.clone()),
+                message: "expected KEY=VALUE, e.g. threads.count=8".into(),
+                hint: None,
+            })?;
+            let key = key.trim();
+            exp.set_value(key, parse_value(value.trim()))
+                .map_err(|mut e| {
+                    e.set_option = Some(set.clone());
+                    e
+                })?;
+            exp.sweep.axes.retain(|(k, _)| k != key);
+        }
+        exp.validate().map_err(|mut e| {
+            e.set_option = Some(sets.join(" --set "));
+            e
+        })?;
+        Ok(exp)
+    }
+
+    /// Sets one key (dotted path) to a TOML value, type-checked.
+    pub fn set_value(&mut self, key: &str, value: toml::Value) -> Result<(), ConfigError> {
+        if !settable_keys().any(|k| k == key) {
+            return Err(ConfigError {
+                location: None,
+                set_option: None,
+                message: if key.starts_with("sweep") {
+                    "the sweep grid is set in the experiment file".into()
+                } else {
+                    format!("unknown key `{key}`")
+                },
+                hint: nearest(key, settable_keys()).map(|k| format!("did you mean `{k}`?")),
+            });
+        }
+        let sweep = std::mem::take(&mut self.sweep);
+        let mut table =
+            toml::Table::try_from(&*self).map_err(|e| ConfigError::plain(e.to_string()))?;
+        let (section, field) = match key.split_once('.') {
+            Some((section, field)) => (Some(section), field),
+            None => (None, key),
+        };
+        let target = match section {
+            Some(section) => table
+                .entry(section)
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                .as_table_mut()
+                .ok_or_else(|| ConfigError::plain(format!("[{section}] is not a table")))?,
+            None => &mut table,
+        };
+        target.insert(field.to_owned(), value.clone());
+        let updated: Experiment =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError {
+                    location: None,
+                    set_option: None,
+                    message: format!("{key} = {value}: {}", e.message().trim()),
+                    hint: None,
+                })?;
+        *self = Experiment { sweep, ..updated };
+        Ok(())
+    }
+
+    /// Every cell of the sweep grid: the settings that make it (key and
+    /// value, in axis order) and the experiment it is. The first axis
+    /// varies slowest. Without a `[sweep]`, the experiment itself.
+    pub fn cells(&self) -> Result<Vec<Cell>, ConfigError> {
+        let mut cells = vec![(
+            Vec::new(),
+            Experiment {
+                sweep: Sweep::default(),
+                ..self.clone()
+            },
+        )];
+        for (key, values) in &self.sweep.axes {
+            let mut next = Vec::with_capacity(cells.len() * values.len());
+            for (settings, exp) in &cells {
+                for value in values {
+                    let mut exp = exp.clone();
+                    exp.set_value(key, value.clone()).map_err(|mut e| {
+                        e.message = format!("sweep \"{key}\": {}", e.message);
+                        e
+                    })?;
+                    let mut settings = settings.clone();
+                    settings.push((key.clone(), value.clone()));
+                    next.push((settings, exp));
+                }
+            }
+            cells = next;
+        }
+        for (settings, exp) in &cells {
+            exp.validate().map_err(|mut e| {
+                let cell: Vec<String> =
+                    settings.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+                e.message = format!("sweep cell {}: {}", cell.join(", "), e.message);
+                e
+            })?;
+        }
+        Ok(cells)
+    }
+}
+
+/// Reads an override's value: TOML when it parses as a TOML value, else
+/// the text itself.
+pub fn parse_value(text: &str) -> toml::Value {
+    #[derive(Deserialize)]
+    struct Probe {
+        v: toml::Value,
+    }
+    toml::from_str::<Probe>(&format!("v = {text}"))
+        .map(|p| p.v)
+        .unwrap_or_else(|_| toml::Value::String(text.to_owned()))
+}
+
+/// The location of the key a validation message starts with
+/// (`access.op_size: ...`), found in the file.
+fn key_location(file: &str, text: &str, message: &str) -> Option<Location> {
+    let key = message.split(':').next()?;
+    let (section, field) = key.split_once('.')?;
+    let header = format!("[{section}]");
+    let mut in_section = false;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('[') {
+            in_section = trimmed.starts_with(&header);
+        } else if in_section
+            && trimmed
+                .strip_prefix(field)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        {
+            let start = offset + (line.len() - trimmed.len());
+            return Some(locate(file, text, start..start + field.len()));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Experiment, ConfigError> {
+        Experiment::from_toml_str(text, "exp.toml")
+    }
+
+    #[test]
+    fn design_example_parses() {
+        let exp = parse(include_str!("../../../../examples/deck-exp1-cell.toml")).unwrap();
+        assert_eq!(exp.name, "deck-exp1-cell");
+        assert_eq!(exp.threads.count, 12);
+        assert_eq!(exp.memory.size, ByteSize(150 << 20));
+        assert_eq!(exp.memory.sharing, Sharing::PerNode);
+        assert_eq!(exp.memory.huge_pages, numalab::HugePages::Transparent);
+        assert_eq!(exp.access.op_size, ByteSize(128));
+        assert_eq!(
+            exp.access.mix(),
+            Mix {
+                reads: 2,
+                writes: 1
+            }
+        );
+        assert_eq!(exp.access.total_ops(), Some(100_000_000));
+        assert_eq!(exp.run.repeats, 5);
+        let keys: Vec<&str> = exp.sweep.axes.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["threads.count", "memory.policy"], "file order kept");
+        assert_eq!(exp.sweep.cells(), 18);
+    }
+
+    #[test]
+    fn defaults_fill_everything_but_the_name() {
+        let exp = parse("").unwrap();
+        assert_eq!(exp.name, "experiment");
+        assert_eq!(exp.threads, Threads::default());
+        assert_eq!(exp.memory, Memory::default());
+        assert_eq!(exp.access, Access::default());
+        assert_eq!(exp.run, RunSettings::default());
+        assert_eq!(exp.access.total_ops(), Some(DEFAULT_OPS));
+    }
+
+    #[test]
+    fn unknown_key_names_line_column_and_nearest() {
+        let err = parse("name = \"x\"\n\n[memory]\nsise = \"1GiB\"\n").unwrap_err();
+        let loc = err.location.clone().unwrap();
+        assert_eq!(
+            (loc.file.as_str(), loc.line, loc.column),
+            ("exp.toml", 4, 1)
+        );
+        assert_eq!(err.message, "unknown key `sise` in [memory]");
+        assert_eq!(err.hint.as_deref(), Some("did you mean `size`?"));
+        let text = err.to_string();
+        assert!(
+            text.starts_with("exp.toml:4:1: unknown key `sise` in [memory]; did you mean `size`?"),
+            "{text}"
+        );
+        assert!(text.contains("4 | sise = \"1GiB\"\n  | ^^^^"), "{text}");
+    }
+
+    #[test]
+    fn key_in_the_wrong_section_says_where_it_belongs() {
+        let err = parse("[memory]\nop_size = 64\n").unwrap_err();
+        assert_eq!(err.hint.as_deref(), Some("`op_size` belongs in [access]"));
+        let err = parse("[acess]\nop_size = 64\n").unwrap_err();
+        assert_eq!(err.message, "unknown key `acess` at the top level");
+        assert_eq!(err.hint.as_deref(), Some("did you mean `access`?"));
+    }
+
+    #[test]
+    fn wrong_types_and_values_are_located() {
+        let err = parse("[threads]\ncount = \"twelve\"\n").unwrap_err();
+        assert_eq!(err.location.as_ref().unwrap().line, 2);
+        assert!(err.message.contains("expected u32"), "{}", err.message);
+
+        let err = parse("[memory]\npolicy = \"near\"\n").unwrap_err();
+        let loc = err.location.as_ref().unwrap();
+        assert_eq!((loc.line, loc.column), (2, 10));
+        assert!(
+            err.message.contains("unknown memory policy \"near\""),
+            "{}",
+            err.message
+        );
+
+        let err = parse("[memory]\nsize = \"12 parsecs\"\n").unwrap_err();
+        assert!(err.message.contains("invalid size"), "{}", err.message);
+
+        let err = parse("[memory]\npolicy = \"replicate\"\n").unwrap_err();
+        assert!(err.message.contains("not available yet"), "{}", err.message);
+    }
+
+    #[test]
+    fn impossible_values_are_refused() {
+        let err = parse("[access]\nop_size = 100\n").unwrap_err();
+        assert!(
+            err.message.starts_with("access.op_size: 100 bytes"),
+            "{err}"
+        );
+        assert_eq!(err.location.as_ref().map(|l| l.line), Some(2), "{err}");
+        let err = parse("[access]\nops = 10\nduration = \"1s\"\n").unwrap_err();
+        assert!(err.message.contains("not both"), "{err}");
+        let err = parse("[access]\npattern = \"copy\"\nread_write = \"2:1\"\n").unwrap_err();
+        assert!(err.message.contains("1:1"), "{err}");
+        assert!(parse("[threads]\ncount = 0\n").is_err());
+        assert!(parse("[run]\nrepeats = 0\n").is_err());
+        assert!(parse("[memory]\nsize = \"1KiB\"\n[access]\nop_size = \"4KiB\"\n").is_err());
+    }
+
+    #[test]
+    fn overrides_are_type_checked() {
+        let exp = parse("[threads]\ncount = 2\n").unwrap();
+        let set = |sets: &[&str]| {
+            exp.with_overrides(&sets.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        let over = set(&[
+            "threads.count=8",
+            "access.op_size=128",
+            "memory.policy=interleave:0",
+        ])
+        .unwrap();
+        assert_eq!(over.threads.count, 8);
+        assert_eq!(over.access.op_size, ByteSize(128));
+        assert_eq!(
+            over.memory.policy,
+            PolicySpec::Kernel("interleave:0".into())
+        );
+        let over = set(&["memory.size=1GiB", "access.ops=1_000", "run.counters=false"]).unwrap();
+        assert_eq!(over.memory.size, ByteSize(1 << 30));
+        assert_eq!(over.access.ops, Some(1000));
+        assert!(!over.run.counters);
+
+        let err = set(&["threads.cont=8"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--set threads.cont=8: unknown key `threads.cont`; did you mean `threads.count`?"
+        );
+        let err = set(&["threads.count=eight"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("--set threads.count=eight: threads.count = \"eight\": invalid type"),
+            "{err}"
+        );
+        let err = set(&["threads.count"]).unwrap_err();
+        assert!(err.to_string().contains("KEY=VALUE"), "{err}");
+        let err = set(&["access.op_size=12"]).unwrap_err();
+        assert!(err.to_string().contains("8-byte words"), "{err}");
+    }
+
+    #[test]
+    fn sweep_cells_cover_the_grid_in_order() {
+        let exp = parse(
+            "[sweep]\n\"threads.count\" = [1, 2]\n\"memory.policy\" = [\"local\", \"remote\", \"interleave\"]\n",
+        )
+        .unwrap();
+        let cells = exp.cells().unwrap();
+        assert_eq!(cells.len(), 6);
+        let names: Vec<(u32, String)> = cells
+            .iter()
+            .map(|(_, e)| (e.threads.count, e.memory.policy.to_string()))
+            .collect();
+        assert_eq!(names[0], (1, "local".into()));
+        assert_eq!(names[2], (1, "interleave".into()));
+        assert_eq!(names[3], (2, "local".into()));
+        assert!(cells.iter().all(|(_, e)| e.sweep.is_empty()));
+        // A key set on the command line is no longer swept.
+        let fixed = exp.with_overrides(&["threads.count=4".into()]).unwrap();
+        assert_eq!(fixed.cells().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn sweep_errors_point_at_the_axis() {
+        let err = parse("[sweep]\n\"threads.cuont\" = [1, 2]\n").unwrap_err();
+        assert_eq!(err.location.as_ref().unwrap().line, 2);
+        assert_eq!(err.hint.as_deref(), Some("did you mean \"threads.count\"?"));
+        let err = parse("\n[sweep]\n\"memory.policy\" = [\"local\", \"nowhere\"]\n").unwrap_err();
+        assert_eq!(err.location.as_ref().unwrap().line, 3);
+        assert!(err.message.contains("\"nowhere\""), "{err}");
+        let err = parse("[sweep]\n\"threads.count\" = 4\n").unwrap_err();
+        assert!(err.message.contains("must be a list"), "{err}");
+        assert!(parse("[sweep]\n\"threads.count\" = []\n").is_err());
+    }
+
+    #[test]
+    fn keys_table_matches_the_types() {
+        // Every leaf of a fully written experiment is documented, and every
+        // documented key can be set.
+        let mut exp = Experiment::from_toml_str("", "x").unwrap();
+        exp.access.read_write = Some("1:1".parse().unwrap());
+        exp.access.ops = Some(1);
+        let table = toml::Table::try_from(&exp).unwrap();
+        let mut leaves = Vec::new();
+        for (key, value) in &table {
+            match value {
+                toml::Value::Table(inner) => {
+                    leaves.extend(inner.keys().map(|k| format!("{key}.{k}")))
+                }
+                _ => leaves.push(key.clone()),
+            }
+        }
+        leaves.push("access.duration".into());
+        leaves.push("description".into());
+        leaves.sort();
+        let mut documented: Vec<String> = settable_keys().map(str::to_owned).collect();
+        documented.sort();
+        assert_eq!(leaves, documented);
+        for key in settable_keys() {
+            let value = match key {
+                "access.duration" => toml::Value::String("1s".into()),
+                _ => table
+                    .get(key.split('.').next().unwrap())
+                    .and_then(|t| match key.split_once('.') {
+                        Some((_, f)) => t.get(f).cloned(),
+                        None => Some(t.clone()),
+                    })
+                    .unwrap_or(toml::Value::String("x".into())),
+            };
+            let mut e = Experiment::from_toml_str("", "x").unwrap();
+            e.set_value(key, value)
+                .unwrap_or_else(|err| panic!("{key}: {err}"));
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Performance counters per worker thread, through `perf_event_open(2)`
+//! (the `perf-event2` crate): cycles, instructions, last-level cache
+//! misses and node-local/remote loads where the PMU exposes them; the
+//! kernel's software events (task clock, page faults, context switches,
+//! CPU migrations) everywhere. A machine without a hardware PMU — most
+//! VMs — gets the software events and a one-line note, never a failure.
+
+use std::collections::BTreeMap;
+
+use perf_event::events::{Cache, CacheId, CacheOp, CacheResult, Event, Hardware, Software};
+use perf_event::{Builder, Counter};
+
+/// One counter numalab reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterKind {
+    /// Name in results (`cycles`, `page-faults`, ...).
+    pub name: &'static str,
+    hardware: bool,
+    event: EventId,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EventId {
+    Hw(u64),
+    Sw(u64),
+    NodeLoads,
+    NodeLoadMisses,
+}
+
+/// Every counter numalab tries, hardware first.
+pub const ALL: [CounterKind; 9] = [
+    CounterKind {
+        name: "cycles",
+        hardware: true,
+        event: EventId::Hw(0),
+    },
+    CounterKind {
+        name: "instructions",
+        hardware: true,
+        event: EventId::Hw(1),
+    },
+    CounterKind {
+        name: "llc-misses",
+        hardware: true,
+        event: EventId::Hw(3),
+    },
+    CounterKind {
+        name: "node-loads",
+        hardware: true,
+        event: EventId::NodeLoads,
+    },
+    CounterKind {
+        name: "node-load-misses",
+        hardware: true,
+        event: EventId::NodeLoadMisses,
+    },
+    CounterKind {
+        name: "task-clock-ns",
+        hardware: false,
+        event: EventId::Sw(1),
+    },
+    CounterKind {
+        name: "page-faults",
+        hardware: false,
+        event: EventId::Sw(2),
+    },
+    CounterKind {
+        name: "context-switches",
+        hardware: false,
+        event: EventId::Sw(3),
+    },
+    CounterKind {
+        name: "cpu-migrations",
+        hardware: false,
+        event: EventId::Sw(4),
+    },
+];
+
+fn builder(kind: CounterKind) -> Builder<'static> {
+    fn make(event: impl Event + 'static) -> Builder<'static> {
+        Builder::new(event)
+    }
+    match kind.event {
+        EventId::Hw(0) => make(Hardware::CPU_CYCLES),
+        EventId::Hw(1) => make(Hardware::INSTRUCTIONS),
+        EventId::Hw(_) => make(Hardware::CACHE_MISSES),
+        EventId::Sw(1) => make(Software::TASK_CLOCK),
+        EventId::Sw(2) => make(Software::PAGE_FAULTS),
+        EventId::Sw(3) => make(Software::CONTEXT_SWITCHES),
+        EventId::Sw(_) => make(Software::CPU_MIGRATIONS),
+        EventId::NodeLoads => make(Cache {
+            which: CacheId::NODE,
+            operation: CacheOp::READ,
+            result: CacheResult::ACCESS,
+        }),
+        EventId::NodeLoadMisses => make(Cache {
+            which: CacheId::NODE,
+            operation: CacheOp::READ,
+            result: CacheResult::MISS,
+        }),
+    }
+}
+
+/// Opens `kind` for the calling thread: kernel work included where
+/// allowed (page faults are kernel work), user space only otherwise.
+fn open(kind: CounterKind) -> std::io::Result<Counter> {
+    let mut b = builder(kind);
+    b.observe_self().any_cpu().include_kernel();
+    b.build().or_else(|_| {
+        let mut b = builder(kind);
+        b.observe_self().any_cpu().exclude_kernel(true);
+        b.build()
+    })
+}
+
+/// Which counters this machine can read, found by opening each once.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Available {
+    /// The counters that opened.
+    pub kinds: Vec<CounterKind>,
+    /// One line on what is missing and why.
+    pub note: Option<String>,
+}
+
+impl Available {
+    /// Tries every counter on the calling thread.
+    pub fn probe() -> Available {
+        let mut kinds = Vec::new();
+        let mut failed: Vec<(&str, std::io::Error)> = Vec::new();
+        for kind in ALL {
+            match open(kind) {
+                Ok(_) => kinds.push(kind),
+                Err(err) => failed.push((kind.name, err)),
+            }
+        }
+        let hardware = kinds.iter().any(|k| k.hardware);
+        let note = match failed.first() {
+            None => None,
+            Some((name, err)) if !hardware => Some(format!(
+                "no hardware PMU here (perf_event_open {name}: {err}): software events only{}",
+                if kinds.is_empty() {
+                    " — and those are not allowed either (kernel.perf_event_paranoid?)".to_owned()
+                } else {
+                    String::new()
+                }
+            )),
+            Some(_) => Some(format!(
+                "not exposed by this CPU or kernel: {}",
+                failed
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        };
+        Available { kinds, note }
+    }
+
+    /// Nothing (counters switched off).
+    pub fn none() -> Available {
+        Available::default()
+    }
+
+    /// Names of the counters.
+    pub fn names(&self) -> Vec<String> {
+        self.kinds.iter().map(|k| k.name.to_owned()).collect()
+    }
+}
+
+/// A worker thread's open counters.
+#[derive(Debug, Default)]
+pub struct ThreadCounters {
+    counters: Vec<(&'static str, Counter)>,
+}
+
+impl ThreadCounters {
+    /// Opens `available`'s counters for the calling thread (one that
+    /// fails now is left out).
+    pub fn open(available: &Available) -> ThreadCounters {
+        ThreadCounters {
+            counters: available
+                .kinds
+                .iter()
+                .filter_map(|&k| open(k).ok().map(|c| (k.name, c)))
+                .collect(),
+        }
+    }
+
+    /// Zeroes and starts every counter.
+    pub fn start(&mut self) {
+        for (_, counter) in &mut self.counters {
+            let _ = counter.reset();
+            let _ = counter.enable();
+        }
+    }
+
+    /// Stops every counter and reads it, scaled up when the kernel had to
+    /// multiplex it (count × time enabled / time running).
+    pub fn stop(&mut self) -> BTreeMap<String, u64> {
+        for (_, counter) in &mut self.counters {
+            let _ = counter.disable();
+        }
+        self.counters
+            .iter_mut()
+            .filter_map(|(name, counter)| {
+                let read = counter.read_count_and_time().ok()?;
+                let count = if read.time_running > 0 && read.time_running < read.time_enabled {
+                    (read.count as f64 * read.time_enabled as f64 / read.time_running as f64) as u64
+                } else {
+                    read.count
+                };
+                Some(((*name).to_owned(), count))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn software_counters_count_page_faults() {
+        let available = Available::probe();
+        if !available.kinds.iter().any(|k| k.name == "page-faults") {
+            let why = available.note.clone().unwrap_or_default();
+            if std::env::var_os("CI").is_some() {
+                panic!("perf_event_open is not usable in CI: {why}");
+            }
+            eprintln!("skipped: perf events not usable here ({why}); allow them with sysctl kernel.perf_event_paranoid=1");
+            return;
+        }
+        let mut counters = ThreadCounters::open(&available);
+        counters.start();
+        // Touch 64 fresh pages: at least 64 faults (fewer with THP, so
+        // the mapping is advised off it by being small and unaligned).
+        let mut memory = vec![0u8; 64 * 4096 + 1];
+        for i in (0..memory.len()).step_by(4096) {
+            memory[i] = 1;
+        }
+        std::hint::black_box(&memory);
+        let counts = counters.stop();
+        assert!(counts["page-faults"] >= 1, "{counts:?}");
+        assert!(counts["task-clock-ns"] > 0, "{counts:?}");
+        if let Some(note) = &available.note {
+            assert!(note.len() < 200 && !note.contains('\n'), "one line: {note}");
+        }
+    }
+}

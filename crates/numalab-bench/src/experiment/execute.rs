@@ -1,0 +1,787 @@
+//! Running an experiment: plan it, allocate and place its regions,
+//! prefault them, check where the pages landed, then run pinned workers —
+//! warm-ups, then repeats — and gather every raw figure into a
+//! [`RunResult`].
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use numalab::affinity::BindError;
+use numalab::audit::audit;
+use numalab::locate::Sample;
+use numalab::system::Environment;
+use numalab::{
+    BufferError, BufferOptions, InterleaveWeights, MemPolicy, NodeBuffer, NodeSet, PolicyError,
+    Topology,
+};
+
+use super::access::{self, Done, Job, RegionPtr, Samples};
+use super::clock::Clock;
+use super::config::Experiment;
+use super::counters::{Available, ThreadCounters};
+use super::plan::{Plan, PlanError};
+use super::result::{
+    figures, thread_figures, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat, RunResult,
+    ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
+};
+use super::rwlock::StripeLock;
+use super::values::Sync;
+use crate::kernels::Rng;
+use crate::stats::NOISY_CV;
+use crate::workers::run_pinned;
+
+/// Why an experiment could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecuteError {
+    /// The plan cannot be placed on this machine.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A region could not be allocated or placed.
+    #[error("region {region} ({} bytes, {policy}): {source}", bytes)]
+    Buffer {
+        /// Region number.
+        region: usize,
+        /// Its size.
+        bytes: u64,
+        /// Its policy.
+        policy: String,
+        /// Why.
+        source: BufferError,
+    },
+    /// Weighted-interleave weights could not be installed.
+    #[error("memory.policy = \"{policy}\": {source}")]
+    Weights {
+        /// The policy.
+        policy: String,
+        /// Why.
+        source: PolicyError,
+    },
+    /// A worker could not be pinned.
+    #[error(transparent)]
+    Bind(#[from] BindError),
+}
+
+/// Progress of a run, for a progress bar (updated by the workers once per
+/// chunk of operations).
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Operations done, all runs so far.
+    pub ops_done: AtomicU64,
+    /// Operations expected over all runs (0 when the runs are timed).
+    pub ops_total: AtomicU64,
+    /// Runs finished (warm-ups and repeats).
+    pub runs_done: AtomicU32,
+    /// Runs planned.
+    pub runs_total: AtomicU32,
+}
+
+/// How the caller steers a run: a stop flag (Ctrl-C sets it; the workers
+/// look at it between chunks) and the progress counters.
+///
+/// ```
+/// use numalab_bench::experiment::Control;
+/// let control = Control::default();
+/// control.stop.store(true, std::sync::atomic::Ordering::Relaxed); // as Ctrl-C does
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Control {
+    /// Set to stop: the current run ends after its chunk, no other starts,
+    /// and the result is marked interrupted.
+    pub stop: Arc<AtomicBool>,
+    /// Updated while running.
+    pub progress: Arc<Progress>,
+}
+
+impl Control {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+/// A region's memory and its locks.
+struct Region {
+    buffer: NodeBuffer,
+    locks: Option<NodeBuffer>,
+    stripes: usize,
+}
+
+impl Region {
+    fn ptr(&self) -> RegionPtr {
+        RegionPtr {
+            base: self.buffer.as_ptr().cast_mut(),
+            len: self.buffer.len(),
+            locks: self
+                .locks
+                .as_ref()
+                .map_or(std::ptr::null(), |l| l.as_ptr().cast::<StripeLock>()),
+            stripes: self.stripes,
+        }
+    }
+}
+
+/// Runs `exp` on this machine (described by `topology`).
+pub fn execute(
+    exp: &Experiment,
+    topology: &Topology,
+    control: &Control,
+) -> Result<RunResult, ExecuteError> {
+    let plan = Plan::resolve(exp, topology)?;
+    execute_plan(exp, topology, plan, control)
+}
+
+/// Runs an already resolved plan.
+pub fn execute_plan(
+    exp: &Experiment,
+    topology: &Topology,
+    plan: Plan,
+    control: &Control,
+) -> Result<RunResult, ExecuteError> {
+    let environment = Environment::current(topology);
+    let mut warnings = plan.warnings.clone();
+
+    // Weighted interleave follows the kernel's global weights: install
+    // the ones asked for, for the run (restored when dropped).
+    let _weights = install_weights(&plan)?;
+
+    let regions = allocate(exp, &plan)?;
+    first_touch(&plan, &regions)?;
+    let checks = check_regions(&plan, &regions);
+    for check in checks.iter().filter(|c| !c.as_requested) {
+        let already = plan.warnings.iter().any(|w| {
+            w.message.contains(&format!("region {} ", check.region))
+                || w.message.contains("cannot be remote")
+        });
+        if !already {
+            warnings.push(Warning::new(
+                WarningKind::Placement,
+                format!(
+                    "placement did not match the request: region {}: {}",
+                    check.region, check.note
+                ),
+            ));
+        }
+    }
+
+    let available = if exp.run.counters {
+        Available::probe()
+    } else {
+        Available::none()
+    };
+    if let Some(note) = &available.note {
+        warnings.push(Warning::new(WarningKind::NoPmu, note.clone()));
+    }
+    let clock = Clock::calibrate();
+    let loop_ns = loop_cost(exp, &clock);
+
+    let runs = exp.run.warmup + exp.run.repeats;
+    let progress = &control.progress;
+    progress.runs_total.store(runs, Ordering::Relaxed);
+    progress.runs_done.store(0, Ordering::Relaxed);
+    progress.ops_done.store(0, Ordering::Relaxed);
+    let per_run = plan.threads.iter().map(|t| t.ops.unwrap_or(0)).sum::<u64>();
+    progress
+        .ops_total
+        .store(per_run * u64::from(runs), Ordering::Relaxed);
+
+    let mut warmups = Vec::new();
+    let mut repeats = Vec::new();
+    for run in 0..runs {
+        if control.stopped() {
+            break;
+        }
+        let is_warmup = run < exp.run.warmup;
+        let index = if is_warmup { run } else { run - exp.run.warmup } as usize;
+        let repeat = one_run(
+            exp, &plan, &regions, &available, &clock, control, run as u64, index,
+        )?;
+        progress.runs_done.fetch_add(1, Ordering::Relaxed);
+        if is_warmup {
+            warmups.push(repeat);
+        } else {
+            repeats.push(repeat);
+        }
+    }
+    let interrupted = control.stopped();
+    if interrupted {
+        warnings.push(Warning::new(
+            WarningKind::Interrupted,
+            format!(
+                "interrupted: {} of {} repeats completed; the figures are of those only",
+                repeats.iter().filter(|r| !r.interrupted).count(),
+                exp.run.repeats
+            ),
+        ));
+    }
+
+    let figures = figures(&repeats);
+    if let Some(f) = &figures {
+        if f.time_to_last_s.n > 1 && f.time_to_last_s.is_noisy() {
+            warnings.push(Warning::new(
+                WarningKind::Noisy,
+                format!(
+                    "noisy: time to last thread varied by {:.1}% (CV) over {} repeats, above {:.0}%; the machine was busy or the runs too short",
+                    100.0 * f.time_to_last_s.cv,
+                    f.time_to_last_s.n,
+                    100.0 * NOISY_CV
+                ),
+            ));
+        }
+    }
+    let threads = thread_figures(&plan, &checks, &repeats);
+    let engine = engine_cost(exp, &clock, loop_ns, &threads);
+    if let Some(share) = engine.share {
+        if share > 0.05 {
+            warnings.push(Warning::new(
+                WarningKind::Overhead,
+                format!(
+                    "the access loop itself costs {:.0}% of the time per operation (ops of {} in cache take {:.1} ns): the figures partly measure the loop",
+                    100.0 * share,
+                    exp.access.op_size,
+                    engine.loop_ns_per_op.unwrap_or(0.0)
+                ),
+            ));
+        }
+    }
+    drop(regions);
+    Ok(RunResult {
+        schema: RUN_SCHEMA.to_owned(),
+        schema_version: SCHEMA_VERSION,
+        numalab_version: env!("CARGO_PKG_VERSION").to_owned(),
+        created: String::new(),
+        experiment: exp.clone(),
+        environment,
+        plan,
+        regions: checks,
+        warmups,
+        repeats,
+        figures,
+        threads,
+        counters: CounterInfo {
+            events: available.names(),
+            note: available.note.clone(),
+        },
+        engine,
+        warnings,
+        interrupted,
+    })
+}
+
+fn install_weights(plan: &Plan) -> Result<Option<InterleaveWeights>, ExecuteError> {
+    let Some(region) = plan
+        .regions
+        .iter()
+        .find(|r| matches!(r.policy, MemPolicy::WeightedInterleave(_)))
+    else {
+        return Ok(None);
+    };
+    let MemPolicy::WeightedInterleave(weights) = &region.policy else {
+        return Ok(None);
+    };
+    if region.policy.check().is_ok() {
+        return Ok(None); // the kernel already has these weights
+    }
+    InterleaveWeights::set(weights)
+        .map(Some)
+        .map_err(|source| ExecuteError::Weights {
+            policy: region.requested.clone(),
+            source,
+        })
+}
+
+fn allocate(exp: &Experiment, plan: &Plan) -> Result<Vec<Region>, ExecuteError> {
+    let stripes = exp.access.lock_stripes.max(1) as usize;
+    plan.regions
+        .iter()
+        .map(|r| {
+            let error = |source| ExecuteError::Buffer {
+                region: r.region,
+                bytes: r.bytes,
+                policy: r.policy.to_string(),
+                source,
+            };
+            let options = BufferOptions::new(r.policy.clone())
+                .huge_pages(r.huge_pages)
+                .prefault(!r.first_touch);
+            let buffer = NodeBuffer::with_options(r.bytes as usize, options).map_err(error)?;
+            let locks = match exp.access.sync {
+                Sync::None => None,
+                // The locks live with the data they guard: same policy.
+                Sync::Rwlock => Some(
+                    NodeBuffer::with_options(
+                        stripes * std::mem::size_of::<StripeLock>(),
+                        BufferOptions::new(if r.first_touch {
+                            MemPolicy::Bind(NodeSet::single(r.home))
+                        } else {
+                            r.policy.clone()
+                        }),
+                    )
+                    .map_err(error)?,
+                ),
+            };
+            // Zeroed memory is a valid array of unlocked StripeLocks
+            // (an AtomicU32 of 0 each, 64-byte aligned in a page-aligned
+            // mapping).
+            Ok(Region {
+                buffer,
+                locks,
+                stripes: if exp.access.sync == Sync::Rwlock {
+                    stripes
+                } else {
+                    1
+                },
+            })
+        })
+        .collect()
+}
+
+/// With `first-touch`, each thread faults in its own share, on its CPU.
+fn first_touch(plan: &Plan, regions: &[Region]) -> Result<(), ExecuteError> {
+    if !plan.regions.iter().any(|r| r.first_touch) {
+        return Ok(());
+    }
+    let page = 4096;
+    let ptrs: Vec<RegionPtr> = regions.iter().map(Region::ptr).collect();
+    run_pinned(
+        &plan.cpus(),
+        |_| (),
+        |i, _| {
+            let t = &plan.threads[i];
+            if !plan.regions[t.region].first_touch {
+                return;
+            }
+            let region = ptrs[t.region];
+            let mut offset = t.share_offset as usize;
+            while offset < (t.share_offset + t.share_len) as usize {
+                // SAFETY: offset is inside this thread's share of the
+                // region, which no other thread touches now; writing zero
+                // over a fresh zero page only faults it in.
+                unsafe { region.base.add(offset).write_volatile(0) };
+                offset += page;
+            }
+        },
+    )?;
+    Ok(())
+}
+
+/// Where each region's pages are, against the policy and the request.
+fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
+    plan.regions
+        .iter()
+        .zip(regions)
+        .map(|(r, region)| {
+            let thread_nodes: NodeSet = r.threads.iter().map(|&t| plan.threads[t].node).collect();
+            let found = region.buffer.locate(Sample::All).unwrap_or_default();
+            let check = audit(&r.policy, &thread_nodes, &found);
+            let (as_requested, note) = if r.first_touch {
+                // Each share on its own thread's node.
+                let strays: Vec<String> = r
+                    .threads
+                    .iter()
+                    .filter_map(|&t| {
+                        let thread = &plan.threads[t];
+                        let pages = numalab::locate::locate(
+                            region.ptr().base.wrapping_add(thread.share_offset as usize),
+                            thread.share_len as usize,
+                            Sample::All,
+                        )
+                        .unwrap_or_default();
+                        let off = pages.present() - pages.on_node(thread.node);
+                        (off > 0).then(|| format!("thread {t}'s share has {off} of {} pages off node {}", pages.present(), thread.node))
+                    })
+                    .collect();
+                if strays.is_empty() && check.verdict != numalab::audit::Verdict::Empty {
+                    (true, format!("first-touch: every thread's share on its own node ({found})"))
+                } else {
+                    (false, format!("first-touch: {}; found {found}", strays.join("; ")))
+                }
+            } else {
+                match r.requested.as_str() {
+                    "local" => {
+                        let off = found.present() - found.on_nodes(&thread_nodes);
+                        if check.is_match() && off == 0 {
+                            (true, format!("local: {}", check.note))
+                        } else {
+                            (false, format!("local asked, but {off} of {} pages are off the threads' node(s) {thread_nodes}; found {found}", found.present()))
+                        }
+                    }
+                    "remote" => {
+                        let on_own = found.on_nodes(&thread_nodes);
+                        if check.is_match() && on_own == 0 {
+                            (true, format!("remote: {}", check.note))
+                        } else {
+                            (false, format!("remote asked, but {on_own} of {} pages are on the threads' own node(s) {thread_nodes}; found {found}", found.present()))
+                        }
+                    }
+                    _ => (check.is_match(), check.note.clone()),
+                }
+            };
+            RegionCheck {
+                region: r.region,
+                bytes: r.bytes,
+                requested: r.requested.clone(),
+                policy: r.policy.to_string(),
+                thread_nodes,
+                audit: check,
+                as_requested,
+                note,
+            }
+        })
+        .collect()
+}
+
+/// One thread's state, made on its CPU before the start.
+struct ThreadState {
+    rng: Rng,
+    counters: ThreadCounters,
+    samples: Samples,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one_run(
+    exp: &Experiment,
+    plan: &Plan,
+    regions: &[Region],
+    available: &Available,
+    clock: &Clock,
+    control: &Control,
+    run: u64,
+    index: usize,
+) -> Result<Repeat, ExecuteError> {
+    let access = &exp.access;
+    let ptrs: Vec<RegionPtr> = regions.iter().map(Region::ptr).collect();
+    let isa = access.isa.resolve();
+    let mix = access.mix();
+    let capacity = |ops: Option<u64>| match (ops, access.latency_sample) {
+        (_, 0) => 0,
+        (Some(ops), every) => (ops / u64::from(every) + 2) as usize,
+        (None, _) => 1 << 16,
+    };
+    let outcome = run_pinned(
+        &plan.cpus(),
+        |i| {
+            let t = &plan.threads[i];
+            // Distinct streams for every thread and run.
+            let seed = access.seed
+                ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                ^ (run + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            let n = capacity(t.ops);
+            ThreadState {
+                rng: Rng::new(seed),
+                counters: ThreadCounters::open(available),
+                samples: Samples {
+                    reads: Vec::with_capacity(n),
+                    writes: Vec::with_capacity(n),
+                },
+            }
+        },
+        |i, state: &mut ThreadState| {
+            let t = &plan.threads[i];
+            let job = Job {
+                region: ptrs[t.region],
+                share: t.share_offset as usize..(t.share_offset + t.share_len) as usize,
+                pattern: access.pattern,
+                op_size: access.op_size.0 as usize,
+                mix,
+                isa,
+                store: access.stores,
+                sample_every: u64::from(access.latency_sample),
+                ops: t.ops,
+                duration: access.duration.map(|d| d.0),
+                locked: access.sync == Sync::Rwlock,
+                clock,
+                stop: &control.stop,
+                progress: &control.progress.ops_done,
+            };
+            state.counters.start();
+            let done = access::perform(&job, &mut state.rng, &mut state.samples);
+            let counts = state.counters.stop();
+            let samples = std::mem::take(&mut state.samples);
+            (DoneWithSamples { done, samples }, counts)
+        },
+    )?;
+
+    let nanos = |ticks: &[u64]| ticks.iter().map(|&t| clock.nanos(t)).collect::<Vec<f64>>();
+    let mut all_reads = Vec::new();
+    let mut all_writes = Vec::new();
+    let mut threads = Vec::with_capacity(outcome.workers.len());
+    let mut counters: BTreeMap<String, u64> = BTreeMap::new();
+    let mut stopped = false;
+    for (i, worker) in outcome.workers.iter().enumerate() {
+        let (done, counts): &(DoneWithSamples, BTreeMap<String, u64>) = &worker.output;
+        stopped |= done.done.stopped;
+        let reads = nanos(&done.samples.reads);
+        let writes = nanos(&done.samples.writes);
+        for (name, count) in counts {
+            *counters.entry(name.clone()).or_default() += count;
+        }
+        threads.push(ThreadRun {
+            thread: i,
+            cpu: worker.cpu,
+            node: worker.node,
+            ops: done.done.reads + done.done.writes,
+            reads: done.done.reads,
+            writes: done.done.writes,
+            bytes: done.done.bytes,
+            busy_s: worker.busy.as_secs_f64(),
+            read_latency_ns: Percentiles::of(&reads),
+            write_latency_ns: Percentiles::of(&writes),
+            counters: counts.clone(),
+        });
+        all_reads.extend(reads);
+        all_writes.extend(writes);
+    }
+    let wall = outcome.wall.as_secs_f64();
+    let ops: u64 = threads.iter().map(|t| t.ops).sum();
+    let bytes: u64 = threads.iter().map(|t| t.bytes).sum();
+    Ok(Repeat {
+        index,
+        interrupted: stopped,
+        time_to_last_s: wall,
+        ops,
+        reads: threads.iter().map(|t| t.reads).sum(),
+        writes: threads.iter().map(|t| t.writes).sum(),
+        bytes,
+        gb_per_s: if wall > 0.0 {
+            bytes as f64 / wall / 1e9
+        } else {
+            0.0
+        },
+        mops_per_s: if wall > 0.0 {
+            ops as f64 / wall / 1e6
+        } else {
+            0.0
+        },
+        read_latency_ns: Percentiles::of(&all_reads),
+        write_latency_ns: Percentiles::of(&all_writes),
+        counters,
+        threads,
+    })
+}
+
+/// What a worker hands back: its counts and its latency samples.
+struct DoneWithSamples {
+    done: Done,
+    samples: Samples,
+}
+
+/// The access loop's cost per operation on a buffer that fits in the L1
+/// cache: what it costs without waiting for memory. `None` when the
+/// operations are too large for that (over 4 KiB).
+fn loop_cost(exp: &Experiment, clock: &Clock) -> Option<f64> {
+    let op = exp.access.op_size.0 as usize;
+    if op > 4096 {
+        return None;
+    }
+    let bytes = (16 << 10).max(4 * op);
+    let mut words = vec![0u64; bytes / 8];
+    let locks: Vec<StripeLock> = (0..exp.access.lock_stripes.clamp(1, 1024))
+        .map(|_| StripeLock::default())
+        .collect();
+    let region = RegionPtr {
+        base: words.as_mut_ptr().cast(),
+        len: bytes,
+        locks: locks.as_ptr(),
+        stripes: locks.len(),
+    };
+    let (stop, progress) = (AtomicBool::new(false), AtomicU64::new(0));
+    let ops = 200_000u64;
+    let job = Job {
+        region,
+        share: 0..bytes,
+        pattern: exp.access.pattern,
+        op_size: op,
+        mix: exp.access.mix(),
+        isa: exp.access.isa.resolve(),
+        store: crate::kernels::Store::Cached,
+        sample_every: u64::from(exp.access.latency_sample),
+        ops: Some(ops),
+        duration: None,
+        locked: exp.access.sync == Sync::Rwlock,
+        clock,
+        stop: &stop,
+        progress: &progress,
+    };
+    let mut samples = Samples {
+        reads: Vec::with_capacity(ops as usize / 16 + 2),
+        writes: Vec::with_capacity(ops as usize / 16 + 2),
+    };
+    // Best of three: the loop's cost, not the machine's noise.
+    (0..3)
+        .map(|_| {
+            samples.reads.clear();
+            samples.writes.clear();
+            let start = Instant::now();
+            let done = access::perform(&job, &mut Rng::new(7), &mut samples);
+            let elapsed = start.elapsed();
+            elapsed.as_nanos() as f64 / (done.reads + done.writes).max(1) as f64
+        })
+        .min_by(f64::total_cmp)
+}
+
+fn engine_cost(
+    exp: &Experiment,
+    clock: &Clock,
+    loop_ns: Option<f64>,
+    threads: &[super::result::ThreadFigures],
+) -> EngineCost {
+    // Measured time per operation of a thread: its busy time over its
+    // operations (median thread).
+    let mut per_op: Vec<f64> = threads
+        .iter()
+        .filter(|t| t.ops > 0.0)
+        .map(|t| t.busy_s.median * 1e9 / t.ops)
+        .collect();
+    per_op.sort_by(f64::total_cmp);
+    let measured = per_op.get(per_op.len() / 2).copied();
+    EngineCost {
+        clock: clock.name().to_owned(),
+        clock_overhead_ns: clock.overhead_ns(),
+        sample_every: exp.access.latency_sample,
+        loop_ns_per_op: loop_ns,
+        share: match (loop_ns, measured) {
+            (Some(l), Some(m)) if m > 0.0 => Some((l / m).min(1.0)),
+            _ => None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(text: &str) -> RunResult {
+        let exp = Experiment::from_toml_str(text, "test.toml").unwrap();
+        let topology = Topology::system().unwrap();
+        execute(&exp, &topology, &Control::default()).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    fn cpus() -> u32 {
+        numalab::affinity::thread_cpus().unwrap().len().min(2) as u32
+    }
+
+    #[test]
+    fn result_invariants_hold() {
+        let n = cpus();
+        let result = run(&format!(
+            "[threads]\ncount = {n}\n[memory]\nsize = \"4MiB\"\n[access]\nop_size = 128\nread_write = \"2:1\"\nops = 30_001\n[run]\nrepeats = 2\nwarmup = 1"
+        ));
+        assert_eq!(result.schema, "numalab.run");
+        assert_eq!((result.warmups.len(), result.repeats.len()), (1, 2));
+        assert!(!result.interrupted);
+        let mix = result.experiment.access.mix();
+        for repeat in result.warmups.iter().chain(&result.repeats) {
+            assert_eq!(repeat.ops, 30_001, "every planned operation done");
+            assert_eq!(repeat.bytes, repeat.ops * 128, "bytes = ops x op size");
+            assert_eq!(repeat.reads + repeat.writes, repeat.ops);
+            for (t, plan) in repeat.threads.iter().zip(&result.plan.threads) {
+                assert_eq!(Some(t.ops), plan.ops);
+                assert_eq!(t.bytes, t.ops * 128);
+                assert_eq!(
+                    t.writes,
+                    mix.writes_in(t.ops),
+                    "read:write counts follow 2:1"
+                );
+                assert!(
+                    repeat.time_to_last_s >= t.busy_s,
+                    "time to last thread {} < thread {} busy {}",
+                    repeat.time_to_last_s,
+                    t.thread,
+                    t.busy_s
+                );
+                assert_eq!(t.cpu, plan.cpu);
+            }
+            let gbs = repeat.bytes as f64 / repeat.time_to_last_s / 1e9;
+            assert!((repeat.gb_per_s - gbs).abs() < 1e-9 * gbs.max(1.0));
+            let lat = repeat.read_latency_ns.expect("sampled reads");
+            assert!(lat.samples > 0 && lat.p50 <= lat.p99 && lat.p99 <= lat.max);
+        }
+        let figures = result.figures.as_ref().unwrap();
+        assert_eq!(figures.time_to_last_s.n, 2);
+        for check in &result.regions {
+            assert_eq!(
+                check.audit.found.present(),
+                (4 << 20) / 4096,
+                "every page prefaulted"
+            );
+            assert!(check.as_requested, "{}", check.note);
+        }
+        assert_eq!(result.threads.len(), n as usize);
+        assert!(result.engine.loop_ns_per_op.is_some());
+    }
+
+    #[test]
+    fn sequential_and_copy_count_bytes() {
+        for pattern in ["sequential", "copy", "strided:4096"] {
+            let result = run(&format!(
+                "[threads]\ncount = 1\n[memory]\nsize = \"2MiB\"\n[access]\npattern = \"{pattern}\"\nop_size = 1024\nops = 4000\n[run]\nrepeats = 1\nwarmup = 0"
+            ));
+            let r = &result.repeats[0];
+            assert_eq!(r.ops, 4000, "{pattern}");
+            assert_eq!(r.bytes, 4000 * 1024, "{pattern}");
+            if pattern == "copy" {
+                assert_eq!(r.reads, r.writes);
+            } else {
+                assert_eq!(r.writes, 0, "reads only by default");
+            }
+        }
+    }
+
+    #[test]
+    fn remote_is_checked_against_the_threads_node() {
+        let result = run("[memory]\nsize = \"1MiB\"\npolicy = \"remote\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0");
+        let thread_node = result.plan.threads[0].node;
+        let region = &result.regions[0];
+        if numalab::NodeInventory::live().with_memory.len() == 1 {
+            // One node: the pages cannot be remote, and every output says so.
+            assert!(!result.placement_as_requested());
+            assert!(result.warnings.iter().any(
+                |w| w.kind == WarningKind::Placement && w.message.contains("cannot be remote")
+            ));
+            assert!(
+                region.note.starts_with("remote asked, but"),
+                "{}",
+                region.note
+            );
+        } else {
+            assert!(region.as_requested, "{}", region.note);
+            assert_eq!(region.audit.found.on_node(thread_node), 0);
+        }
+    }
+
+    #[test]
+    fn first_touch_and_rwlock_run() {
+        let n = cpus();
+        let result = run(&format!(
+            "[threads]\ncount = {n}\n[memory]\nsize = \"2MiB\"\npolicy = \"first-touch\"\nsharing = \"shared\"\n[access]\nread_write = \"1:1\"\nsync = \"rwlock\"\nlock_stripes = 16\nops = 20_000\n[run]\nrepeats = 1\nwarmup = 0"
+        ));
+        assert!(result.regions[0].as_requested, "{}", result.regions[0].note);
+        assert_eq!(result.repeats[0].ops, 20_000);
+        assert_eq!(result.repeats[0].writes, 10_000);
+    }
+
+    #[test]
+    fn a_stop_before_the_start_runs_nothing() {
+        let exp = Experiment::from_toml_str("[memory]\nsize = \"1MiB\"", "t").unwrap();
+        let control = Control::default();
+        control.stop.store(true, Ordering::Relaxed);
+        let result = execute(&exp, &Topology::system().unwrap(), &control).unwrap();
+        assert!(result.interrupted);
+        assert!(result.repeats.is_empty() && result.figures.is_none());
+        assert!(result
+            .warnings
+            .iter()
+            .any(|w| w.kind == WarningKind::Interrupted));
+    }
+
+    #[test]
+    fn a_timed_run_stops_on_time() {
+        let result = run("[memory]\nsize = \"1MiB\"\n[access]\nduration = \"50ms\"\n[run]\nrepeats = 1\nwarmup = 0");
+        let r = &result.repeats[0];
+        assert!(r.ops > 0);
+        assert!(r.time_to_last_s >= 0.05, "{}", r.time_to_last_s);
+        assert_eq!(result.plan.threads[0].ops, None);
+    }
+}

@@ -1,0 +1,35 @@
+//! The experiment engine behind `numalab run` and `numalab sweep`: the
+//! slide deck's NUMA policy simulator, generalised.
+//!
+//! Data flows one way:
+//!
+//! ```text
+//! config (TOML, --set) → Plan (resolved against the Topology) → execute
+//! (allocate, place, prefault, audit; pinned workers, warm-up, repeats)
+//! → RunResult (serde) → tables, JSON, CSV, plots
+//! ```
+//!
+//! - [`config`]: the experiment file, strict, with located errors;
+//! - [`plan`]: threads' CPUs and nodes, regions' policies, refusals;
+//! - [`mod@execute`]: the run itself (its access loops are in `access`);
+//! - [`result`]: the one result type every exporter reads;
+//! - [`sweep`]: grids of experiments and the comparison against `local`.
+
+pub(crate) mod access;
+pub mod clock;
+pub mod config;
+pub mod counters;
+pub mod execute;
+pub mod plan;
+pub mod result;
+pub mod rwlock;
+pub mod sweep;
+pub mod values;
+
+pub use clock::Clock;
+pub use config::{ConfigError, Experiment, Key, KEYS};
+pub use execute::{execute, execute_plan, Control, ExecuteError, Progress};
+pub use plan::{Plan, PlanError, RegionPlan, ThreadPlan};
+pub use result::{RunResult, SweepResult, Warning, WarningKind};
+pub use sweep::run_sweep;
+pub use values::{ByteSize, Pattern, PolicySpec, ReadWrite, Seconds, Sharing, ThreadPlacement};

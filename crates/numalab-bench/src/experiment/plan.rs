@@ -1,0 +1,1094 @@
+//! The plan: an experiment resolved against a [`Topology`] — each thread's
+//! CPU and node, each region's size, users and kernel policy — and
+//! checked before anything is allocated or started: threads beyond the
+//! CPUs, nodes that do not exist, more memory than the nodes have free.
+
+use std::collections::BTreeMap;
+
+use numalab::system::NodeMemory;
+use numalab::{CpuSet, HugePages, MemPolicy, NodeSet, PolicyError, SpecError, Support, Topology};
+use serde::{Deserialize, Serialize};
+
+use super::config::Experiment;
+use super::result::{Warning, WarningKind};
+use super::values::{Pattern, PolicySpec, Sharing, ThreadPlacement};
+
+/// One worker thread's place.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadPlan {
+    /// Thread number, from 0.
+    pub thread: usize,
+    /// The CPU it is pinned to.
+    pub cpu: u32,
+    /// That CPU's node.
+    pub node: u32,
+    /// The region it accesses.
+    pub region: usize,
+    /// Offset of its own share of the region (what sequential patterns
+    /// walk and what it faults in first with `first-touch`).
+    pub share_offset: u64,
+    /// Length of its share.
+    pub share_len: u64,
+    /// Operations it performs per run (`None` when the run is timed).
+    pub ops: Option<u64>,
+}
+
+/// One memory region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionPlan {
+    /// Region number, from 0.
+    pub region: usize,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// The policy the experiment asked for (`local`, `remote`, ...).
+    pub requested: String,
+    /// The kernel policy that gives it, on this topology.
+    pub policy: MemPolicy,
+    /// No policy: each thread faults in its own share.
+    pub first_touch: bool,
+    /// The node of the threads that use it (for a shared region, the node
+    /// with most of them).
+    pub home: u32,
+    /// Nodes the pages should be on.
+    pub expected_nodes: NodeSet,
+    /// The threads that use it.
+    pub threads: Vec<usize>,
+    /// Page size backing it.
+    pub huge_pages: HugePages,
+}
+
+/// An experiment resolved against a topology.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Each thread.
+    pub threads: Vec<ThreadPlan>,
+    /// Each region.
+    pub regions: Vec<RegionPlan>,
+    /// Whether threads share CPUs.
+    pub oversubscribed: bool,
+    /// What the plan could not honour as asked (e.g. `remote` on a
+    /// one-node machine).
+    pub warnings: Vec<Warning>,
+}
+
+/// Why an experiment cannot be placed on this machine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// More threads on a node (or CPU list) than it has CPUs.
+    #[error("threads.count = {count} with placement {placement} puts {threads} threads on {place}, which has {cpus} CPU(s) this process may use ({cpu_list}); lower threads.count, choose other CPUs, or set threads.oversubscribe = true")]
+    TooManyThreads {
+        /// Threads asked for.
+        count: u32,
+        /// The placement.
+        placement: String,
+        /// Threads that landed there.
+        threads: usize,
+        /// "node 0" or "CPUs 0-3".
+        place: String,
+        /// CPUs available there.
+        cpus: usize,
+        /// Which.
+        cpu_list: CpuSet,
+    },
+    /// A node or CPU that does not exist or may not be used.
+    #[error("{key} = \"{value}\": {source}")]
+    Spec {
+        /// The experiment key.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        source: SpecError,
+    },
+    /// A policy that cannot be applied here.
+    #[error("memory.policy = \"{value}\": {source}")]
+    Policy {
+        /// The policy as written.
+        value: String,
+        /// What is wrong.
+        source: PolicyError,
+    },
+    /// No CPU to run on.
+    #[error("threads.placement = \"{placement}\" leaves no CPU this process may use")]
+    NoCpus {
+        /// The placement.
+        placement: String,
+    },
+    /// The regions need more memory than the nodes have free.
+    #[error("the plan needs {} on {place}, which has {} free{}; lower memory.size or threads.count, or choose other nodes",
+        mib(*needed), mib(*free),
+        if *reclaimable > 0 { format!(" (and {} of reclaimable page cache)", mib(*reclaimable)) } else { String::new() })]
+    Memory {
+        /// "node 1" or "nodes 0-3".
+        place: String,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes free.
+        free: u64,
+        /// Reclaimable page cache.
+        reclaimable: u64,
+    },
+    /// Not enough free explicit huge pages.
+    #[error("the plan needs {needed} free 2 MiB huge pages on {place}, which has {free}; reserve them with `echo N > /sys/devices/system/node/nodeX/hugepages/hugepages-2048kB/nr_hugepages`, or set memory.huge_pages = \"thp\"")]
+    HugePages {
+        /// "node 1" or "nodes 0-3".
+        place: String,
+        /// Pages needed.
+        needed: u64,
+        /// Pages free.
+        free: u64,
+    },
+    /// Shares too small for one operation.
+    #[error("{0}")]
+    Layout(String),
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// A node's memory available to the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeFree {
+    /// Free bytes.
+    pub free: u64,
+    /// Reclaimable page cache.
+    pub reclaimable: u64,
+    /// Free explicit 2 MiB huge pages.
+    pub huge_2m: u64,
+}
+
+impl NodeFree {
+    /// Read now from sysfs.
+    pub fn live(node: u32) -> Option<NodeFree> {
+        let memory = NodeMemory::read(node).ok()?;
+        Some(NodeFree {
+            free: memory.free_bytes,
+            reclaimable: memory.file_bytes,
+            huge_2m: memory
+                .huge_pages
+                .iter()
+                .filter(|p| p.page_bytes == 2 << 20)
+                .map(|p| p.free)
+                .sum(),
+        })
+    }
+}
+
+fn place_name(nodes: &NodeSet) -> String {
+    if nodes.len() == 1 {
+        format!("node {nodes}")
+    } else {
+        format!("nodes {nodes}")
+    }
+}
+
+impl Plan {
+    /// Resolves `exp` on `topology`; for this machine, memory is checked
+    /// against each node's free memory now.
+    ///
+    /// ```
+    /// use numalab::Topology;
+    /// use numalab_bench::experiment::{Experiment, Plan};
+    /// let topo = Topology::from_synthetic("pack:2 numa:1 core:4 pu:1")?;
+    /// let exp = Experiment::from_toml_str(
+    ///     "[threads]\ncount = 4\nplacement = \"ratio:3:1\"\n[memory]\npolicy = \"remote\"", "x")?;
+    /// let plan = Plan::resolve(&exp, &topo)?;
+    /// let nodes: Vec<u32> = plan.threads.iter().map(|t| t.node).collect();
+    /// assert_eq!(nodes, [0, 0, 0, 1]);
+    /// assert_eq!(plan.regions[0].policy.to_string(), "bind:1", "node 0's threads use node 1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resolve(exp: &Experiment, topology: &Topology) -> Result<Plan, PlanError> {
+        let live = topology.is_this_system();
+        Self::resolve_with(exp, topology, &|node| {
+            if live {
+                NodeFree::live(node)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Resolves with `free(node)` telling each node's available memory
+    /// (`None`: unknown, not checked).
+    pub fn resolve_with(
+        exp: &Experiment,
+        topology: &Topology,
+        free: &dyn Fn(u32) -> Option<NodeFree>,
+    ) -> Result<Plan, PlanError> {
+        let mut warnings = Vec::new();
+        let (cpus, oversubscribed) = thread_cpus(exp, topology, &mut warnings)?;
+        let node_of = |cpu: u32| topology.cpu(cpu).and_then(|c| c.node).unwrap_or(0);
+
+        // Who uses which region.
+        let thread_nodes: Vec<u32> = cpus.iter().map(|&c| node_of(c)).collect();
+        let groups: Vec<Vec<usize>> = match exp.memory.sharing {
+            Sharing::Shared => vec![(0..cpus.len()).collect()],
+            Sharing::PerThread => (0..cpus.len()).map(|t| vec![t]).collect(),
+            Sharing::PerNode => {
+                let mut by_node: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+                for (t, node) in thread_nodes.iter().enumerate() {
+                    by_node.entry(*node).or_default().push(t);
+                }
+                by_node.into_values().collect()
+            }
+        };
+        let mut region_of = vec![0; cpus.len()];
+        for (r, users) in groups.iter().enumerate() {
+            for &t in users {
+                region_of[t] = r;
+            }
+        }
+
+        let support = topology.is_this_system().then(Support::probe);
+        let mut regions = Vec::with_capacity(groups.len());
+        for (r, users) in groups.iter().enumerate() {
+            let mut count: BTreeMap<u32, usize> = BTreeMap::new();
+            for &t in users {
+                *count.entry(thread_nodes[t]).or_default() += 1;
+            }
+            // The node with most users; the lowest id on a tie.
+            let home = count
+                .iter()
+                .max_by_key(|(node, n)| (**n, std::cmp::Reverse(**node)))
+                .map_or(0, |(node, _)| *node);
+            let user_nodes: NodeSet = count.keys().copied().collect();
+            let (policy, first_touch) = region_policy(
+                exp,
+                topology,
+                r,
+                home,
+                &user_nodes,
+                users.len(),
+                &mut warnings,
+            )?;
+            if let Some(support) = &support {
+                support
+                    .require(&policy)
+                    .map_err(|source| PlanError::Policy {
+                        value: exp.memory.policy.to_string(),
+                        source,
+                    })?;
+            }
+            let expected_nodes =
+                if first_touch || matches!(policy, MemPolicy::Default | MemPolicy::Local) {
+                    user_nodes.clone()
+                } else {
+                    policy.nodes()
+                };
+            regions.push(RegionPlan {
+                region: r,
+                bytes: exp.memory.size.0,
+                requested: exp.memory.policy.to_string(),
+                policy,
+                first_touch,
+                home,
+                expected_nodes,
+                threads: users.clone(),
+                huge_pages: exp.memory.huge_pages,
+            });
+        }
+
+        let threads = shares(exp, &cpus, &thread_nodes, &region_of, &groups)?;
+        check_memory(&regions, topology, free)?;
+        Ok(Plan {
+            threads,
+            regions,
+            oversubscribed,
+            warnings,
+        })
+    }
+
+    /// The CPUs of the threads, in thread order.
+    pub fn cpus(&self) -> Vec<u32> {
+        self.threads.iter().map(|t| t.cpu).collect()
+    }
+}
+
+/// The CPUs of each node that this process may use, one per core first,
+/// then SMT siblings (as likwid-pin and OpenMP's `spread` fill a node).
+fn node_cpus(topology: &Topology, node: u32) -> Vec<u32> {
+    let mut cpus: Vec<(usize, u32)> = Vec::new();
+    let mut seen_per_core: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut all: Vec<_> = topology
+        .cpus
+        .iter()
+        .filter(|c| c.node == Some(node) && topology.allowed_cpus.contains(c.id))
+        .collect();
+    all.sort_by_key(|c| c.id);
+    for cpu in all {
+        let rank = seen_per_core.entry(cpu.core).or_default();
+        cpus.push((*rank, cpu.id));
+        *rank += 1;
+    }
+    cpus.sort();
+    cpus.into_iter().map(|(_, id)| id).collect()
+}
+
+/// Splits `count` in proportion to `weights` (largest remainder; ties to
+/// the earlier entry).
+fn split(count: usize, weights: &[u32]) -> Vec<usize> {
+    let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+    if total == 0 {
+        return vec![0; weights.len()];
+    }
+    let mut parts: Vec<usize> = weights
+        .iter()
+        .map(|&w| (count as u64 * u64::from(w) / total) as usize)
+        .collect();
+    let mut left = count - parts.iter().sum::<usize>();
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by_key(|&i| {
+        let rem = count as u64 * u64::from(weights[i]) % total;
+        (std::cmp::Reverse(rem), i)
+    });
+    for i in order.into_iter().cycle() {
+        if left == 0 {
+            break;
+        }
+        if weights[i] > 0 {
+            parts[i] += 1;
+            left -= 1;
+        }
+    }
+    parts
+}
+
+fn thread_cpus(
+    exp: &Experiment,
+    topology: &Topology,
+    warnings: &mut Vec<Warning>,
+) -> Result<(Vec<u32>, bool), PlanError> {
+    let count = exp.threads.count as usize;
+    let placement = exp.threads.placement.to_string();
+    let oversubscribe = exp.threads.oversubscribe;
+    let cpu_nodes: Vec<u32> = topology
+        .nodes_with_cpus()
+        .iter()
+        .filter(|&n| !node_cpus(topology, n).is_empty())
+        .collect();
+
+    // An explicit CPU list: exactly those, in order.
+    if let ThreadPlacement::Cpus(list) = &exp.threads.placement {
+        let set = topology
+            .parse_cpus(list)
+            .map_err(|source| PlanError::Spec {
+                key: "threads.placement",
+                value: placement.clone(),
+                source,
+            })?;
+        let list: Vec<u32> = set.iter().collect();
+        if list.is_empty() {
+            return Err(PlanError::NoCpus { placement });
+        }
+        if count > list.len() && !oversubscribe {
+            return Err(PlanError::TooManyThreads {
+                count: exp.threads.count,
+                placement,
+                threads: count,
+                place: format!("CPUs {set}"),
+                cpus: list.len(),
+                cpu_list: set,
+            });
+        }
+        let cpus: Vec<u32> = list.iter().copied().cycle().take(count).collect();
+        return Ok((cpus, count > list.len()));
+    }
+
+    let (nodes, weights): (Vec<u32>, Vec<u32>) = match &exp.threads.placement {
+        ThreadPlacement::Balanced => (cpu_nodes.clone(), vec![1; cpu_nodes.len()]),
+        ThreadPlacement::Nodes(list) => {
+            let set = topology
+                .parse_nodes(list)
+                .and_then(|set| topology.check_cpu_nodes(&set).map(|()| set))
+                .map_err(|source| PlanError::Spec {
+                    key: "threads.placement",
+                    value: placement.clone(),
+                    source,
+                })?;
+            let nodes: Vec<u32> = set.iter().filter(|n| cpu_nodes.contains(n)).collect();
+            let weights = vec![1; nodes.len()];
+            (nodes, weights)
+        }
+        ThreadPlacement::Ratio(parts) => {
+            let mut weights = vec![0u32; cpu_nodes.len().min(parts.len())];
+            if parts.len() > cpu_nodes.len() {
+                warnings.push(Warning::new(
+                    WarningKind::Placement,
+                    format!(
+                        "threads.placement = \"{placement}\" names {} nodes but {} has CPUs this process may use: the extra parts run on the same node(s), so the split is not the one asked for",
+                        parts.len(),
+                        place_name(&cpu_nodes.iter().copied().collect()),
+                    ),
+                ));
+            }
+            if weights.is_empty() {
+                return Err(PlanError::NoCpus { placement });
+            }
+            let k = weights.len();
+            for (i, part) in parts.iter().enumerate() {
+                weights[i % k] += part;
+            }
+            (cpu_nodes[..k].to_vec(), weights)
+        }
+        ThreadPlacement::Cpus(_) => unreachable!("handled above"),
+    };
+    if nodes.is_empty() {
+        return Err(PlanError::NoCpus { placement });
+    }
+    let per_node = split(count, &weights);
+    let mut cpus = Vec::with_capacity(count);
+    let mut oversubscribed = false;
+    for (node, n) in nodes.iter().zip(per_node) {
+        let available = node_cpus(topology, *node);
+        if n > available.len() {
+            if !oversubscribe {
+                return Err(PlanError::TooManyThreads {
+                    count: exp.threads.count,
+                    placement,
+                    threads: n,
+                    place: format!("node {node}"),
+                    cpus: available.len(),
+                    cpu_list: available.iter().copied().collect(),
+                });
+            }
+            oversubscribed = true;
+        }
+        cpus.extend(available.iter().copied().cycle().take(n));
+    }
+    if oversubscribed {
+        warnings.push(Warning::new(
+            WarningKind::Oversubscribed,
+            format!("{count} threads share fewer CPUs (threads.oversubscribe = true): they take turns, so times include waiting for a CPU"),
+        ));
+    }
+    Ok((cpus, oversubscribed))
+}
+
+fn region_policy(
+    exp: &Experiment,
+    topology: &Topology,
+    region: usize,
+    home: u32,
+    user_nodes: &NodeSet,
+    users: usize,
+    warnings: &mut Vec<Warning>,
+) -> Result<(MemPolicy, bool), PlanError> {
+    let memory_nodes = topology
+        .nodes_with_memory()
+        .intersection(&topology.allowed_nodes);
+    let shared_note = |what: &str, node: u32, warnings: &mut Vec<Warning>| {
+        if user_nodes.len() > 1 {
+            warnings.push(Warning::new(
+                WarningKind::Placement,
+                format!(
+                    "region {region} is shared by threads on nodes {user_nodes}: `{what}` can only be {what} to one node's threads; it is on node {node} (memory.sharing = \"per-node\" gives each node its own region)"
+                ),
+            ));
+        }
+    };
+    let policy = match &exp.memory.policy {
+        PolicySpec::FirstTouch => return Ok((MemPolicy::Default, true)),
+        PolicySpec::Local => {
+            let node = if memory_nodes.contains(home) {
+                home
+            } else {
+                let nearest = topology
+                    .nodes_by_distance(home)
+                    .into_iter()
+                    .find(|n| memory_nodes.contains(*n))
+                    .ok_or_else(|| {
+                        PlanError::Layout("no node with memory this process may use".into())
+                    })?;
+                warnings.push(Warning::new(
+                    WarningKind::Placement,
+                    format!("node {home} has no memory: region {region}'s `local` pages go to the nearest node with memory, {nearest}"),
+                ));
+                nearest
+            };
+            shared_note("local", node, warnings);
+            MemPolicy::Bind(NodeSet::single(node))
+        }
+        PolicySpec::Remote => {
+            let other = topology
+                .nodes_by_distance(home)
+                .into_iter()
+                .find(|n| memory_nodes.contains(*n) && !user_nodes.contains(*n));
+            let other = other.or_else(|| {
+                topology
+                    .nodes_by_distance(home)
+                    .into_iter()
+                    .find(|n| memory_nodes.contains(*n))
+            });
+            match other {
+                Some(node) => {
+                    if users > 0 && user_nodes.contains(node) {
+                        warnings.push(Warning::new(
+                            WarningKind::Placement,
+                            format!("region {region} is shared by threads on nodes {user_nodes}: no node is remote to all of them; it is on node {node}, local to that node's threads"),
+                        ));
+                    }
+                    MemPolicy::Bind(NodeSet::single(node))
+                }
+                None => {
+                    let node = if memory_nodes.contains(home) {
+                        home
+                    } else {
+                        memory_nodes.first().unwrap_or(home)
+                    };
+                    warnings.push(Warning::new(
+                        WarningKind::Placement,
+                        format!(
+                            "memory.policy = \"remote\": this machine has one NUMA node with memory ({}), so the pages cannot be remote; region {region} is on node {node} and its figures are local figures",
+                            memory_nodes
+                        ),
+                    ));
+                    MemPolicy::Bind(NodeSet::single(node))
+                }
+            }
+        }
+        PolicySpec::Kernel(text) => {
+            let text = if text == "interleave" {
+                "interleave:all"
+            } else {
+                text.as_str()
+            };
+            topology
+                .parse_policy(text)
+                .map_err(|source| PlanError::Policy {
+                    value: exp.memory.policy.to_string(),
+                    source,
+                })?
+        }
+    };
+    Ok((policy, false))
+}
+
+/// Each thread's share of its region, and its operations.
+fn shares(
+    exp: &Experiment,
+    cpus: &[u32],
+    thread_nodes: &[u32],
+    region_of: &[usize],
+    groups: &[Vec<usize>],
+) -> Result<Vec<ThreadPlan>, PlanError> {
+    let bytes = exp.memory.size.0;
+    let op = exp.access.op_size.0;
+    let minimum = match exp.access.pattern {
+        Pattern::Copy => 2 * op,
+        Pattern::Strided(stride) => op.max(stride.min(op)),
+        _ => op,
+    };
+    let total_ops = exp.access.total_ops();
+    let n = cpus.len() as u64;
+    let mut threads = Vec::with_capacity(cpus.len());
+    for (t, &cpu) in cpus.iter().enumerate() {
+        let users = &groups[region_of[t]];
+        let k = users.len() as u64;
+        let index = users.iter().position(|&u| u == t).unwrap_or(0) as u64;
+        // Page-aligned shares when the pages allow it, so first touch puts
+        // whole pages on each thread's node; else op-aligned.
+        let unit = if bytes / k >= 4096 { 4096 } else { op };
+        let start = (bytes * index / k) / unit * unit;
+        let end = if index + 1 == k {
+            bytes
+        } else {
+            (bytes * (index + 1) / k) / unit * unit
+        };
+        let share_len = end - start;
+        let needs_share = exp.access.pattern != Pattern::Random;
+        if needs_share && share_len < minimum {
+            return Err(PlanError::Layout(format!(
+                "memory.size = {} split among the {k} threads of region {} leaves shares of {share_len} bytes, less than one {} operation of access.op_size = {}; raise memory.size or lower threads.count",
+                exp.memory.size,
+                region_of[t],
+                exp.access.pattern,
+                exp.access.op_size
+            )));
+        }
+        let ops = total_ops.map(|total| total / n + u64::from((t as u64) < total % n));
+        threads.push(ThreadPlan {
+            thread: t,
+            cpu,
+            node: thread_nodes[t],
+            region: region_of[t],
+            share_offset: start,
+            share_len,
+            ops,
+        });
+    }
+    Ok(threads)
+}
+
+/// Refuses regions the nodes cannot hold.
+fn check_memory(
+    regions: &[RegionPlan],
+    topology: &Topology,
+    free: &dyn Fn(u32) -> Option<NodeFree>,
+) -> Result<(), PlanError> {
+    let all: NodeSet = topology
+        .nodes_with_memory()
+        .intersection(&topology.allowed_nodes);
+    // Bytes that must be on one node, and bytes that may go anywhere.
+    let mut on_node: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut anywhere: Vec<(NodeSet, u64)> = Vec::new();
+    let huge = regions
+        .iter()
+        .any(|r| r.huge_pages == HugePages::Explicit2M);
+    for region in regions {
+        let bytes = if region.huge_pages == HugePages::Explicit2M {
+            region.bytes.div_ceil(2 << 20) * (2 << 20)
+        } else {
+            region.bytes
+        };
+        match &region.policy {
+            MemPolicy::Bind(nodes) if nodes.len() == 1 => {
+                *on_node.entry(nodes.first().unwrap_or(0)).or_default() += bytes;
+            }
+            MemPolicy::Bind(nodes) => anywhere.push((nodes.clone(), bytes)),
+            MemPolicy::Interleave(nodes) => {
+                let k = nodes.len().max(1) as u64;
+                for node in nodes.iter() {
+                    *on_node.entry(node).or_default() += bytes / k;
+                }
+            }
+            MemPolicy::WeightedInterleave(weights) => {
+                let total: u64 = weights.values().map(|&w| u64::from(w)).sum();
+                for (node, w) in weights {
+                    *on_node.entry(*node).or_default() += bytes * u64::from(*w) / total.max(1);
+                }
+            }
+            _ => anywhere.push((all.clone(), bytes)),
+        }
+    }
+    let available = |node: u32| free(node);
+    let unit = |bytes: u64| if huge { bytes.div_ceil(2 << 20) } else { bytes };
+    let room = |f: NodeFree| {
+        if huge {
+            f.huge_2m
+        } else {
+            f.free + f.reclaimable
+        }
+    };
+    let refuse = |nodes: &NodeSet, needed: u64, free: u64, reclaimable: u64| {
+        let place = place_name(nodes);
+        if huge {
+            PlanError::HugePages {
+                place,
+                needed: unit(needed),
+                free,
+            }
+        } else {
+            PlanError::Memory {
+                place,
+                needed,
+                free,
+                reclaimable,
+            }
+        }
+    };
+    for (&node, &needed) in &on_node {
+        if let Some(f) = available(node) {
+            if unit(needed) > room(f) {
+                return Err(refuse(
+                    &NodeSet::single(node),
+                    needed,
+                    if huge { f.huge_2m } else { f.free },
+                    if huge { 0 } else { f.reclaimable },
+                ));
+            }
+        }
+    }
+    // Everything together against everything the nodes have.
+    let mut nodes = all.clone();
+    for (set, _) in &anywhere {
+        nodes = nodes.union(set);
+    }
+    let total: u64 = on_node.values().sum::<u64>() + anywhere.iter().map(|(_, b)| b).sum::<u64>();
+    let frees: Vec<NodeFree> = nodes.iter().filter_map(available).collect();
+    if !frees.is_empty() {
+        let free_sum: u64 = frees
+            .iter()
+            .map(|f| if huge { f.huge_2m } else { f.free })
+            .sum();
+        let reclaimable: u64 = if huge {
+            0
+        } else {
+            frees.iter().map(|f| f.reclaimable).sum()
+        };
+        if unit(total) > free_sum + reclaimable {
+            return Err(refuse(&nodes, total, free_sum, reclaimable));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exp(text: &str) -> Experiment {
+        Experiment::from_toml_str(text, "test.toml").unwrap()
+    }
+
+    fn two() -> Topology {
+        // 2 nodes × 4 cores × 2 threads: node 0 CPUs 0-7, node 1 CPUs 8-15.
+        Topology::from_synthetic("pack:2 numa:1 core:4 pu:2").unwrap()
+    }
+
+    fn four() -> Topology {
+        Topology::from_synthetic("pack:2 numa:2 core:2 pu:1").unwrap()
+    }
+
+    fn eight() -> Topology {
+        Topology::from_synthetic("pack:4 numa:2 core:2 pu:2").unwrap()
+    }
+
+    fn plan(topo: &Topology, text: &str) -> Plan {
+        Plan::resolve(&exp(text), topo).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    fn nodes_of_threads(plan: &Plan) -> Vec<u32> {
+        plan.threads.iter().map(|t| t.node).collect()
+    }
+
+    #[test]
+    fn balanced_fills_cores_before_siblings() {
+        let p = plan(&two(), "[threads]\ncount = 6");
+        assert_eq!(nodes_of_threads(&p), [0, 0, 0, 1, 1, 1]);
+        // One PU per core first: CPUs 0, 2, 4 on node 0 (1, 3, 5 are siblings).
+        assert_eq!(p.cpus(), [0, 2, 4, 8, 10, 12]);
+        let p = plan(&two(), "[threads]\ncount = 12");
+        assert_eq!(p.cpus()[..6], [0, 2, 4, 6, 1, 3]);
+        assert!(!p.oversubscribed && p.warnings.is_empty());
+        let p = plan(&two(), "[threads]\ncount = 3");
+        assert_eq!(
+            nodes_of_threads(&p),
+            [0, 0, 1],
+            "the remainder goes to the first nodes"
+        );
+    }
+
+    #[test]
+    fn ratio_and_explicit_nodes_and_cpus() {
+        let p = plan(&two(), "[threads]\ncount = 8\nplacement = \"ratio:3:1\"");
+        assert_eq!(nodes_of_threads(&p), [0, 0, 0, 0, 0, 0, 1, 1]);
+        let p = plan(&two(), "[threads]\ncount = 4\nplacement = \"ratio:0:1\"");
+        assert_eq!(nodes_of_threads(&p), [1, 1, 1, 1]);
+        let p = plan(&four(), "[threads]\ncount = 4\nplacement = \"nodes:1,3\"");
+        assert_eq!(nodes_of_threads(&p), [1, 1, 3, 3]);
+        assert_eq!(p.cpus(), [2, 3, 6, 7]);
+        let p = plan(&two(), "[threads]\ncount = 3\nplacement = \"cpus:9,1,15\"");
+        assert_eq!(
+            p.cpus(),
+            [1, 9, 15],
+            "a CPU list is used in ascending order"
+        );
+        assert_eq!(nodes_of_threads(&p), [0, 1, 1]);
+        let p = plan(
+            &eight(),
+            "[threads]\ncount = 8\nplacement = \"ratio:1:1:1:1:1:1:1:1\"",
+        );
+        assert_eq!(nodes_of_threads(&p), [0, 1, 2, 3, 4, 5, 6, 7]);
+    }
+
+    #[test]
+    fn impossible_thread_plans_are_refused() {
+        let err = Plan::resolve(&exp("[threads]\ncount = 20"), &two()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "threads.count = 20 with placement balanced puts 10 threads on node 0, which has 8 CPU(s) this process may use (0-7); lower threads.count, choose other CPUs, or set threads.oversubscribe = true"
+        );
+        let p = plan(&two(), "[threads]\ncount = 20\noversubscribe = true");
+        assert!(p.oversubscribed);
+        assert_eq!(p.warnings[0].kind, WarningKind::Oversubscribed);
+        assert_eq!(p.threads.len(), 20);
+        let err = Plan::resolve(&exp("[threads]\nplacement = \"nodes:0,7\""), &two()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "threads.placement = \"nodes:0,7\": node 7 does not exist; this machine has nodes 0-1"
+        );
+        let err = Plan::resolve(&exp("[threads]\nplacement = \"cpus:99\""), &two()).unwrap_err();
+        assert!(err.to_string().contains("CPU 99 does not exist"), "{err}");
+        let err = Plan::resolve(
+            &exp("[threads]\ncount = 3\nplacement = \"cpus:0-1\""),
+            &two(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("puts 3 threads on CPUs 0-1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn ratio_beyond_the_nodes_warns() {
+        let one = Topology::from_synthetic("numa:1 core:4 pu:1").unwrap();
+        let p = plan(&one, "[threads]\ncount = 4\nplacement = \"ratio:3:1\"");
+        assert_eq!(nodes_of_threads(&p), [0, 0, 0, 0]);
+        assert_eq!(p.warnings[0].kind, WarningKind::Placement);
+        assert!(
+            p.warnings[0].message.contains("names 2 nodes"),
+            "{}",
+            p.warnings[0].message
+        );
+    }
+
+    #[test]
+    fn sharing_makes_the_regions() {
+        let p = plan(
+            &four(),
+            "[threads]\ncount = 8\n[memory]\nsharing = \"per-node\"",
+        );
+        assert_eq!(p.regions.len(), 4);
+        assert_eq!(p.regions[2].threads, [4, 5]);
+        assert_eq!(p.regions[2].home, 2);
+        assert_eq!(p.threads[5].region, 2);
+        let p = plan(
+            &four(),
+            "[threads]\ncount = 8\n[memory]\nsharing = \"per-thread\"",
+        );
+        assert_eq!(p.regions.len(), 8);
+        assert!(p
+            .threads
+            .iter()
+            .all(|t| t.region == t.thread && t.share_offset == 0));
+        let p = plan(
+            &four(),
+            "[threads]\ncount = 8\n[memory]\nsharing = \"shared\"\nsize = \"8MiB\"",
+        );
+        assert_eq!(p.regions.len(), 1);
+        assert_eq!(p.regions[0].threads.len(), 8);
+        // Shares cover the region without overlap, page-aligned.
+        let mut end = 0;
+        for t in &p.threads {
+            assert_eq!(t.share_offset, end);
+            assert_eq!(t.share_offset % 4096, 0);
+            end += t.share_len;
+        }
+        assert_eq!(end, 8 << 20);
+    }
+
+    #[test]
+    fn local_and_remote_follow_the_threads() {
+        for topo in [two(), four(), eight()] {
+            let n = topo.nodes.len() as u32;
+            let text = format!("[threads]\ncount = {}\n[memory]\npolicy = \"local\"", 2 * n);
+            let p = plan(&topo, &text);
+            for r in &p.regions {
+                assert_eq!(r.policy, MemPolicy::Bind(NodeSet::single(r.home)));
+                assert_eq!(r.expected_nodes, NodeSet::single(r.home));
+                for &t in &r.threads {
+                    assert_eq!(p.threads[t].node, r.home);
+                }
+            }
+            let p = plan(&topo, &text.replace("local", "remote"));
+            for r in &p.regions {
+                let node = r.policy.nodes().first().unwrap();
+                assert_ne!(node, r.home, "remote is another node");
+                let nearest = topo.nodes_by_distance(r.home)[0];
+                assert_eq!(node, nearest, "the nearest other node");
+            }
+            assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        }
+        // On the 8-node machine (2 nodes per package) the nearest is the
+        // package sibling when the distances say so; without distances,
+        // the next id.
+        let p = plan(
+            &eight(),
+            "[threads]\ncount = 8\n[memory]\npolicy = \"remote\"",
+        );
+        assert_eq!(p.regions.len(), 8);
+    }
+
+    #[test]
+    fn remote_on_one_node_resolves_with_a_warning() {
+        let one = Topology::from_synthetic("numa:1 core:2 pu:1").unwrap();
+        let p = plan(&one, "[threads]\ncount = 2\n[memory]\npolicy = \"remote\"");
+        assert_eq!(p.regions[0].policy, MemPolicy::Bind(NodeSet::single(0)));
+        assert_eq!(p.warnings.len(), 1);
+        assert!(
+            p.warnings[0].message.contains("cannot be remote"),
+            "{}",
+            p.warnings[0].message
+        );
+    }
+
+    #[test]
+    fn shared_local_and_remote_warn() {
+        let p = plan(
+            &two(),
+            "[threads]\ncount = 4\nplacement = \"ratio:3:1\"\n[memory]\nsharing = \"shared\"",
+        );
+        assert_eq!(
+            p.regions[0].policy,
+            MemPolicy::Bind(NodeSet::single(0)),
+            "home = most threads"
+        );
+        assert!(
+            p.warnings[0]
+                .message
+                .contains("can only be local to one node"),
+            "{:?}",
+            p.warnings
+        );
+        let p = plan(
+            &two(),
+            "[threads]\ncount = 4\n[memory]\nsharing = \"shared\"\npolicy = \"remote\"",
+        );
+        assert_eq!(p.regions[0].policy, MemPolicy::Bind(NodeSet::single(1)));
+        assert!(
+            p.warnings[0].message.contains("no node is remote"),
+            "{:?}",
+            p.warnings
+        );
+        let p = plan(&four(), "[threads]\ncount = 4\nplacement = \"nodes:0,1\"\n[memory]\nsharing = \"shared\"\npolicy = \"remote\"");
+        let node = p.regions[0].policy.nodes().first().unwrap();
+        assert!(node >= 2, "a node without threads is remote to all: {node}");
+        assert!(p.warnings.is_empty());
+    }
+
+    #[test]
+    fn kernel_policies_and_first_touch() {
+        let topo = four();
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 4\n[memory]\npolicy = \"interleave\"",
+        );
+        assert_eq!(p.regions[0].policy.to_string(), "interleave:0-3");
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 4\n[memory]\npolicy = \"interleave:1,2\"",
+        );
+        assert_eq!(p.regions[3].expected_nodes.to_string(), "1-2");
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 4\n[memory]\npolicy = \"weighted-interleave:0=3,1=1\"",
+        );
+        assert_eq!(
+            p.regions[0].policy.to_string(),
+            "weighted-interleave:0=3,1=1"
+        );
+        let p = plan(&topo, "[threads]\ncount = 4\n[memory]\npolicy = \"bind:2\"");
+        assert!(p
+            .regions
+            .iter()
+            .all(|r| r.policy == MemPolicy::Bind(NodeSet::single(2))));
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 4\n[memory]\npolicy = \"preferred:3\"",
+        );
+        assert_eq!(p.regions[0].policy, MemPolicy::Preferred(3));
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 4\n[memory]\npolicy = \"first-touch\"\nsharing = \"shared\"",
+        );
+        assert!(p.regions[0].first_touch);
+        assert_eq!(p.regions[0].policy, MemPolicy::Default);
+        assert_eq!(p.regions[0].expected_nodes.to_string(), "0-3");
+        let err = Plan::resolve(&exp("[memory]\npolicy = \"bind:9\""), &topo).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "memory.policy = \"bind:9\": node 9 does not exist; this machine has nodes 0-3"
+        );
+    }
+
+    #[test]
+    fn memory_beyond_the_nodes_is_refused() {
+        let topo = two();
+        let gib = 1u64 << 30;
+        let free = |node: u32| {
+            Some(NodeFree {
+                free: if node == 0 { gib } else { 4 * gib },
+                reclaimable: 0,
+                huge_2m: 10,
+            })
+        };
+        let fits = exp("[threads]\ncount = 2\n[memory]\nsize = \"1GiB\"\npolicy = \"remote\"");
+        assert!(Plan::resolve_with(&fits, &topo, &free).is_ok());
+        let too_big = exp("[threads]\ncount = 2\n[memory]\nsize = \"2GiB\"\npolicy = \"bind:0\"");
+        let err = Plan::resolve_with(&too_big, &topo, &free).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the plan needs 4096.0 MiB on node 0, which has 1024.0 MiB free; lower memory.size or threads.count, or choose other nodes"
+        );
+        let total =
+            exp("[threads]\ncount = 2\n[memory]\nsize = \"3GiB\"\npolicy = \"preferred:0\"");
+        let err = Plan::resolve_with(&total, &topo, &free).unwrap_err();
+        assert!(err.to_string().contains("on nodes 0-1"), "{err}");
+        let huge = exp("[threads]\ncount = 2\n[memory]\nsize = \"30MiB\"\nhuge_pages = \"2M\"\npolicy = \"bind:1\"");
+        let err = Plan::resolve_with(&huge, &topo, &free).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("needs 30 free 2 MiB huge pages on node 1, which has 10"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn ops_split_across_threads() {
+        let p = plan(&two(), "[threads]\ncount = 3\n[access]\nops = 10");
+        let ops: Vec<u64> = p.threads.iter().map(|t| t.ops.unwrap()).collect();
+        assert_eq!(ops, [4, 3, 3]);
+        let p = plan(&two(), "[access]\nduration = \"1s\"");
+        assert_eq!(p.threads[0].ops, None);
+    }
+
+    #[test]
+    fn tiny_shares_are_refused() {
+        let err = Plan::resolve(
+            &exp("[threads]\ncount = 8\n[memory]\nsharing = \"shared\"\nsize = \"1KiB\"\n[access]\npattern = \"copy\"\nop_size = 128"),
+            &two(),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("less than one copy operation"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn every_policy_and_split_resolves_on_2_4_and_8_nodes() {
+        let wide = |d: &str| Topology::from_synthetic(d).unwrap();
+        for topo in [
+            two(),
+            wide("pack:2 numa:2 core:4 pu:1"),
+            wide("pack:4 numa:2 core:4 pu:1"),
+        ] {
+            for placement in [
+                "balanced",
+                "ratio:3:1",
+                "ratio:1:1",
+                "nodes:0,1",
+                "cpus:0-3",
+            ] {
+                for policy in [
+                    "local",
+                    "remote",
+                    "first-touch",
+                    "interleave",
+                    "interleave:0,1",
+                    "bind:1",
+                    "preferred:1",
+                    "weighted-interleave:0=2,1=1",
+                ] {
+                    for sharing in ["shared", "per-node", "per-thread"] {
+                        let text = format!("[threads]\ncount = 4\nplacement = \"{placement}\"\n[memory]\nsize = \"1MiB\"\npolicy = \"{policy}\"\nsharing = \"{sharing}\"");
+                        let p = plan(&topo, &text);
+                        assert_eq!(p.threads.len(), 4);
+                        for t in &p.threads {
+                            assert_eq!(topo.cpu(t.cpu).unwrap().node, Some(t.node), "{text}");
+                            assert!(p.regions[t.region].threads.contains(&t.thread));
+                        }
+                        for r in &p.regions {
+                            assert!(!r.expected_nodes.is_empty(), "{text}");
+                            assert!(topo.check_memory_nodes(&r.expected_nodes).is_ok());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

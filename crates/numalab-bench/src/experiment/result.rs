@@ -1,0 +1,506 @@
+//! What a run produces: one serde type, [`RunResult`], read by every
+//! exporter (table, JSON, CSV, Markdown, plots) and by `numalab plot` from
+//! a saved file. Raw figures of every repeat and thread are kept; the
+//! summaries are computed from them.
+
+use std::collections::BTreeMap;
+
+use numalab::audit::PlacementAudit;
+use numalab::system::Environment;
+use serde::{Deserialize, Serialize};
+
+use super::config::Experiment;
+use super::plan::Plan;
+use crate::stats::{quantile, Summary};
+
+/// `schema` of a run's JSON document.
+pub const RUN_SCHEMA: &str = "numalab.run";
+/// `schema` of a sweep's JSON document.
+pub const SWEEP_SCHEMA: &str = "numalab.sweep";
+/// Version of both schemas; bumped on incompatible changes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What a warning is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningKind {
+    /// The pages or threads are not where the experiment asked.
+    Placement,
+    /// Threads share CPUs.
+    Oversubscribed,
+    /// The repeats disagree more than [`crate::stats::NOISY_CV`].
+    Noisy,
+    /// No hardware performance counters.
+    NoPmu,
+    /// The engine's own loop is a visible share of the time.
+    Overhead,
+    /// Stopped before the end (Ctrl-C).
+    Interrupted,
+}
+
+/// Something every output shows beside the figures.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Warning {
+    /// What it is about.
+    pub kind: WarningKind,
+    /// One sentence for people.
+    pub message: String,
+}
+
+impl Warning {
+    /// A warning.
+    pub fn new(kind: WarningKind, message: impl Into<String>) -> Warning {
+        Warning {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// Latency percentiles of the sampled operations, in nanoseconds (the
+/// clock's own cost subtracted).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Operations timed.
+    pub samples: u64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+    /// Slowest.
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// From samples in nanoseconds; `None` when there are none.
+    pub fn of(samples: &[f64]) -> Option<Percentiles> {
+        Some(Percentiles {
+            samples: samples.len() as u64,
+            p50: quantile(samples, 0.5)?,
+            p90: quantile(samples, 0.9)?,
+            p99: quantile(samples, 0.99)?,
+            p999: quantile(samples, 0.999)?,
+            max: samples.iter().copied().fold(f64::MIN, f64::max),
+        })
+    }
+}
+
+/// One thread in one repeat: the raw figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadRun {
+    /// Thread number.
+    pub thread: usize,
+    /// CPU it was pinned to.
+    pub cpu: u32,
+    /// Node it was on when it finished (the kernel's answer).
+    pub node: u32,
+    /// Operations done (reads + writes).
+    pub ops: u64,
+    /// Reads done.
+    pub reads: u64,
+    /// Writes done.
+    pub writes: u64,
+    /// Bytes read and written: operations × op size.
+    pub bytes: u64,
+    /// From the common start until it finished, in seconds.
+    pub busy_s: f64,
+    /// Its sampled read latencies.
+    pub read_latency_ns: Option<Percentiles>,
+    /// Its sampled write latencies.
+    pub write_latency_ns: Option<Percentiles>,
+    /// Performance counters over its work (name → count).
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// One run (a repeat or a warm-up).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repeat {
+    /// Number, from 0, among the repeats (or among the warm-ups).
+    pub index: usize,
+    /// Whether Ctrl-C stopped it before the end.
+    pub interrupted: bool,
+    /// From the common start until the last thread finished, in seconds
+    /// (the deck's figure of merit).
+    pub time_to_last_s: f64,
+    /// Operations of all threads.
+    pub ops: u64,
+    /// Reads of all threads.
+    pub reads: u64,
+    /// Writes of all threads.
+    pub writes: u64,
+    /// Bytes of all threads.
+    pub bytes: u64,
+    /// bytes / time to last thread, in GB/s (10⁹ bytes per second).
+    pub gb_per_s: f64,
+    /// ops / time to last thread, in millions per second.
+    pub mops_per_s: f64,
+    /// Sampled read latencies of all threads together.
+    pub read_latency_ns: Option<Percentiles>,
+    /// Sampled write latencies of all threads together.
+    pub write_latency_ns: Option<Percentiles>,
+    /// Counters summed over the threads.
+    pub counters: BTreeMap<String, u64>,
+    /// Each thread.
+    pub threads: Vec<ThreadRun>,
+}
+
+/// The figures of a run over its repeats: median, min, max, CV.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Time to the last thread, seconds.
+    pub time_to_last_s: Summary,
+    /// GB/s.
+    pub gb_per_s: Summary,
+    /// Millions of operations per second.
+    pub mops_per_s: Summary,
+    /// Median read latency, ns.
+    pub read_p50_ns: Option<Summary>,
+    /// 99th-percentile read latency, ns.
+    pub read_p99_ns: Option<Summary>,
+    /// Median write latency, ns.
+    pub write_p50_ns: Option<Summary>,
+    /// 99th-percentile write latency, ns.
+    pub write_p99_ns: Option<Summary>,
+    /// Each counter (summed over threads) over the repeats.
+    pub counters: BTreeMap<String, Summary>,
+}
+
+/// One thread over the repeats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadFigures {
+    /// Thread number.
+    pub thread: usize,
+    /// CPU.
+    pub cpu: u32,
+    /// Node it ran on (the kernel's answer, in the last repeat).
+    pub node: u32,
+    /// The region it used.
+    pub region: usize,
+    /// Node(s) holding that region's pages.
+    pub memory_nodes: String,
+    /// Operations per repeat (median).
+    pub ops: f64,
+    /// Busy time over the repeats, seconds.
+    pub busy_s: Summary,
+    /// Its operations per second, millions (median over repeats).
+    pub mops_per_s: f64,
+    /// Its GB/s (median over repeats).
+    pub gb_per_s: f64,
+    /// Median of its per-repeat median read latency, ns.
+    pub read_p50_ns: Option<f64>,
+    /// Median of its per-repeat 99th-percentile read latency, ns.
+    pub read_p99_ns: Option<f64>,
+}
+
+/// The placement check of one region.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegionCheck {
+    /// Region number.
+    pub region: usize,
+    /// Bytes.
+    pub bytes: u64,
+    /// The policy asked for (`remote`).
+    pub requested: String,
+    /// The kernel policy used.
+    pub policy: String,
+    /// Nodes of the threads that use it.
+    pub thread_nodes: numalab::NodeSet,
+    /// Pages found against the kernel policy.
+    pub audit: PlacementAudit,
+    /// Whether the pages are what was *asked* for: the audit matches, and
+    /// `local` pages are on their threads' node, `remote` pages on another.
+    pub as_requested: bool,
+    /// One line for tables.
+    pub note: String,
+}
+
+/// The engine's own cost, measured so it can be seen to be negligible.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineCost {
+    /// The clock used to time sampled operations (`tsc` or `instant`).
+    pub clock: String,
+    /// Cost of reading it twice back to back, ns (subtracted from each
+    /// sample).
+    pub clock_overhead_ns: f64,
+    /// One operation in this many is timed (0: none).
+    pub sample_every: u32,
+    /// The access loop's time per operation on a buffer that fits in the
+    /// L1 cache, ns: its cost without memory stalls (`None` when the
+    /// operations are too large to measure that way).
+    pub loop_ns_per_op: Option<f64>,
+    /// That cost over the measured time per operation per thread: an
+    /// upper bound of the engine's share of the figures.
+    pub share: Option<f64>,
+}
+
+/// Which performance counters were read.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CounterInfo {
+    /// Counter names read.
+    pub events: Vec<String>,
+    /// Why some were not (one line), e.g. no hardware PMU.
+    pub note: Option<String>,
+}
+
+/// Everything one experiment run produced (`numalab run --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// `numalab.run`.
+    pub schema: String,
+    /// Version of the schema.
+    pub schema_version: u32,
+    /// The numalab version that measured it.
+    pub numalab_version: String,
+    /// When it was written (UTC, RFC 3339; filled in by the writer).
+    pub created: String,
+    /// The experiment, after `--set` overrides.
+    pub experiment: Experiment,
+    /// Host, kernel, CPU, topology summary, numa_balancing, THP.
+    pub environment: Environment,
+    /// Each thread's CPU and node, each region's policy.
+    pub plan: Plan,
+    /// Where each region's pages were, against the request.
+    pub regions: Vec<RegionCheck>,
+    /// The unmeasured warm-up runs.
+    pub warmups: Vec<Repeat>,
+    /// The measured runs: every raw figure.
+    pub repeats: Vec<Repeat>,
+    /// Median, min, max and CV of each figure over the repeats (`None`
+    /// when no repeat completed).
+    pub figures: Option<Figures>,
+    /// Each thread over the repeats.
+    pub threads: Vec<ThreadFigures>,
+    /// Which counters were read.
+    pub counters: CounterInfo,
+    /// The engine's own cost.
+    pub engine: EngineCost,
+    /// What every output shows: placement mismatches, noise, no PMU.
+    pub warnings: Vec<Warning>,
+    /// Whether Ctrl-C stopped the run: what was measured is kept.
+    pub interrupted: bool,
+}
+
+impl RunResult {
+    /// Median time to the last thread, seconds (the deck's figure).
+    pub fn time_to_last(&self) -> Option<f64> {
+        self.figures.as_ref().map(|f| f.time_to_last_s.median)
+    }
+
+    /// Whether the threads and every region's pages were where they were
+    /// asked to be (no region check failed, no placement warning).
+    pub fn placement_as_requested(&self) -> bool {
+        self.regions.iter().all(|r| r.as_requested)
+            && !self
+                .warnings
+                .iter()
+                .any(|w| w.kind == WarningKind::Placement)
+    }
+}
+
+/// Summaries of the completed repeats' figures.
+pub fn figures(repeats: &[Repeat]) -> Option<Figures> {
+    let done: Vec<&Repeat> = repeats.iter().filter(|r| !r.interrupted).collect();
+    let of =
+        |f: &dyn Fn(&Repeat) -> f64| Summary::of(&done.iter().map(|r| f(r)).collect::<Vec<_>>());
+    let of_opt = |f: &dyn Fn(&Repeat) -> Option<f64>| {
+        let values: Vec<f64> = done.iter().filter_map(|r| f(r)).collect();
+        if values.len() == done.len() {
+            Summary::of(&values)
+        } else {
+            None
+        }
+    };
+    let mut counters = BTreeMap::new();
+    if let Some(first) = done.first() {
+        for name in first.counters.keys() {
+            let values: Vec<f64> = done
+                .iter()
+                .filter_map(|r| r.counters.get(name).map(|&c| c as f64))
+                .collect();
+            if let Some(summary) = Summary::of(&values) {
+                counters.insert(name.clone(), summary);
+            }
+        }
+    }
+    Some(Figures {
+        time_to_last_s: of(&|r| r.time_to_last_s)?,
+        gb_per_s: of(&|r| r.gb_per_s)?,
+        mops_per_s: of(&|r| r.mops_per_s)?,
+        read_p50_ns: of_opt(&|r| r.read_latency_ns.map(|p| p.p50)),
+        read_p99_ns: of_opt(&|r| r.read_latency_ns.map(|p| p.p99)),
+        write_p50_ns: of_opt(&|r| r.write_latency_ns.map(|p| p.p50)),
+        write_p99_ns: of_opt(&|r| r.write_latency_ns.map(|p| p.p99)),
+        counters,
+    })
+}
+
+fn median(values: &[f64]) -> Option<f64> {
+    quantile(values, 0.5)
+}
+
+/// Each thread's figures over the completed repeats.
+pub fn thread_figures(
+    plan: &Plan,
+    regions: &[RegionCheck],
+    repeats: &[Repeat],
+) -> Vec<ThreadFigures> {
+    let done: Vec<&Repeat> = repeats.iter().filter(|r| !r.interrupted).collect();
+    plan.threads
+        .iter()
+        .filter_map(|t| {
+            let runs: Vec<&ThreadRun> = done
+                .iter()
+                .filter_map(|r| r.threads.iter().find(|x| x.thread == t.thread))
+                .collect();
+            let busy: Vec<f64> = runs.iter().map(|r| r.busy_s).collect();
+            let per = |f: &dyn Fn(&ThreadRun) -> f64| {
+                median(&runs.iter().map(|r| f(r)).collect::<Vec<_>>())
+            };
+            let lat = |f: &dyn Fn(&ThreadRun) -> Option<f64>| {
+                median(&runs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+            };
+            Some(ThreadFigures {
+                thread: t.thread,
+                cpu: t.cpu,
+                node: runs.last().map_or(t.node, |r| r.node),
+                region: t.region,
+                memory_nodes: regions
+                    .get(t.region)
+                    .map(|r| {
+                        let nodes = r.audit.found.nodes();
+                        if nodes.is_empty() {
+                            "-".to_owned()
+                        } else {
+                            nodes.to_string()
+                        }
+                    })
+                    .unwrap_or_default(),
+                ops: per(&|r| r.ops as f64)?,
+                busy_s: Summary::of(&busy)?,
+                mops_per_s: per(&|r| {
+                    if r.busy_s > 0.0 {
+                        r.ops as f64 / r.busy_s / 1e6
+                    } else {
+                        0.0
+                    }
+                })?,
+                gb_per_s: per(&|r| {
+                    if r.busy_s > 0.0 {
+                        r.bytes as f64 / r.busy_s / 1e9
+                    } else {
+                        0.0
+                    }
+                })?,
+                read_p50_ns: lat(&|r| r.read_latency_ns.map(|p| p.p50)),
+                read_p99_ns: lat(&|r| r.read_latency_ns.map(|p| p.p99)),
+            })
+        })
+        .collect()
+}
+
+/// One cell of a sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepCell {
+    /// The values that make this cell, in axis order (key, value; text
+    /// without TOML quotes).
+    pub settings: Vec<(String, String)>,
+    /// Its result (`None` when Ctrl-C stopped the sweep before it).
+    pub result: Option<RunResult>,
+}
+
+impl SweepCell {
+    /// The value of `key` in this cell.
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.settings
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One line of the comparison against `local`: a policy's time to the
+/// last thread beside local's in the same cell of the other axes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The other axes' values (e.g. `threads.count = 8`).
+    pub settings: Vec<(String, String)>,
+    /// The policy.
+    pub policy: String,
+    /// Its median time to the last thread, seconds.
+    pub time_s: f64,
+    /// `local`'s, seconds.
+    pub local_s: f64,
+    /// (time / local − 1) × 100: +69 means 69% slower than local.
+    pub vs_local_percent: f64,
+}
+
+/// Everything a sweep produced (`numalab sweep --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepResult {
+    /// `numalab.sweep`.
+    pub schema: String,
+    /// Version of the schema.
+    pub schema_version: u32,
+    /// The numalab version that measured it.
+    pub numalab_version: String,
+    /// When it was written (UTC, RFC 3339; filled in by the writer).
+    pub created: String,
+    /// The experiment with its `[sweep]` grid, after `--set` overrides.
+    pub experiment: Experiment,
+    /// Host, kernel, CPU, topology summary, numa_balancing, THP.
+    pub environment: Environment,
+    /// The swept keys, in file order, with their values.
+    pub axes: Vec<(String, Vec<String>)>,
+    /// Each cell, first axis varying slowest.
+    pub cells: Vec<SweepCell>,
+    /// Each policy against `local` (empty when `memory.policy` is not
+    /// swept or `local` is not among its values).
+    pub comparison: Vec<Comparison>,
+    /// Warnings of the sweep as a whole (each cell keeps its own).
+    pub warnings: Vec<Warning>,
+    /// Whether Ctrl-C stopped the sweep.
+    pub interrupted: bool,
+}
+
+/// Each policy's time against `local`'s in the same cell of the other
+/// axes.
+pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
+    const POLICY: &str = "memory.policy";
+    let others = |cell: &SweepCell| -> Vec<(String, String)> {
+        cell.settings
+            .iter()
+            .filter(|(k, _)| k != POLICY)
+            .cloned()
+            .collect()
+    };
+    let time = |cell: &SweepCell| cell.result.as_ref().and_then(RunResult::time_to_last);
+    let mut out = Vec::new();
+    for cell in cells {
+        let Some(policy) = cell.setting(POLICY) else {
+            continue;
+        };
+        if policy == "local" {
+            continue;
+        }
+        let key = others(cell);
+        let local = cells
+            .iter()
+            .find(|c| c.setting(POLICY) == Some("local") && others(c) == key);
+        if let (Some(t), Some(local_t)) = (time(cell), local.and_then(time)) {
+            if local_t > 0.0 {
+                out.push(Comparison {
+                    settings: key,
+                    policy: policy.to_owned(),
+                    time_s: t,
+                    local_s: local_t,
+                    vs_local_percent: (t / local_t - 1.0) * 100.0,
+                });
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,608 @@
+//! The values an experiment file is written with: sizes (`150MiB`),
+//! durations (`10s`), thread placements (`ratio:3:1`), memory policies
+//! (`interleave:0,1`), sharing, access patterns (`strided:256`) and
+//! read:write ratios (`2:1`). Each is parsed from its text with an error
+//! that says what is valid, and serialised back to the same text, so a
+//! result file's copy of the experiment reads like the file it came from.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::kernels::Mix;
+
+/// Implements `Serialize` as the `Display` text and `Deserialize` from a
+/// string through `FromStr` (whose error becomes the deserialiser's, so it
+/// carries the TOML position).
+macro_rules! text_serde {
+    ($ty:ty, $expecting:literal) => {
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Visitor;
+                impl serde::de::Visitor<'_> for Visitor {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expecting)
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$ty, E> {
+                        v.parse().map_err(E::custom)
+                    }
+                    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<$ty, E> {
+                        self.visit_str(&v.to_string())
+                    }
+                    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<$ty, E> {
+                        self.visit_str(&v.to_string())
+                    }
+                }
+                deserializer.deserialize_any(Visitor)
+            }
+        }
+    };
+}
+
+/// A number of bytes, written `150MiB`, `1GiB`, `64KiB`, `2MB` (powers of
+/// 1000), `4K`/`2M`/`1G` (powers of 1024, as `dd` and `numactl` read them)
+/// or a plain integer.
+///
+/// ```
+/// use numalab_bench::experiment::ByteSize;
+/// assert_eq!("150MiB".parse::<ByteSize>()?.0, 150 << 20);
+/// assert_eq!("150MB".parse::<ByteSize>()?.0, 150_000_000);
+/// assert_eq!(ByteSize(3 << 30).to_string(), "3GiB");
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let text = s.trim().replace('_', "");
+        let split = text
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let bad = || {
+            format!(
+                "invalid size {s:?}; write a number and a unit, e.g. 150MiB, 1GiB, 64KiB, 2MB, or bytes"
+            )
+        };
+        let value: f64 = number.parse().map_err(|_| bad())?;
+        let scale: u64 = match unit.trim() {
+            "" | "B" => 1,
+            "K" | "k" | "KiB" => 1 << 10,
+            "M" | "MiB" => 1 << 20,
+            "G" | "GiB" => 1 << 30,
+            "T" | "TiB" => 1 << 40,
+            "KB" | "kB" => 1_000,
+            "MB" => 1_000_000,
+            "GB" => 1_000_000_000,
+            "TB" => 1_000_000_000_000,
+            _ => return Err(bad()),
+        };
+        let bytes = value * scale as f64;
+        if !(bytes.is_finite() && bytes >= 0.0 && bytes <= u64::MAX as f64) || bytes.fract() != 0.0
+        {
+            return Err(format!("size {s:?} is not a whole number of bytes"));
+        }
+        Ok(ByteSize(bytes as u64))
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(u64, &str); 4] = [
+            (1 << 40, "TiB"),
+            (1 << 30, "GiB"),
+            (1 << 20, "MiB"),
+            (1 << 10, "KiB"),
+        ];
+        for (scale, unit) in UNITS {
+            if self.0 >= scale && self.0.is_multiple_of(scale) {
+                return write!(f, "{}{unit}", self.0 / scale);
+            }
+        }
+        for (scale, unit) in [(1_000_000_000, "GB"), (1_000_000, "MB")] {
+            if self.0 >= scale && self.0.is_multiple_of(scale) {
+                return write!(f, "{}{unit}", self.0 / scale);
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
+text_serde!(ByteSize, "a size such as \"150MiB\" or a number of bytes");
+
+/// A duration, written `10s`, `500ms`, `2m`, `1.5s`.
+///
+/// ```
+/// use numalab_bench::experiment::Seconds;
+/// assert_eq!("500ms".parse::<Seconds>()?.0.as_millis(), 500);
+/// assert_eq!(Seconds(std::time::Duration::from_secs(90)).to_string(), "90s");
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Seconds(pub Duration);
+
+impl FromStr for Seconds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let text = s.trim();
+        let split = text
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let bad = || format!("invalid duration {s:?}; write e.g. 10s, 500ms or 2m");
+        let value: f64 = number.parse().map_err(|_| bad())?;
+        let secs = match unit.trim() {
+            "s" => value,
+            "ms" => value / 1e3,
+            "us" | "µs" => value / 1e6,
+            "m" | "min" => value * 60.0,
+            "h" => value * 3600.0,
+            _ => return Err(bad()),
+        };
+        if !(secs.is_finite() && secs > 0.0) {
+            return Err(format!("duration {s:?} must be longer than zero"));
+        }
+        Ok(Seconds(Duration::from_secs_f64(secs)))
+    }
+}
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        if d.subsec_nanos() == 0 {
+            write!(f, "{}s", d.as_secs())
+        } else if d.as_nanos().is_multiple_of(1_000_000) {
+            write!(f, "{}ms", d.as_millis())
+        } else {
+            write!(f, "{}s", d.as_secs_f64())
+        }
+    }
+}
+
+text_serde!(Seconds, "a duration such as \"10s\" or \"500ms\"");
+
+/// Which CPUs the threads run on.
+///
+/// ```
+/// use numalab_bench::experiment::ThreadPlacement;
+/// let p: ThreadPlacement = "ratio:3:1".parse()?;
+/// assert_eq!(p, ThreadPlacement::Ratio(vec![3, 1]));
+/// assert_eq!(p.to_string(), "ratio:3:1");
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ThreadPlacement {
+    /// Spread evenly over every node with CPUs (the deck's balanced split).
+    #[default]
+    Balanced,
+    /// Split over the nodes with CPUs, in id order, in this ratio (the
+    /// deck's unbalanced split: `ratio:3:1` puts three quarters of the
+    /// threads on the first node).
+    Ratio(Vec<u32>),
+    /// Spread evenly over these nodes (`nodes:0,1`).
+    Nodes(String),
+    /// Exactly these CPUs, in this order (`cpus:0-5,12-17`).
+    Cpus(String),
+}
+
+impl FromStr for ThreadPlacement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
+        let valid = "expected balanced, ratio:3:1, nodes:0,1 or cpus:0-5,12-17";
+        match (kind, arg.trim()) {
+            ("balanced", "") => Ok(ThreadPlacement::Balanced),
+            ("ratio", parts) if !parts.is_empty() => {
+                let ratio = parts
+                    .split(':')
+                    .map(|p| p.trim().parse::<u32>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|_| {
+                        format!("invalid ratio {s:?}: write whole numbers, as in ratio:3:1")
+                    })?;
+                if ratio.iter().all(|&r| r == 0) {
+                    return Err(format!("ratio {s:?} puts no thread anywhere"));
+                }
+                Ok(ThreadPlacement::Ratio(ratio))
+            }
+            ("nodes", list) if !list.is_empty() => {
+                numalab::NodeSet::from_str(list)
+                    .map_err(|e| format!("invalid placement {s:?}: {e}"))?;
+                Ok(ThreadPlacement::Nodes(list.to_owned()))
+            }
+            ("cpus", list) if !list.is_empty() => {
+                numalab::CpuSet::from_str(list)
+                    .map_err(|e| format!("invalid placement {s:?}: {e}"))?;
+                Ok(ThreadPlacement::Cpus(list.to_owned()))
+            }
+            _ => Err(format!("invalid thread placement {s:?}; {valid}")),
+        }
+    }
+}
+
+impl fmt::Display for ThreadPlacement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ThreadPlacement::Balanced => f.write_str("balanced"),
+            ThreadPlacement::Ratio(parts) => {
+                f.write_str("ratio")?;
+                parts.iter().try_for_each(|p| write!(f, ":{p}"))
+            }
+            ThreadPlacement::Nodes(list) => write!(f, "nodes:{list}"),
+            ThreadPlacement::Cpus(list) => write!(f, "cpus:{list}"),
+        }
+    }
+}
+
+text_serde!(
+    ThreadPlacement,
+    "a placement such as \"balanced\" or \"ratio:3:1\""
+);
+
+/// Where each region's pages go, as an experiment asks for it. Resolved
+/// against a topology into a kernel [`MemPolicy`](numalab::MemPolicy) per
+/// region by the plan.
+///
+/// ```
+/// use numalab_bench::experiment::PolicySpec;
+/// assert_eq!("remote".parse::<PolicySpec>()?, PolicySpec::Remote);
+/// assert_eq!("interleave".parse::<PolicySpec>()?.to_string(), "interleave");
+/// assert!("replicate".parse::<PolicySpec>().unwrap_err().contains("not available yet"));
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PolicySpec {
+    /// Each region on the node of the threads that use it.
+    #[default]
+    Local,
+    /// Each region on the nearest other node (by firmware distance).
+    Remote,
+    /// No policy: each thread faults in its own share of its region, and
+    /// the kernel puts those pages on the thread's node (or wherever it
+    /// finds memory).
+    FirstTouch,
+    /// Any kernel policy in numactl's spelling, checked against the
+    /// topology: `interleave` (every node with memory), `interleave:0,1`,
+    /// `weighted-interleave:0=3,1=1`, `bind:1`, `preferred:1`,
+    /// `preferred-many:0,2`, `default`.
+    Kernel(String),
+    // `Replicate` (per-node copies of read-mostly pages, reads local,
+    // writes collapsing the copies) arrives with the library's
+    // `ReplicatedPages`: it is parsed below and refused until then.
+}
+
+/// Why `replicate` is refused today.
+pub const REPLICATE_NOT_YET: &str = "memory.policy = \"replicate\" is not available yet: \
+     per-node replication (the library's ReplicatedPages) is still being built; \
+     compare local, remote, interleave, bind or first-touch meanwhile";
+
+impl FromStr for PolicySpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let name = s.split(':').next().unwrap_or(s);
+        match s {
+            "local" => return Ok(PolicySpec::Local),
+            "remote" => return Ok(PolicySpec::Remote),
+            "first-touch" => return Ok(PolicySpec::FirstTouch),
+            "replicate" => return Err(REPLICATE_NOT_YET.to_owned()),
+            "interleave" => return Ok(PolicySpec::Kernel("interleave".into())),
+            _ => {}
+        }
+        match name {
+            "interleave" | "weighted-interleave" | "bind" | "preferred" | "preferred-many"
+            | "default" => {
+                // Syntax only here; nodes are checked against the
+                // topology when the plan is made.
+                let probe = s
+                    .replace(":all", ":0")
+                    .replace(":!", ":");
+                probe
+                    .parse::<numalab::MemPolicy>()
+                    .map_err(|e| e.to_string())?;
+                Ok(PolicySpec::Kernel(s.to_owned()))
+            }
+            _ => Err(format!(
+                "unknown memory policy {s:?}; expected local, remote, first-touch, interleave[:NODES], \
+                 weighted-interleave:0=3,1=1, bind:N, preferred:N, preferred-many:NODES or default"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for PolicySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicySpec::Local => f.write_str("local"),
+            PolicySpec::Remote => f.write_str("remote"),
+            PolicySpec::FirstTouch => f.write_str("first-touch"),
+            PolicySpec::Kernel(text) => f.write_str(text),
+        }
+    }
+}
+
+text_serde!(
+    PolicySpec,
+    "a policy such as \"local\", \"remote\" or \"interleave\""
+);
+
+/// How many regions there are and who uses each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sharing {
+    /// One region every thread uses.
+    Shared,
+    /// One region per node that runs threads, used by that node's threads
+    /// (the deck's 2 × 150 MB).
+    #[default]
+    PerNode,
+    /// One private region per thread.
+    PerThread,
+}
+
+impl fmt::Display for Sharing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Sharing::Shared => "shared",
+            Sharing::PerNode => "per-node",
+            Sharing::PerThread => "per-thread",
+        })
+    }
+}
+
+/// The order in which a thread visits its memory.
+///
+/// ```
+/// use numalab_bench::experiment::Pattern;
+/// assert_eq!("strided:256".parse::<Pattern>()?, Pattern::Strided(256));
+/// assert_eq!(Pattern::Copy.to_string(), "copy");
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pattern {
+    /// Operations at uniformly random op-size-aligned offsets of the whole
+    /// region (the deck's simulator).
+    #[default]
+    Random,
+    /// Each thread walks its own contiguous share of the region, one
+    /// operation after the other, wrapping at its end.
+    Sequential,
+    /// As sequential, with this many bytes between the starts of
+    /// successive operations.
+    Strided(u64),
+    /// Each thread copies the first half of its share into the second half
+    /// (a read and a write per operation; likwid-bench's `copy`).
+    Copy,
+}
+
+impl FromStr for Pattern {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        match s {
+            "random" => Ok(Pattern::Random),
+            "sequential" => Ok(Pattern::Sequential),
+            "copy" => Ok(Pattern::Copy),
+            _ => match s.strip_prefix("strided:") {
+                Some(stride) => {
+                    let stride: ByteSize = stride.parse()?;
+                    if stride.0 == 0 {
+                        return Err(format!("stride in {s:?} must be at least one byte"));
+                    }
+                    Ok(Pattern::Strided(stride.0))
+                }
+                None => Err(format!(
+                    "unknown access pattern {s:?}; expected random, sequential, strided:BYTES or copy"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Random => f.write_str("random"),
+            Pattern::Sequential => f.write_str("sequential"),
+            Pattern::Strided(stride) => write!(f, "strided:{stride}"),
+            Pattern::Copy => f.write_str("copy"),
+        }
+    }
+}
+
+text_serde!(Pattern, "a pattern such as \"random\" or \"strided:256\"");
+
+/// A read:write ratio in the file's spelling (`2:1`).
+///
+/// ```
+/// use numalab_bench::experiment::ReadWrite;
+/// let rw: ReadWrite = "2:1".parse()?;
+/// assert_eq!((rw.0.reads, rw.0.writes), (2, 1));
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadWrite(pub Mix);
+
+impl FromStr for ReadWrite {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(ReadWrite)
+    }
+}
+
+impl fmt::Display for ReadWrite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+text_serde!(ReadWrite, "a read:write ratio such as \"2:1\"");
+
+/// What guards the memory while threads access it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sync {
+    /// Nothing: threads race, as the deck's Experiment 1.
+    #[default]
+    None,
+    /// A reader-writer lock per stripe of the region (`lock_stripes`
+    /// stripes), taken shared for a read and exclusive for a write: the
+    /// deck's Experiment 2.
+    Rwlock,
+}
+
+impl fmt::Display for Sync {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Sync::None => "none",
+            Sync::Rwlock => "rwlock",
+        })
+    }
+}
+
+/// Which vector instructions the sequential kernels use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IsaChoice {
+    /// The widest this CPU has.
+    #[default]
+    Auto,
+    /// 64-bit scalar loads and stores.
+    Scalar,
+    /// AVX2 (256-bit).
+    Avx2,
+    /// AVX-512 (512-bit).
+    Avx512,
+}
+
+impl IsaChoice {
+    /// The ISA to run with on this CPU.
+    pub fn resolve(self) -> crate::kernels::Isa {
+        use crate::kernels::Isa;
+        match self {
+            IsaChoice::Auto => Isa::detect(),
+            IsaChoice::Scalar => Isa::Scalar,
+            IsaChoice::Avx2 => Isa::Avx2,
+            IsaChoice::Avx512 => Isa::Avx512,
+        }
+    }
+}
+
+impl fmt::Display for IsaChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IsaChoice::Auto => "auto",
+            IsaChoice::Scalar => "scalar",
+            IsaChoice::Avx2 => "avx2",
+            IsaChoice::Avx512 => "avx512",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_print() {
+        for (text, bytes) in [
+            ("150MiB", 150u64 << 20),
+            ("1GiB", 1 << 30),
+            ("64KiB", 64 << 10),
+            ("2M", 2 << 20),
+            ("150MB", 150_000_000),
+            ("4096", 4096),
+            ("1_000", 1000),
+            ("1.5GiB", 3 << 29),
+        ] {
+            assert_eq!(text.parse::<ByteSize>().unwrap().0, bytes, "{text}");
+        }
+        for bad in ["", "MiB", "12 parsecs", "-1", "0.5"] {
+            assert!(bad.parse::<ByteSize>().is_err(), "{bad}");
+        }
+        assert_eq!(ByteSize(150 << 20).to_string(), "150MiB");
+        assert_eq!(ByteSize(150_000_000).to_string(), "150MB");
+        assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn durations_parse_and_print() {
+        assert_eq!("10s".parse::<Seconds>().unwrap().0, Duration::from_secs(10));
+        assert_eq!("2m".parse::<Seconds>().unwrap().0, Duration::from_secs(120));
+        assert_eq!("1.5s".parse::<Seconds>().unwrap().to_string(), "1500ms");
+        assert!("0s".parse::<Seconds>().is_err());
+        assert!("10".parse::<Seconds>().is_err());
+    }
+
+    #[test]
+    fn placements_round_trip() {
+        for text in [
+            "balanced",
+            "ratio:3:1",
+            "ratio:1:1:2",
+            "nodes:0,1",
+            "cpus:0-5,12-17",
+        ] {
+            let p: ThreadPlacement = text.parse().unwrap();
+            assert_eq!(p.to_string(), text);
+        }
+        for bad in [
+            "ratio",
+            "ratio:a:b",
+            "ratio:0:0",
+            "nodes:",
+            "cpus:x",
+            "round-robin",
+        ] {
+            assert!(bad.parse::<ThreadPlacement>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn policies_round_trip() {
+        for text in [
+            "local",
+            "remote",
+            "first-touch",
+            "interleave",
+            "interleave:0,1",
+            "interleave:all",
+            "weighted-interleave:0=3,1=1",
+            "bind:1",
+            "preferred:0",
+            "preferred-many:0,2",
+            "default",
+        ] {
+            let p: PolicySpec = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(p.to_string(), text);
+        }
+        for bad in ["near", "bind", "preferred:0,1", "local:1", "interleave:x"] {
+            assert!(bad.parse::<PolicySpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn patterns_round_trip() {
+        for text in ["random", "sequential", "strided:256", "copy"] {
+            assert_eq!(text.parse::<Pattern>().unwrap().to_string(), text);
+        }
+        assert_eq!(
+            "strided:4KiB".parse::<Pattern>().unwrap(),
+            Pattern::Strided(4096)
+        );
+        assert!("strided:0".parse::<Pattern>().is_err());
+        assert!("zigzag".parse::<Pattern>().is_err());
+    }
+}
