@@ -2,9 +2,10 @@
 //! and thread placement for a workload, and check where pages really went.
 
 mod cmd;
+mod exp;
 mod output;
 mod placement;
-#[allow(dead_code)] // used by the commands that draw figures
+#[allow(dead_code)] // heat maps are for `numalab matrix`
 mod plot;
 
 use std::process::ExitCode;
@@ -30,6 +31,9 @@ enum Command {
     Topo(cmd::topo::TopoArgs),
     Exec(cmd::exec::ExecArgs),
     Fill(cmd::fill::FillArgs),
+    Run(cmd::run::RunArgs),
+    Sweep(cmd::sweep::SweepArgs),
+    Plot(cmd::plot::PlotArgs),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,9 @@ fn main() -> ExitCode {
         Command::Topo(args) => cmd::topo::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
         Command::Fill(args) => cmd::fill::run(args).map(|()| 0).map_err(|e| (e, 1)),
+        Command::Run(args) => cmd::run::run(args).map_err(|e| (e, 1)),
+        Command::Sweep(args) => cmd::sweep::run(args).map_err(|e| (e, 1)),
+        Command::Plot(args) => cmd::plot::run(args).map(|()| 0).map_err(|e| (e, 1)),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -2,4 +2,7 @@
 
 pub mod exec;
 pub mod fill;
+pub mod plot;
+pub mod run;
+pub mod sweep;
 pub mod topo;

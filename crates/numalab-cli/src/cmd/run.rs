@@ -1,0 +1,94 @@
+//! `numalab run`: one experiment (the slide deck's simulator, generalised).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Result;
+use clap::Args;
+use numalab::Topology;
+use numalab_bench::experiment::{Control, Plan, RunResult};
+
+use crate::exp::{self, csv, text, ProgressDisplay};
+use crate::output::{self, Format, OutputArgs};
+
+/// Run an experiment file: pinned threads access placed memory; prints the
+/// time until the last thread finished, GB/s, Mops/s, latency
+/// percentiles, per-thread rows and where the pages really were
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    numalab run examples/deck-exp1-small.toml\n  \
+    numalab run exp.toml --set threads.count=8 --set access.op_size=64\n  \
+    numalab run exp.toml --set memory.policy=remote --json -o remote.json\n\n\
+Ctrl-C stops the workers after their current chunk of operations; what was measured is \
+written, marked interrupted, and numalab exits with status 130.")]
+pub struct RunArgs {
+    /// The experiment file (TOML; see the README's reference)
+    #[arg(value_name = "EXPERIMENT.toml")]
+    pub experiment: PathBuf,
+
+    /// Override a key of the file, e.g. threads.count=8 (repeatable)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Exit status after an interrupted run, as a shell reports SIGINT.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// Runs `numalab run`; returns the exit status.
+pub fn run(args: &RunArgs) -> Result<i32> {
+    let control = Control::default();
+    exp::catch_interrupts(&control.stop)?;
+    let experiment = exp::load(&args.experiment, &args.sets)?;
+    if !experiment.sweep.is_empty() {
+        eprintln!(
+            "numalab: note: {} has a [sweep] grid, which `numalab run` ignores (it runs the file's own values); `numalab sweep` runs the grid",
+            args.experiment.display()
+        );
+    }
+    let topology = Topology::system()?;
+    // Refused here, before anything is allocated.
+    let plan = Plan::resolve(&experiment, &topology)?;
+    let display = ProgressDisplay::start(
+        Arc::clone(&control.progress),
+        Arc::new(Mutex::new(String::new())),
+    );
+    let result = numalab_bench::experiment::execute_plan(&experiment, &topology, plan, &control);
+    display.finish();
+    let mut result = result?;
+    result.created = output::now_rfc3339();
+    emit(&result, &args.output)?;
+    Ok(if result.interrupted {
+        EXIT_INTERRUPTED
+    } else {
+        0
+    })
+}
+
+/// Writes a run's result in the format asked for.
+pub fn emit(result: &RunResult, out: &OutputArgs) -> Result<()> {
+    let format = out.format();
+    let text = render(result, format)?;
+    if format != Format::Table {
+        exp::warn_on_stderr(&result.warnings);
+    }
+    out.emit(&text)
+}
+
+/// A run's result as text in `format`.
+pub fn render(result: &RunResult, format: Format) -> Result<String> {
+    Ok(match format {
+        Format::Json => json(result)?,
+        Format::Csv => csv::run(result),
+        Format::Markdown => text::run_report(result, text::Style::Markdown),
+        Format::Table => text::run_report(result, text::Style::Plain),
+    })
+}
+
+fn json(result: &RunResult) -> Result<String> {
+    let mut text = serde_json::to_string_pretty(result)?;
+    text.push('\n');
+    Ok(text)
+}

@@ -1,0 +1,112 @@
+//! `numalab sweep`: a grid of experiments, each placement-checked, with a
+//! table, each policy's difference from `local`, and a figure.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Result};
+use clap::Args;
+use numalab::Topology;
+use numalab_bench::experiment::sweep::{plan_sweep, run_sweep};
+use numalab_bench::experiment::{Control, SweepResult};
+
+use crate::exp::{self, csv, figures, text, ProgressDisplay};
+use crate::output::{self, Format, OutputArgs};
+
+/// Run every cell of an experiment file's `[sweep]` grid (e.g. threads x
+/// policy); prints a table and each policy's difference from local, and
+/// draws the time to the last thread against the swept parameter
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    numalab sweep examples/deck-exp1-small.toml\n  \
+    numalab sweep examples/deck-exp1.toml -o deck.json         (also deck.svg, deck.png)\n  \
+    numalab sweep exp.toml --set access.ops=1_000_000 --markdown\n  \
+    numalab plot deck.json                                      redraws the figure\n\n\
+Every cell is planned before the first runs: a cell this machine cannot place stops the \
+sweep before anything is allocated. --set on a swept key fixes it (the axis is dropped).")]
+pub struct SweepArgs {
+    /// The experiment file, with a `[sweep]` table of lists
+    #[arg(value_name = "EXPERIMENT.toml")]
+    pub experiment: PathBuf,
+
+    /// Override a key of the file, e.g. access.ops=1000000 (repeatable)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+
+    /// Write the figure to STEM.svg and STEM.png (default: the -o file's
+    /// name without extension, else the experiment's name)
+    #[arg(long, value_name = "STEM")]
+    pub plot: Option<PathBuf>,
+
+    /// Draw no figure
+    #[arg(long, conflicts_with = "plot")]
+    pub no_plot: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Runs `numalab sweep`; returns the exit status.
+pub fn run(args: &SweepArgs) -> Result<i32> {
+    let control = Control::default();
+    exp::catch_interrupts(&control.stop)?;
+    let experiment = exp::load(&args.experiment, &args.sets)?;
+    if experiment.sweep.is_empty() {
+        bail!(
+            "{} has no [sweep] table (or --set fixed every swept key); add one, e.g.\n[sweep]\n\"threads.count\" = [1, 2, 4]\n\"memory.policy\" = [\"local\", \"remote\", \"interleave\"]\nor use `numalab run` for a single experiment",
+            args.experiment.display()
+        );
+    }
+    let topology = Topology::system()?;
+    // Every cell checked before the first one runs.
+    plan_sweep(&experiment, &topology)?;
+    let label = Arc::new(Mutex::new(String::new()));
+    let display = ProgressDisplay::start(Arc::clone(&control.progress), Arc::clone(&label));
+    let result = run_sweep(&experiment, &topology, &control, |i, n, cell| {
+        if let Ok(mut label) = label.lock() {
+            *label = format!("cell {}/{n} ({cell}): ", i + 1);
+        }
+    });
+    display.finish();
+    let mut result = result?;
+    result.created = output::now_rfc3339();
+    emit(&result, &args.output)?;
+    if !args.no_plot && result.cells.iter().any(|c| c.result.is_some()) {
+        let stem = exp::figure_stem(
+            args.plot.as_deref(),
+            args.output.output.as_deref(),
+            &result.experiment.name,
+        );
+        let paths = figures::draw_sweep(&result, &stem)?;
+        eprintln!("{}", text::wrote(&paths));
+    }
+    Ok(if result.interrupted {
+        crate::cmd::run::EXIT_INTERRUPTED
+    } else {
+        0
+    })
+}
+
+/// Writes a sweep's result in the format asked for.
+pub fn emit(result: &SweepResult, out: &OutputArgs) -> Result<()> {
+    let format = out.format();
+    let text = render(result, format)?;
+    if format != Format::Table {
+        exp::warn_on_stderr(&result.warnings);
+    }
+    out.emit(&text)
+}
+
+/// A sweep's result as text in `format`.
+pub fn render(result: &SweepResult, format: Format) -> Result<String> {
+    Ok(match format {
+        Format::Json => {
+            let mut text = serde_json::to_string_pretty(result)?;
+            text.push('\n');
+            text
+        }
+        Format::Csv => csv::sweep(result),
+        Format::Markdown => text::sweep_report(result, text::Style::Markdown),
+        Format::Table => text::sweep_report(result, text::Style::Plain),
+    })
+}

@@ -1,0 +1,135 @@
+//! CSV: every raw figure, one row per thread per run (`numalab run`), or
+//! one row per cell (`numalab sweep`).
+
+use numalab_bench::experiment::result::{Percentiles, RunResult, SweepResult};
+
+use crate::output::Csv;
+
+fn opt(value: Option<f64>) -> String {
+    value.map_or(String::new(), |v| format!("{v}"))
+}
+
+fn p50(p: &Option<Percentiles>) -> String {
+    opt(p.map(|p| p.p50))
+}
+
+fn p99(p: &Option<Percentiles>) -> String {
+    opt(p.map(|p| p.p99))
+}
+
+/// A run: one row per thread of every warm-up and repeat.
+pub fn run(r: &RunResult) -> String {
+    let mut csv = Csv::new(&[
+        "run",
+        "warmup",
+        "repeat_interrupted",
+        "thread",
+        "cpu",
+        "node",
+        "region",
+        "memory_as_requested",
+        "ops",
+        "reads",
+        "writes",
+        "bytes",
+        "busy_s",
+        "time_to_last_s",
+        "read_p50_ns",
+        "read_p99_ns",
+        "write_p50_ns",
+        "write_p99_ns",
+    ]);
+    let runs = r
+        .warmups
+        .iter()
+        .map(|x| (x, true))
+        .chain(r.repeats.iter().map(|x| (x, false)));
+    for (repeat, warmup) in runs {
+        for t in &repeat.threads {
+            let region = r.plan.threads.get(t.thread).map_or(0, |p| p.region);
+            let as_requested = r.regions.get(region).is_some_and(|c| c.as_requested);
+            csv.row([
+                repeat.index.to_string(),
+                warmup.to_string(),
+                repeat.interrupted.to_string(),
+                t.thread.to_string(),
+                t.cpu.to_string(),
+                t.node.to_string(),
+                region.to_string(),
+                as_requested.to_string(),
+                t.ops.to_string(),
+                t.reads.to_string(),
+                t.writes.to_string(),
+                t.bytes.to_string(),
+                format!("{}", t.busy_s),
+                format!("{}", repeat.time_to_last_s),
+                p50(&t.read_latency_ns),
+                p99(&t.read_latency_ns),
+                p50(&t.write_latency_ns),
+                p99(&t.write_latency_ns),
+            ]);
+        }
+    }
+    csv.finish()
+}
+
+/// A sweep: one row per cell, its figures' medians and spread.
+pub fn sweep(s: &SweepResult) -> String {
+    let mut header: Vec<&str> = s.axes.iter().map(|(k, _)| k.as_str()).collect();
+    header.extend([
+        "repeats",
+        "time_to_last_s",
+        "time_to_last_min_s",
+        "time_to_last_max_s",
+        "time_to_last_cv",
+        "gb_per_s",
+        "mops_per_s",
+        "read_p50_ns",
+        "read_p99_ns",
+        "vs_local_percent",
+        "placement_as_requested",
+        "interrupted",
+    ]);
+    let mut csv = Csv::new(&header);
+    for cell in &s.cells {
+        let mut row: Vec<String> = cell.settings.iter().map(|(_, v)| v.clone()).collect();
+        let others: Vec<(String, String)> = cell
+            .settings
+            .iter()
+            .filter(|(k, _)| k != "memory.policy")
+            .cloned()
+            .collect();
+        let vs_local = s
+            .comparison
+            .iter()
+            .find(|c| {
+                Some(c.policy.as_str()) == cell.setting("memory.policy") && c.settings == others
+            })
+            .map(|c| c.vs_local_percent)
+            .or_else(|| (cell.setting("memory.policy") == Some("local")).then_some(0.0));
+        match cell.result.as_ref() {
+            Some(r) => {
+                let f = r.figures.as_ref();
+                row.extend([
+                    f.map_or(0, |f| f.time_to_last_s.n).to_string(),
+                    opt(f.map(|f| f.time_to_last_s.median)),
+                    opt(f.map(|f| f.time_to_last_s.min)),
+                    opt(f.map(|f| f.time_to_last_s.max)),
+                    opt(f.map(|f| f.time_to_last_s.cv)),
+                    opt(f.map(|f| f.gb_per_s.median)),
+                    opt(f.map(|f| f.mops_per_s.median)),
+                    opt(f.and_then(|f| f.read_p50_ns.as_ref().map(|s| s.median))),
+                    opt(f.and_then(|f| f.read_p99_ns.as_ref().map(|s| s.median))),
+                    opt(vs_local),
+                    r.placement_as_requested().to_string(),
+                    r.interrupted.to_string(),
+                ]);
+            }
+            None => {
+                row.extend(["0", "", "", "", "", "", "", "", "", "", "", "true"].map(String::from))
+            }
+        }
+        csv.row(row);
+    }
+    csv.finish()
+}

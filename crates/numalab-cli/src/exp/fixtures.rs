@@ -1,0 +1,289 @@
+//! A deterministic stand-in for the executor: results made from a real
+//! plan on a synthetic two-node topology with invented, fixed figures, so
+//! the exporters can be snapshot-tested without hardware.
+
+use std::collections::BTreeMap;
+
+use numalab::audit::audit;
+use numalab::locate::PageHistogram;
+use numalab::system::{Environment, Host, KernelSettings};
+use numalab::{NodeSet, Support, Topology};
+use numalab_bench::experiment::result::{
+    compare_with_local, figures, thread_figures, CounterInfo, EngineCost, Percentiles, RegionCheck,
+    Repeat, RunResult, SweepCell, SweepResult, ThreadRun, Warning, WarningKind, RUN_SCHEMA,
+    SCHEMA_VERSION, SWEEP_SCHEMA,
+};
+use numalab_bench::experiment::sweep::value_text;
+use numalab_bench::experiment::{Experiment, Plan};
+
+fn topology() -> Topology {
+    Topology::from_synthetic("pack:2 numa:1 core:4 pu:1").unwrap()
+}
+
+fn environment(topology: &Topology) -> Environment {
+    Environment {
+        host: Host {
+            hostname: "node17".into(),
+            kernel: "6.8.0".into(),
+            cpu_model: Some("Example CPU @ 2.60GHz".into()),
+            cpu_mhz: Some(2600.0),
+        },
+        kernel: KernelSettings {
+            numa_balancing: Some(0),
+            thp_enabled: Some("madvise".into()),
+            thp_defrag: Some("madvise".into()),
+            interleave_weights: None,
+        },
+        support: Support {
+            kernel: "6.8.0".into(),
+            numa: true,
+            preferred_many: true,
+            weighted_interleave: false,
+            move_pages: true,
+        },
+        topology: topology.summary(),
+        numalab_version: "0.1.0".into(),
+    }
+}
+
+/// A run of `text` with invented figures: remote costs 1.5× local, each
+/// repeat 1% more than the one before, each thread 2% more than the one
+/// before.
+pub fn run(text: &str) -> RunResult {
+    run_of(Experiment::from_toml_str(text, "fixture.toml").unwrap())
+}
+
+/// As [`run`], of an experiment.
+pub fn run_of(exp: Experiment) -> RunResult {
+    let topology = topology();
+    let plan = Plan::resolve(&exp, &topology).unwrap();
+    let op = exp.access.op_size.0;
+    let mix = exp.access.mix();
+    let remote = exp.memory.policy.to_string() == "remote";
+    let base = if remote { 1.5 } else { 1.0 } * 0.1 / f64::from(exp.threads.count);
+    let regions: Vec<RegionCheck> = plan
+        .regions
+        .iter()
+        .map(|r| {
+            let pages = r.bytes / 4096;
+            let node = r.policy.nodes().first().unwrap_or(r.home);
+            let found = PageHistogram {
+                page_size: 4096,
+                queried: pages,
+                per_node: BTreeMap::from([(node, pages)]),
+                ..Default::default()
+            };
+            let thread_nodes: NodeSet = r.threads.iter().map(|&t| plan.threads[t].node).collect();
+            let check = audit(&r.policy, &thread_nodes, &found);
+            RegionCheck {
+                region: r.region,
+                bytes: r.bytes,
+                requested: r.requested.clone(),
+                policy: r.policy.to_string(),
+                thread_nodes,
+                as_requested: check.is_match(),
+                note: check.note.clone(),
+                audit: check,
+            }
+        })
+        .collect();
+    let repeats: Vec<Repeat> = (0..exp.run.repeats as usize)
+        .map(|index| {
+            let threads: Vec<ThreadRun> = plan
+                .threads
+                .iter()
+                .map(|t| {
+                    let ops = t.ops.unwrap();
+                    let busy = base * (1.0 + 0.01 * index as f64 + 0.02 * t.thread as f64);
+                    ThreadRun {
+                        thread: t.thread,
+                        cpu: t.cpu,
+                        node: t.node,
+                        ops,
+                        reads: ops - mix.writes_in(ops),
+                        writes: mix.writes_in(ops),
+                        bytes: ops * op,
+                        busy_s: busy,
+                        read_latency_ns: Some(Percentiles {
+                            samples: ops / 1024,
+                            p50: 100.0 + 10.0 * t.thread as f64,
+                            p90: 150.0,
+                            p99: 300.0,
+                            p999: 900.0,
+                            max: 2000.0,
+                        }),
+                        write_latency_ns: None,
+                        counters: BTreeMap::from([("page-faults".to_string(), 0)]),
+                    }
+                })
+                .collect();
+            let wall = threads.iter().map(|t| t.busy_s).fold(0.0, f64::max);
+            let ops: u64 = threads.iter().map(|t| t.ops).sum();
+            let bytes = ops * op;
+            Repeat {
+                index,
+                interrupted: false,
+                time_to_last_s: wall,
+                ops,
+                reads: threads.iter().map(|t| t.reads).sum(),
+                writes: threads.iter().map(|t| t.writes).sum(),
+                bytes,
+                gb_per_s: bytes as f64 / wall / 1e9,
+                mops_per_s: ops as f64 / wall / 1e6,
+                read_latency_ns: threads[0].read_latency_ns,
+                write_latency_ns: None,
+                counters: BTreeMap::from([("page-faults".to_string(), 0)]),
+                threads,
+            }
+        })
+        .collect();
+    let mut warnings = plan.warnings.clone();
+    warnings.push(Warning::new(
+        WarningKind::NoPmu,
+        "no hardware PMU here (perf_event_open cycles: No such file or directory (os error 2)): software events only",
+    ));
+    RunResult {
+        schema: RUN_SCHEMA.into(),
+        schema_version: SCHEMA_VERSION,
+        numalab_version: "0.1.0".into(),
+        created: "2026-01-01T00:00:00Z".into(),
+        figures: figures(&repeats),
+        threads: thread_figures(&plan, &regions, &repeats),
+        experiment: exp,
+        environment: environment(&topology),
+        plan,
+        regions,
+        warmups: Vec::new(),
+        repeats,
+        counters: CounterInfo {
+            events: vec!["page-faults".into()],
+            note: None,
+        },
+        engine: EngineCost {
+            clock: "tsc".into(),
+            clock_overhead_ns: 18.0,
+            sample_every: 1024,
+            loop_ns_per_op: Some(2.5),
+            share: Some(0.025),
+        },
+        warnings,
+        interrupted: false,
+    }
+}
+
+/// A sweep of `text`'s grid, each cell a fixture run.
+pub fn sweep(text: &str) -> SweepResult {
+    let exp = Experiment::from_toml_str(text, "fixture.toml").unwrap();
+    let cells: Vec<SweepCell> = exp
+        .cells()
+        .unwrap()
+        .into_iter()
+        .map(|(settings, cell)| SweepCell {
+            settings: settings
+                .iter()
+                .map(|(k, v)| (k.clone(), value_text(v)))
+                .collect(),
+            result: Some(run_of(cell)),
+        })
+        .collect();
+    SweepResult {
+        schema: SWEEP_SCHEMA.into(),
+        schema_version: SCHEMA_VERSION,
+        numalab_version: "0.1.0".into(),
+        created: "2026-01-01T00:00:00Z".into(),
+        environment: environment(&topology()),
+        axes: exp
+            .sweep
+            .axes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.iter().map(value_text).collect()))
+            .collect(),
+        comparison: compare_with_local(&cells),
+        experiment: exp,
+        cells,
+        warnings: Vec::new(),
+        interrupted: false,
+    }
+}
+
+pub const RUN: &str = "name = \"fixture\"\n[threads]\ncount = 4\n[memory]\nsize = \"16MiB\"\npolicy = \"remote\"\n[access]\nop_size = 128\nread_write = \"2:1\"\nops = 1_000_000\n[run]\nrepeats = 3\n";
+
+pub const SWEEP: &str = "name = \"fixture-sweep\"\n[memory]\nsize = \"16MiB\"\n[access]\nop_size = 128\nread_write = \"2:1\"\nops = 1_000_000\n[run]\nrepeats = 3\n[sweep]\n\"threads.count\" = [2, 4]\n\"memory.policy\" = [\"local\", \"remote\"]\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exp::{csv, text};
+
+    #[test]
+    fn run_table() {
+        insta::assert_snapshot!(text::run_report(&run(RUN), text::Style::Plain));
+    }
+
+    #[test]
+    fn run_markdown() {
+        insta::assert_snapshot!(text::run_report(&run(RUN), text::Style::Markdown));
+    }
+
+    #[test]
+    fn run_csv() {
+        insta::assert_snapshot!(csv::run(&run(RUN)));
+    }
+
+    #[test]
+    fn sweep_table() {
+        insta::assert_snapshot!(text::sweep_report(&sweep(SWEEP), text::Style::Plain));
+    }
+
+    #[test]
+    fn sweep_markdown() {
+        insta::assert_snapshot!(text::sweep_report(&sweep(SWEEP), text::Style::Markdown));
+    }
+
+    #[test]
+    fn sweep_csv() {
+        insta::assert_snapshot!(csv::sweep(&sweep(SWEEP)));
+    }
+
+    #[test]
+    fn remote_is_half_again_slower_than_local() {
+        let s = sweep(SWEEP);
+        assert_eq!(s.comparison.len(), 2);
+        for c in &s.comparison {
+            assert_eq!(c.policy, "remote");
+            assert!((c.vs_local_percent - 50.0).abs() < 1e-6, "{c:?}");
+        }
+        assert_eq!(text::signed_percent(50.0), "+50%");
+        assert_eq!(text::signed_percent(-37.2), "-37%");
+    }
+
+    #[test]
+    fn results_survive_a_json_round_trip() {
+        // `numalab plot` reads what `--json` wrote. (Floats may move in
+        // their last digit through JSON; everything else is exact.)
+        let r = run(RUN);
+        let back: RunResult = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back.experiment, r.experiment);
+        assert_eq!(back.plan, r.plan);
+        assert_eq!(back.regions, r.regions);
+        assert_eq!(back.warnings, r.warnings);
+        assert_eq!(back.repeats.len(), r.repeats.len());
+        assert_eq!(back.repeats[1].threads[2].ops, r.repeats[1].threads[2].ops);
+        let s = sweep(SWEEP);
+        let back: SweepResult = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back.experiment, s.experiment, "the grid keeps its order");
+        assert_eq!(back.axes, s.axes);
+        assert_eq!(back.cells.len(), s.cells.len());
+        assert_eq!(back.comparison.len(), s.comparison.len());
+    }
+
+    #[test]
+    fn sweep_chart_has_a_line_per_policy() {
+        let chart = crate::exp::figures::sweep_chart(&sweep(SWEEP));
+        assert_eq!(chart.x_label, "threads.count");
+        let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["local", "remote"]);
+        assert_eq!(chart.series[0].points.len(), 2);
+        assert_eq!(chart.series[0].points[0].0, 2.0);
+    }
+}

@@ -1,0 +1,162 @@
+//! What `numalab run`, `numalab sweep` and `numalab plot` share: loading
+//! an experiment with its `--set` overrides, Ctrl-C, the progress bar, and
+//! the exporters (tables, CSV, figures) that read saved results.
+
+pub mod csv;
+pub mod figures;
+#[cfg(test)]
+mod fixtures;
+pub mod text;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use numalab_bench::experiment::{Experiment, Progress, Warning};
+
+/// Reads the experiment file and applies `--set` overrides.
+pub fn load(path: &Path, sets: &[String]) -> Result<Experiment> {
+    let exp = Experiment::from_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    exp.with_overrides(sets)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("in {}", path.display()))
+}
+
+/// Ctrl-C (and SIGTERM) set the stop flag the workers look at between
+/// chunks; a second Ctrl-C ends numalab at once.
+pub fn catch_interrupts(stop: &Arc<AtomicBool>) -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::flag;
+    for signal in [SIGINT, SIGTERM] {
+        // Registered first, so it sees the flag as it was before this
+        // signal: only a second signal exits.
+        flag::register_conditional_shutdown(signal, 130, Arc::clone(stop))
+            .context("installing the Ctrl-C handler")?;
+        flag::register(signal, Arc::clone(stop)).context("installing the Ctrl-C handler")?;
+    }
+    Ok(())
+}
+
+/// A progress bar on standard error, shown only when it is a terminal and
+/// the run has lasted a second.
+#[derive(Debug)]
+pub struct ProgressDisplay {
+    done: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ProgressDisplay {
+    /// Starts watching `progress`; `label` is shown beside the bar (e.g.
+    /// the sweep cell).
+    pub fn start(progress: Arc<Progress>, label: Arc<Mutex<String>>) -> ProgressDisplay {
+        let done = Arc::new(AtomicBool::new(false));
+        if !std::io::stderr().is_terminal() {
+            return ProgressDisplay { done, thread: None };
+        }
+        let finished = Arc::clone(&done);
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut bar: Option<ProgressBar> = None;
+            while !finished.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                if started.elapsed() < Duration::from_secs(1) {
+                    continue;
+                }
+                let total = progress.ops_total.load(Ordering::Relaxed);
+                let bar = bar.get_or_insert_with(|| {
+                    let bar = ProgressBar::with_draw_target(
+                        (total > 0).then_some(total),
+                        ProgressDrawTarget::stderr(),
+                    );
+                    let template = if total > 0 {
+                        "{msg} [{bar:30}] {percent}% (eta {eta})"
+                    } else {
+                        "{spinner} {msg} {elapsed}"
+                    };
+                    if let Ok(style) = ProgressStyle::with_template(template) {
+                        bar.set_style(style.progress_chars("=> "));
+                    }
+                    bar
+                });
+                if total > 0 {
+                    bar.set_length(total);
+                    bar.set_position(progress.ops_done.load(Ordering::Relaxed).min(total));
+                } else {
+                    bar.tick();
+                }
+                let run = progress.runs_done.load(Ordering::Relaxed) + 1;
+                let runs = progress.runs_total.load(Ordering::Relaxed).max(1);
+                let label = label.lock().map(|l| l.clone()).unwrap_or_default();
+                bar.set_message(format!("{label}run {}/{runs}", run.min(runs)));
+            }
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
+            }
+        });
+        ProgressDisplay {
+            done,
+            thread: Some(thread),
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ProgressDisplay {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Prints warnings on standard error (for JSON and CSV output, whose
+/// readers may not look inside).
+pub fn warn_on_stderr(warnings: &[Warning]) {
+    let mut err = std::io::stderr().lock();
+    for w in warnings {
+        let _ = writeln!(err, "numalab: warning: {}", w.message);
+    }
+}
+
+/// The file stem figures are written to: `--plot STEM`, else the `-o`
+/// file without its extension, else the experiment's name in the current
+/// directory.
+pub fn figure_stem(plot: Option<&Path>, output: Option<&Path>, name: &str) -> PathBuf {
+    match (plot, output) {
+        (Some(stem), _) => stem.to_path_buf(),
+        (None, Some(out)) => out.with_extension(""),
+        (None, None) => PathBuf::from(sanitize(name)),
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if clean.is_empty() {
+        "experiment".to_owned()
+    } else {
+        clean
+    }
+}

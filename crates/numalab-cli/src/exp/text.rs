@@ -1,0 +1,410 @@
+//! Tables for people: a run's figures, threads and regions, a sweep's
+//! cells and each policy's difference from `local` — on a terminal
+//! (plain columns) or as Markdown. They read a saved result, never live
+//! state.
+
+use std::fmt::Write as _;
+
+use comfy_table::Table;
+use numalab_bench::experiment::result::{Comparison, Figures, RunResult, SweepResult};
+use numalab_bench::experiment::{Experiment, Warning};
+use numalab_bench::stats::Summary;
+
+use crate::output::{self, human_bytes};
+
+/// Plain columns or Markdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// Columns for a terminal or a pipe.
+    Plain,
+    /// GitHub Markdown.
+    Markdown,
+}
+
+impl Style {
+    fn table(self, header: Vec<String>) -> Table {
+        match self {
+            Style::Plain => output::table(header),
+            Style::Markdown => output::markdown_table(header),
+        }
+    }
+
+    fn render(self, table: &Table) -> String {
+        output::render(table)
+    }
+
+    fn warning(self, text: &str) -> String {
+        match self {
+            Style::Plain => format!("WARNING: {text}\n"),
+            Style::Markdown => format!("> **Warning:** {text}\n\n"),
+        }
+    }
+
+    fn line(self, text: &str) -> String {
+        match self {
+            Style::Plain => format!("{text}\n"),
+            Style::Markdown => format!("{text}\n\n"),
+        }
+    }
+
+    fn heading(self, text: &str) -> String {
+        match self {
+            Style::Plain => format!("{text}\n"),
+            Style::Markdown => format!("### {text}\n\n"),
+        }
+    }
+}
+
+/// Seconds with a unit that keeps three or four digits: `845 µs`,
+/// `12.3 ms`, `1.234 s`.
+pub fn time(seconds: f64) -> String {
+    if seconds >= 1.0 {
+        format!("{seconds:.3} s")
+    } else if seconds >= 1e-3 {
+        format!("{:.1} ms", seconds * 1e3)
+    } else {
+        format!("{:.0} µs", seconds * 1e6)
+    }
+}
+
+/// A number with about three significant digits.
+pub fn num(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn percent(fraction: f64) -> String {
+    format!("{:.1}%", 100.0 * fraction)
+}
+
+/// One line describing what an experiment does.
+pub fn describe(exp: &Experiment, regions: usize) -> String {
+    let a = &exp.access;
+    let amount = match (a.total_ops(), a.duration) {
+        (Some(ops), _) => format!("{ops} ops"),
+        (None, Some(d)) => format!("{d} per thread"),
+        (None, None) => String::new(),
+    };
+    let sync = match a.sync {
+        numalab_bench::experiment::values::Sync::None => String::new(),
+        numalab_bench::experiment::values::Sync::Rwlock => {
+            format!(", under {} RW locks per region", a.lock_stripes)
+        }
+    };
+    format!(
+        "{} thread(s) ({}), {} x {} {} region(s), {}, {} {} ops, R:W {}, {}{}; {} repeat(s) after {} warm-up(s)",
+        exp.threads.count,
+        exp.threads.placement,
+        regions,
+        human_bytes(exp.memory.size.0),
+        exp.memory.sharing,
+        exp.memory.policy,
+        a.pattern,
+        human_bytes(a.op_size.0),
+        a.mix(),
+        amount,
+        sync,
+        exp.run.repeats,
+        exp.run.warmup,
+    )
+}
+
+fn environment_line(env: &numalab::system::Environment) -> String {
+    let balancing = match env.kernel.numa_balancing {
+        Some(0) => "off".to_owned(),
+        Some(1) => "on".to_owned(),
+        Some(n) => n.to_string(),
+        None => "-".to_owned(),
+    };
+    format!(
+        "{} · Linux {} · {} · {} node(s), {} CPU(s) · numa_balancing {} · THP {}",
+        env.host.hostname,
+        env.host.kernel,
+        env.host.cpu_model.as_deref().unwrap_or("unknown CPU"),
+        env.topology.nodes,
+        env.topology.cpus,
+        balancing,
+        env.kernel.thp_enabled.as_deref().unwrap_or("-"),
+    )
+}
+
+fn summary_row(name: &str, s: &Summary, fmt: &dyn Fn(f64) -> String) -> Vec<String> {
+    vec![
+        name.to_owned(),
+        fmt(s.median),
+        fmt(s.min),
+        fmt(s.max),
+        percent(s.cv),
+    ]
+}
+
+fn figures_table(style: Style, f: &Figures) -> String {
+    let mut table = style.table(
+        ["figure", "median", "min", "max", "CV"]
+            .map(String::from)
+            .to_vec(),
+    );
+    table.add_row(summary_row("time to last thread", &f.time_to_last_s, &time));
+    table.add_row(summary_row("GB/s", &f.gb_per_s, &num));
+    table.add_row(summary_row("Mops/s", &f.mops_per_s, &num));
+    let ns = |x: f64| format!("{x:.0} ns");
+    for (name, s) in [
+        ("read latency p50", &f.read_p50_ns),
+        ("read latency p99", &f.read_p99_ns),
+        ("write latency p50", &f.write_p50_ns),
+        ("write latency p99", &f.write_p99_ns),
+    ] {
+        if let Some(s) = s {
+            table.add_row(summary_row(name, s, &ns));
+        }
+    }
+    for (name, s) in &f.counters {
+        table.add_row(summary_row(&format!("{name} (all threads)"), s, &|x| {
+            format!("{x:.0}")
+        }));
+    }
+    style.render(&table)
+}
+
+fn warnings(style: Style, warnings: &[Warning]) -> String {
+    warnings.iter().map(|w| style.warning(&w.message)).collect()
+}
+
+/// A run as tables.
+pub fn run_report(r: &RunResult, style: Style) -> String {
+    let mut out = String::new();
+    out.push_str(&style.heading(&format!(
+        "{}: {}",
+        r.experiment.name,
+        describe(&r.experiment, r.plan.regions.len())
+    )));
+    out.push_str(&style.line(&environment_line(&r.environment)));
+    if style == Style::Plain {
+        out.push('\n');
+    }
+
+    match &r.figures {
+        Some(f) => out.push_str(&figures_table(style, f)),
+        None => out.push_str(&style.line("no repeat completed")),
+    }
+    out.push('\n');
+
+    let mut threads = style.table(
+        [
+            "thread", "cpu", "node", "region", "mem node", "ops", "busy", "CV", "Mops/s", "GB/s",
+            "read p50", "read p99",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for t in &r.threads {
+        threads.add_row(vec![
+            t.thread.to_string(),
+            t.cpu.to_string(),
+            t.node.to_string(),
+            t.region.to_string(),
+            t.memory_nodes.clone(),
+            format!("{:.0}", t.ops),
+            time(t.busy_s.median),
+            percent(t.busy_s.cv),
+            num(t.mops_per_s),
+            num(t.gb_per_s),
+            t.read_p50_ns.map_or("-".into(), |x| format!("{x:.0} ns")),
+            t.read_p99_ns.map_or("-".into(), |x| format!("{x:.0} ns")),
+        ]);
+    }
+    out.push_str(&threads_heading(style));
+    out.push_str(&style.render(&threads));
+    out.push('\n');
+
+    let mut regions = style.table(
+        [
+            "region",
+            "size",
+            "used from",
+            "asked",
+            "kernel policy",
+            "pages found",
+            "as asked",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for c in &r.regions {
+        regions.add_row(vec![
+            c.region.to_string(),
+            human_bytes(c.bytes),
+            c.thread_nodes.to_string(),
+            c.requested.clone(),
+            c.policy.clone(),
+            c.audit.found.to_string(),
+            if c.as_requested { "yes" } else { "NO" }.to_owned(),
+        ]);
+    }
+    out.push_str(&style.render(&regions));
+    out.push('\n');
+
+    if !r.counters.events.is_empty() {
+        out.push_str(&style.line(&format!(
+            "counters read per thread: {}",
+            r.counters.events.join(", ")
+        )));
+    }
+    let e = &r.engine;
+    let loop_cost = match (e.loop_ns_per_op, e.share) {
+        (Some(l), Some(s)) => format!(
+            "access loop {l:.1} ns/op in cache ({} of the time per op)",
+            percent(s)
+        ),
+        (Some(l), None) => format!("access loop {l:.1} ns/op in cache"),
+        _ => "access loop not measured (operations too large to run in cache)".to_owned(),
+    };
+    let sampling = if e.sample_every == 0 {
+        "no operation timed".to_owned()
+    } else {
+        format!(
+            "1 op in {} timed with the {} clock ({:.0} ns per reading pair, subtracted)",
+            e.sample_every, e.clock, e.clock_overhead_ns
+        )
+    };
+    out.push_str(&style.line(&format!("engine: {loop_cost}; {sampling}")));
+    out.push_str(&warnings(style, &r.warnings));
+    out
+}
+
+fn threads_heading(style: Style) -> String {
+    match style {
+        Style::Plain => {
+            "per thread (medians over the repeats; busy = start to its last op):\n".to_owned()
+        }
+        Style::Markdown => {
+            "Per thread (medians over the repeats; busy = start to its last op):\n\n".to_owned()
+        }
+    }
+}
+
+/// The cell table and the comparison against `local`.
+pub fn sweep_report(s: &SweepResult, style: Style) -> String {
+    let mut out = String::new();
+    let axes: Vec<&str> = s.axes.iter().map(|(k, _)| k.as_str()).collect();
+    out.push_str(&style.heading(&format!(
+        "{} sweep: {} cells over {}",
+        s.experiment.name,
+        s.cells.len(),
+        axes.join(" x ")
+    )));
+    out.push_str(&style.line(&environment_line(&s.environment)));
+    if style == Style::Plain {
+        out.push('\n');
+    }
+    let mut header: Vec<String> = axes.iter().map(|a| a.to_string()).collect();
+    header.extend(
+        [
+            "time to last",
+            "CV",
+            "GB/s",
+            "Mops/s",
+            "read p50",
+            "placement",
+        ]
+        .map(String::from),
+    );
+    let mut table = style.table(header);
+    for cell in &s.cells {
+        let mut row: Vec<String> = cell.settings.iter().map(|(_, v)| v.clone()).collect();
+        match cell
+            .result
+            .as_ref()
+            .and_then(|r| r.figures.as_ref().map(|f| (r, f)))
+        {
+            Some((r, f)) => row.extend([
+                time(f.time_to_last_s.median),
+                percent(f.time_to_last_s.cv),
+                num(f.gb_per_s.median),
+                num(f.mops_per_s.median),
+                f.read_p50_ns
+                    .as_ref()
+                    .map_or("-".into(), |p| format!("{:.0} ns", p.median)),
+                if r.placement_as_requested() {
+                    "as asked".into()
+                } else {
+                    "NOT as asked".into()
+                },
+            ]),
+            None => row.extend(["not run", "", "", "", "", ""].map(String::from)),
+        }
+        table.add_row(row);
+    }
+    out.push_str(&style.render(&table));
+    out.push('\n');
+    if !s.comparison.is_empty() {
+        out.push_str(&comparison_table(style, s));
+        out.push('\n');
+    }
+    out.push_str(&warnings(style, &s.warnings));
+    out
+}
+
+/// `+69%` / `-37%`.
+pub fn signed_percent(p: f64) -> String {
+    format!("{p:+.0}%")
+}
+
+/// Rows: the other axes; columns: each policy against local.
+fn comparison_table(style: Style, s: &SweepResult) -> String {
+    let policies: Vec<String> = s
+        .axes
+        .iter()
+        .find(|(k, _)| k == "memory.policy")
+        .map(|(_, v)| v.iter().filter(|p| *p != "local").cloned().collect())
+        .unwrap_or_default();
+    let mut keys: Vec<Vec<(String, String)>> = Vec::new();
+    for c in &s.comparison {
+        if !keys.contains(&c.settings) {
+            keys.push(c.settings.clone());
+        }
+    }
+    let other_axes: Vec<String> = keys
+        .first()
+        .map(|k| k.iter().map(|(a, _)| a.clone()).collect())
+        .unwrap_or_default();
+    let mut header = other_axes.clone();
+    header.push("local".into());
+    header.extend(policies.iter().cloned());
+    let mut table = style.table(header);
+    for key in &keys {
+        let mut row: Vec<String> = key.iter().map(|(_, v)| v.clone()).collect();
+        let find = |p: &str| -> Option<&Comparison> {
+            s.comparison
+                .iter()
+                .find(|c| &c.settings == key && c.policy == p)
+        };
+        row.push(
+            s.comparison
+                .iter()
+                .find(|c| &c.settings == key)
+                .map_or("-".into(), |c| time(c.local_s)),
+        );
+        for p in &policies {
+            row.push(find(p).map_or("-".into(), |c| signed_percent(c.vs_local_percent)));
+        }
+        table.add_row(row);
+    }
+    let mut out = style.line("time to last thread against local (+69% = 69% slower than local):");
+    out.push_str(&style.render(&table));
+    out
+}
+
+/// What numalab prints after the table: the files it wrote.
+pub fn wrote(paths: &[std::path::PathBuf]) -> String {
+    let mut out = String::from("wrote");
+    for (i, p) in paths.iter().enumerate() {
+        let _ = write!(out, "{} {}", if i == 0 { "" } else { "," }, p.display());
+    }
+    out
+}
