@@ -483,7 +483,7 @@ fn run_reports_threads_regions_and_invariants_as_json() {
             .values()
             .map(|v| v.as_u64().unwrap())
             .sum();
-        assert_eq!(pages, (16 << 20) / 4096, "{region}");
+        assert_eq!(pages, (64 << 20) / 4096, "{region}");
         assert!(region["as_requested"].is_boolean());
     }
     for repeat in doc["repeats"].as_array().unwrap() {

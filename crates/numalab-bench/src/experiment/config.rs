@@ -290,7 +290,7 @@ pub const KEYS: &[Key] = &[
     Key { path: "access.pattern", default: "random", values: "random | sequential | strided:BYTES | copy", meaning: "random: uniform op-size-aligned offsets over the whole region; sequential/strided: each thread walks its own share; copy: each thread copies the first half of its share into the second" },
     Key { path: "access.op_size", default: "64", values: "bytes, multiple of 8", meaning: "bytes per read or write (the deck's RW_SIZE)" },
     Key { path: "access.read_write", default: "1:0 (copy: 1:1)", values: "R:W", meaning: "reads to writes, interleaved exactly (2:1 is R R W R R W ...)" },
-    Key { path: "access.ops", default: "10000000", values: "integer", meaning: "operations in total, split evenly across the threads" },
+    Key { path: "access.ops", default: "10000000", values: "integer", meaning: "operations in total (reads plus writes; a copy counts one of each), split evenly across the threads" },
     Key { path: "access.duration", default: "-", values: "10s, 500ms, 2m", meaning: "instead of ops: every thread runs this long" },
     Key { path: "access.sync", default: "none", values: "none | rwlock", meaning: "rwlock: a reader-writer lock per stripe of the region, shared for reads and exclusive for writes (the deck's Experiment 2)" },
     Key { path: "access.lock_stripes", default: "1024", values: "1 or more", meaning: "locks per region with sync = rwlock; each guards an equal stripe" },
@@ -976,6 +976,18 @@ mod tests {
         let err = parse("[sweep]\n\"threads.count\" = 4\n").unwrap_err();
         assert!(err.message.contains("must be a list"), "{err}");
         assert!(parse("[sweep]\n\"threads.count\" = []\n").is_err());
+    }
+
+    #[test]
+    fn readme_documents_every_key() {
+        let readme = include_str!("../../../../README.md");
+        for key in KEYS {
+            assert!(
+                readme.contains(&format!("| `{}` |", key.path)),
+                "README.md's experiment file reference lacks {}",
+                key.path
+            );
+        }
     }
 
     #[test]

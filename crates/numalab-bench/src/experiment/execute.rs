@@ -150,9 +150,13 @@ pub fn execute_plan(
     first_touch(&plan, &regions)?;
     let checks = check_regions(&plan, &regions);
     for check in checks.iter().filter(|c| !c.as_requested) {
+        // The plan already explained this region (e.g. `remote` on a
+        // one-node machine): one line is enough.
+        let region = format!("region {} ", check.region);
         let already = plan.warnings.iter().any(|w| {
-            w.message.contains(&format!("region {} ", check.region))
-                || w.message.contains("cannot be remote")
+            w.kind == WarningKind::Placement
+                && (w.message.contains(&region)
+                    || (check.requested == "remote" && w.message.contains("cannot be remote")))
         });
         if !already {
             warnings.push(Warning::new(

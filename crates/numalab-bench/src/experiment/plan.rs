@@ -418,9 +418,10 @@ fn thread_cpus(
                 warnings.push(Warning::new(
                     WarningKind::Placement,
                     format!(
-                        "threads.placement = \"{placement}\" names {} nodes but {} has CPUs this process may use: the extra parts run on the same node(s), so the split is not the one asked for",
+                        "threads.placement = \"{placement}\" names {} nodes but only {} {} CPUs this process may use: the extra parts run on the same node(s), so the split is not the one asked for",
                         parts.len(),
                         place_name(&cpu_nodes.iter().copied().collect()),
+                        if cpu_nodes.len() == 1 { "has" } else { "have" },
                     ),
                 ));
             }
@@ -830,7 +831,9 @@ mod tests {
         assert_eq!(nodes_of_threads(&p), [0, 0, 0, 0]);
         assert_eq!(p.warnings[0].kind, WarningKind::Placement);
         assert!(
-            p.warnings[0].message.contains("names 2 nodes"),
+            p.warnings[0]
+                .message
+                .contains("names 2 nodes but only node 0 has CPUs"),
             "{}",
             p.warnings[0].message
         );

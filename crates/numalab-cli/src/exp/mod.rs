@@ -22,9 +22,7 @@ use numalab_bench::experiment::{Experiment, Progress, Warning};
 /// Reads the experiment file and applies `--set` overrides.
 pub fn load(path: &Path, sets: &[String]) -> Result<Experiment> {
     let exp = Experiment::from_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    exp.with_overrides(sets)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .with_context(|| format!("in {}", path.display()))
+    exp.with_overrides(sets).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Ctrl-C (and SIGTERM) set the stop flag the workers look at between
