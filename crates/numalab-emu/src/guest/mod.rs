@@ -26,6 +26,7 @@
 pub mod buffer;
 pub mod exec;
 pub mod fill;
+pub mod run;
 pub mod topo;
 
 use std::cell::OnceCell;
@@ -144,6 +145,11 @@ pub const CHECKS: &[Check] = &[
         name: "fill.bind-refused",
         about: "numalab fill --membind beyond the node's free memory is refused before allocating",
         run: fill::bind_refused,
+    },
+    Check {
+        name: "run.placement",
+        about: "numalab run --json: threads on their planned nodes; local, remote, interleave, first-touch pages where asked",
+        run: run::placement,
     },
 ];
 
