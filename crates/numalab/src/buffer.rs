@@ -399,7 +399,7 @@ fn map_aligned(len: usize, huge: HugePages) -> std::io::Result<*mut u8> {
 }
 
 /// Refuses, before mapping, a buffer its bound nodes cannot hold.
-fn check_free_memory(len: usize, options: &BufferOptions) -> Result<(), BufferError> {
+pub(crate) fn check_free_memory(len: usize, options: &BufferOptions) -> Result<(), BufferError> {
     let nodes = match &options.policy {
         MemPolicy::Bind(nodes) => nodes.clone(),
         // Other policies fall back to any allowed node.

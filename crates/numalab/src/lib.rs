@@ -8,6 +8,7 @@ pub mod buffer;
 pub mod launch;
 pub mod locate;
 pub mod policy;
+pub mod ring;
 pub mod sets;
 pub(crate) mod sys;
 pub mod system;

@@ -141,3 +141,27 @@ impl Environment {
         }
     }
 }
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+///
+/// ```
+/// let before = numalab::system::thread_cpu_time();
+/// let _spin: u64 = (0..1_000_000u64).map(std::hint::black_box).sum();
+/// assert!(numalab::system::thread_cpu_time() >= before);
+/// ```
+pub fn thread_cpu_time() -> std::time::Duration {
+    crate::sys::linux::thread_cpu_time()
+}
+
+/// CPU time the calling process, all threads, has used
+/// (`CLOCK_PROCESS_CPUTIME_ID`).
+pub fn process_cpu_time() -> std::time::Duration {
+    crate::sys::linux::process_cpu_time()
+}
+
+/// `CLOCK_MONOTONIC` since boot: the same clock in every process of the
+/// machine, so instants taken in two processes can be compared (a writer
+/// process's start against a reader process's end).
+pub fn monotonic() -> std::time::Duration {
+    crate::sys::linux::monotonic()
+}

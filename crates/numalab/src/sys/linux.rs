@@ -447,3 +447,369 @@ pub fn ignore_signal(signal: i32, ignore: bool) {
 
 pub use libc::PTRACE_EVENT_EXIT;
 pub use libc::{SIGINT, SIGQUIT, SIGSTOP};
+
+// ---------------------------------------------------------------------------
+// Shared-memory segments, for the ring: files on tmpfs or hugetlbfs opened
+// without following links, locked with open-file-description locks, mapped
+// shared, and waited on with futexes.
+// ---------------------------------------------------------------------------
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} contains a NUL byte", path.display()),
+        )
+    })
+}
+
+/// How [`open_segment`] opens a segment file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentOpen {
+    /// An existing file, read and write.
+    ReadWrite,
+    /// An existing file, read only.
+    ReadOnly,
+    /// A new file, owner-only (0600), failing with `EEXIST` if the name is
+    /// taken (by anything, a symbolic link included).
+    CreateExclusive,
+}
+
+/// `open(2)` of a segment file; never follows a symbolic link in the last
+/// component (`O_NOFOLLOW`: `ELOOP`), and the descriptor is close-on-exec.
+pub fn open_segment(path: &Path, how: SegmentOpen) -> io::Result<OwnedFd> {
+    let path = c_path(path)?;
+    let base = libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    let flags = match how {
+        SegmentOpen::ReadWrite => base | libc::O_RDWR,
+        SegmentOpen::ReadOnly => base | libc::O_RDONLY,
+        SegmentOpen::CreateExclusive => base | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+    };
+    // SAFETY: path is a NUL-terminated string; the mode argument is read
+    // only with O_CREAT.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor this function owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `open(2)` with `O_TMPFILE`: an unnamed owner-only (0600) file in `dir`,
+/// which [`link_fd`] later gives a name. `EOPNOTSUPP`/`EISDIR` when the
+/// file system cannot make unnamed files.
+pub fn open_unnamed(dir: &Path) -> io::Result<OwnedFd> {
+    let dir = c_path(dir)?;
+    // SAFETY: dir is NUL-terminated; the mode is read with O_TMPFILE.
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor this function owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Gives the file behind `fd` the name `path`, atomically: `EEXIST` if the
+/// name is taken (a link at `path` is not followed). Works for unnamed
+/// files from [`open_unnamed`] through `/proc/self/fd`.
+pub fn link_fd(fd: &OwnedFd, path: &Path) -> io::Result<()> {
+    let from = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(io::Error::other)?;
+    let to = c_path(path)?;
+    // SAFETY: both paths are NUL-terminated strings.
+    let ret = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Opens the file behind `fd` again, as a new open file description (its
+/// own [`lock`]s), through `/proc/self/fd`.
+pub fn reopen_fd(fd: &OwnedFd, how: SegmentOpen) -> io::Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let how = match how {
+        SegmentOpen::CreateExclusive => SegmentOpen::ReadWrite,
+        other => other,
+    };
+    // /proc/self/fd/N is a magic link: open it without O_NOFOLLOW.
+    let path = CString::new(path).map_err(io::Error::other)?;
+    let flags = libc::O_CLOEXEC
+        | match how {
+            SegmentOpen::ReadOnly => libc::O_RDONLY,
+            _ => libc::O_RDWR,
+        };
+    // SAFETY: path is NUL-terminated.
+    let new = unsafe { libc::open(path.as_ptr(), flags) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: new is a fresh descriptor this function owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// `unlink(2)`.
+pub fn unlink(path: &Path) -> io::Result<()> {
+    let path = c_path(path)?;
+    // SAFETY: path is NUL-terminated.
+    if unsafe { libc::unlink(path.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `ftruncate(2)`: sets the file's length.
+pub fn set_len(fd: &OwnedFd, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len).map_err(io::Error::other)?;
+    // SAFETY: ftruncate takes no pointers.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What [`stat_fd`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// Length in bytes.
+    pub size: u64,
+    /// Permission bits and file type (`st_mode`).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Whether it is a regular file.
+    pub regular: bool,
+    /// Device and inode: the file's identity.
+    pub id: (u64, u64),
+}
+
+/// `fstat(2)`.
+pub fn stat_fd(fd: &OwnedFd) -> io::Result<FileStat> {
+    // SAFETY: an all-zero stat is a valid value of a plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is valid for writes.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(FileStat {
+        size: st.st_size as u64,
+        mode: st.st_mode,
+        uid: st.st_uid,
+        regular: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+        id: (st.st_dev, st.st_ino),
+    })
+}
+
+/// The calling process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The calling process's id.
+pub fn process_id() -> u32 {
+    std::process::id()
+}
+
+/// `mmap(2)` of the first `len` bytes of `fd`, shared with every process
+/// that maps the file; writable unless `read_only`.
+pub fn map_shared(fd: &OwnedFd, len: usize, read_only: bool) -> io::Result<*mut u8> {
+    let prot = if read_only {
+        libc::PROT_READ
+    } else {
+        libc::PROT_READ | libc::PROT_WRITE
+    };
+    // SAFETY: a new mapping at an address the kernel chooses aliases no
+    // Rust object; what other processes do to the file is the caller's
+    // contract with them.
+    let addr = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(addr.cast())
+    }
+}
+
+/// Kind of an open-file-description lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// Shared (read) lock.
+    Shared,
+    /// Exclusive (write) lock.
+    Exclusive,
+}
+
+fn flock_struct(kind: libc::c_short, start: u64, len: u64) -> libc::flock {
+    // SAFETY: an all-zero flock is a valid value of a plain C struct.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = start as libc::off_t;
+    fl.l_len = len as libc::off_t;
+    // OFD locks require l_pid 0.
+    fl.l_pid = 0;
+    fl
+}
+
+/// `fcntl(F_OFD_SETLK)`: locks bytes `[start, start + len)` of the file for
+/// this open file description, without waiting. `Ok(false)` when another
+/// description holds a conflicting lock. The kernel drops the lock when the
+/// last descriptor of the description closes — when its process dies too.
+pub fn lock(fd: &OwnedFd, start: u64, len: u64, kind: LockKind) -> io::Result<bool> {
+    let kind = match kind {
+        LockKind::Shared => libc::F_RDLCK,
+        LockKind::Exclusive => libc::F_WRLCK,
+    };
+    let fl = flock_struct(kind as libc::c_short, start, len);
+    // SAFETY: fl is a valid flock the kernel only reads.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
+        let err = io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+            _ => Err(err),
+        };
+    }
+    Ok(true)
+}
+
+/// `fcntl(F_OFD_GETLK)`: whether another open file description holds a
+/// lock on some byte of `[start, start + len)` that an exclusive lock would
+/// conflict with (locks of `fd`'s own description are not reported).
+pub fn is_locked(fd: &OwnedFd, start: u64, len: u64) -> io::Result<bool> {
+    let mut fl = flock_struct(libc::F_WRLCK as libc::c_short, start, len);
+    // SAFETY: fl is a valid flock the kernel reads and overwrites.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// How a [`futex_wait`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FutexWake {
+    /// Woken by [`futex_wake`], by a signal, or the word no longer held the
+    /// expected value: look again.
+    Woken,
+    /// The timeout passed.
+    TimedOut,
+}
+
+/// `futex(FUTEX_WAIT)` on a word that may live in memory shared between
+/// processes (so not `FUTEX_PRIVATE_FLAG`): sleeps while `*word ==
+/// expected`, at most `timeout`.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> io::Result<FutexWake> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: word is a valid, aligned u32 for the duration of the call; the
+    // kernel only reads it and the timespec.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    if ret == 0 {
+        return Ok(FutexWake::Woken);
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::ETIMEDOUT) => Ok(FutexWake::TimedOut),
+        Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(FutexWake::Woken),
+        _ => Err(err),
+    }
+}
+
+/// `futex(FUTEX_WAKE)`: wakes up to `count` waiters of `word`, in any
+/// process; returns how many woke.
+pub fn futex_wake(word: &AtomicU32, count: u32) -> io::Result<u32> {
+    let count = count.min(i32::MAX as u32);
+    // SAFETY: word is a valid, aligned u32; FUTEX_WAKE only uses its
+    // address as a key.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            count,
+            ptr::null::<libc::timespec>(),
+            ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    check(ret).map(|woken| woken as u32)
+}
+
+/// `clock_gettime(2)` of `clock`, as a duration since the clock's epoch.
+fn clock(clock: libc::clockid_t) -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is valid for writes; the clocks used here always exist.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU time the calling thread has used.
+pub fn thread_cpu_time() -> Duration {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time the calling process (all its threads) has used.
+pub fn process_cpu_time() -> Duration {
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// `CLOCK_MONOTONIC`: the same clock in every process of the machine, so
+/// instants taken in two processes can be compared.
+pub fn monotonic() -> Duration {
+    clock(libc::CLOCK_MONOTONIC)
+}
+
+/// Whether the path's file system is a hugetlbfs (explicit huge pages).
+pub fn is_hugetlbfs(dir: &Path) -> bool {
+    let Ok(dir) = c_path(dir) else { return false };
+    // SAFETY: an all-zero statfs is a valid value of a plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: dir is NUL-terminated and st valid for writes.
+    if unsafe { libc::statfs(dir.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    st.f_type as i64 == libc::HUGETLBFS_MAGIC as i64
+}

@@ -1,0 +1,135 @@
+//! Why a ring operation failed.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::buffer::BufferError;
+use crate::policy::PolicyError;
+
+/// Why a ring could not be made, opened, written or read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RingError {
+    /// The name cannot be used for a segment.
+    #[error("invalid ring name {name:?}: {reason}")]
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Sizes that cannot make a ring.
+    #[error("invalid ring size: {0}")]
+    InvalidSize(String),
+    /// The memory policy cannot be applied, or the node lacks the memory.
+    #[error(transparent)]
+    Placement(#[from] BufferError),
+    /// A segment with that name exists already.
+    #[error("a ring named {name:?} exists already ({}); remove it with `numalab ring --cleanup {name}` if it is stale", path.display())]
+    Exists {
+        /// The name.
+        name: String,
+        /// Its file.
+        path: PathBuf,
+    },
+    /// No segment has that name.
+    #[error("no ring named {name:?} ({} does not exist); `numalab ring --list` shows the rings", path.display())]
+    NotFound {
+        /// The name.
+        name: String,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The file is not a regular file owned by this user with mode 0600.
+    #[error("{} is not a ring segment this user may use: {reason}", path.display())]
+    NotOwned {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The segment's first word is zero: it was never completed.
+    #[error("the segment was never completed (its creator died while making it); remove it with `numalab ring --cleanup`")]
+    Incomplete,
+    /// The segment is not a numalab ring.
+    #[error("not a numalab ring: magic {magic:#018x}")]
+    Foreign {
+        /// The first word found.
+        magic: u64,
+    },
+    /// The segment was made by an incompatible numalab.
+    #[error("the ring has layout version {found}; this numalab reads version {supported}")]
+    Version {
+        /// Version in the segment.
+        found: u32,
+        /// Version this build reads.
+        supported: u32,
+    },
+    /// The segment's header or control words are inconsistent.
+    #[error("corrupt ring segment: {reason}")]
+    Corrupt {
+        /// What was inconsistent.
+        reason: String,
+    },
+    /// Another writer is attached.
+    #[error("the ring already has a live writer (pid {pid})")]
+    WriterBusy {
+        /// Its process id as recorded.
+        pid: u32,
+    },
+    /// Every reader slot is in use by a live reader.
+    #[error("all {slots} reader slots of the ring are taken by live readers")]
+    NoReaderSlot {
+        /// Slots the ring has.
+        slots: u32,
+    },
+    /// The writer died without ending the stream; everything it had
+    /// committed has been read.
+    #[error("the writer (pid {pid}) died without ending the stream; {blocks} blocks were read before")]
+    WriterDied {
+        /// Its process id as recorded.
+        pid: u32,
+        /// Blocks this reader read in all.
+        blocks: u64,
+    },
+    /// Nothing happened within the timeout.
+    #[error("timed out after {:.1} s waiting for {what}", waited.as_secs_f64())]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// How long.
+        waited: Duration,
+    },
+    /// More bytes than a block (or a header slot) holds.
+    #[error("{len} bytes do not fit in {what} of {capacity} bytes")]
+    TooLarge {
+        /// "a block" or "a transfer header".
+        what: &'static str,
+        /// Bytes given.
+        len: usize,
+        /// Bytes that fit.
+        capacity: usize,
+    },
+    /// A system call failed.
+    #[error("could not {what}: {source}")]
+    Os {
+        /// What was being done.
+        what: String,
+        /// The kernel's error.
+        source: io::Error,
+    },
+}
+
+impl RingError {
+    pub(crate) fn os(what: impl Into<String>) -> impl FnOnce(io::Error) -> RingError {
+        let what = what.into();
+        move |source| RingError::Os { what, source }
+    }
+}
+
+impl From<PolicyError> for RingError {
+    fn from(err: PolicyError) -> Self {
+        RingError::Placement(BufferError::Policy(err))
+    }
+}

@@ -1,0 +1,364 @@
+//! [`Ring`]: a handle on a ring segment, made or opened, from which the
+//! writer and readers attach.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::RingError;
+use super::layout::{
+    Geometry, FLAG_HUGE_2M, FLAG_LAG_DEFAULT, FLAG_LOCKED, FLAG_THP, MAX_BLOCKS, MAX_META_SIZE,
+    MAX_READERS,
+};
+use super::monitor::RingStats;
+use super::reader::Reader;
+use super::segment::{CreateSpec, Segment};
+use super::writer::Writer;
+use crate::audit::{audit, PlacementAudit};
+use crate::buffer::HugePages;
+use crate::locate::{self, LocateError, PageHistogram, Sample};
+use crate::policy::MemPolicy;
+use crate::sets::NodeSet;
+use crate::sys::linux;
+
+/// What the writer does about a reader that falls a whole ring behind.
+///
+/// ```
+/// use numalab::ring::Backpressure;
+/// assert_eq!("lag".parse::<Backpressure>()?, Backpressure::Lag);
+/// assert_eq!(Backpressure::default(), Backpressure::Block);
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backpressure {
+    /// The writer waits for the reader (no data is lost).
+    #[default]
+    Block,
+    /// The writer moves the reader on to the oldest block still in the
+    /// ring; the reader is marked lagging and the blocks it missed counted.
+    Lag,
+}
+
+impl fmt::Display for Backpressure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backpressure::Block => "block",
+            Backpressure::Lag => "lag",
+        })
+    }
+}
+
+impl std::str::FromStr for Backpressure {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "block" | "wait" => Ok(Backpressure::Block),
+            "lag" | "skip" => Ok(Backpressure::Lag),
+            other => Err(format!("unknown back-pressure {other:?}; expected block or lag")),
+        }
+    }
+}
+
+/// How a ring is made.
+///
+/// ```
+/// use numalab::ring::{Backpressure, RingOptions};
+/// let options = RingOptions::new("radio", 8 << 24, 16 << 20) // 8 blocks of 16 MiB
+///     .node(0)
+///     .backpressure(Backpressure::Lag);
+/// assert_eq!(options.blocks(), 8);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingOptions {
+    /// Name: 1 to 100 of `A-Z a-z 0-9 . _ -`.
+    pub name: String,
+    /// Bytes of data (a whole number of blocks, at least two).
+    pub size: usize,
+    /// Bytes per block (a multiple of 64).
+    pub block_size: usize,
+    /// Where the memory goes (default: `local`, the creating thread's node).
+    pub policy: MemPolicy,
+    /// Page size: base, transparent huge pages (needs
+    /// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` at `advise` or
+    /// `always`), or explicit 2 MiB pages (from a hugetlbfs at
+    /// `/dev/hugepages`).
+    pub huge_pages: HugePages,
+    /// Lock the pages in memory (`mlock`).
+    pub lock: bool,
+    /// The readers' default back-pressure.
+    pub backpressure: Backpressure,
+    /// Reader slots (1 to 64; default 8).
+    pub max_readers: u32,
+    /// Bytes for each transfer header (default 4096).
+    pub header_size: usize,
+}
+
+impl RingOptions {
+    /// A ring `name` of `size` bytes in blocks of `block_size`.
+    pub fn new(name: &str, size: usize, block_size: usize) -> RingOptions {
+        RingOptions {
+            name: name.to_owned(),
+            size,
+            block_size,
+            policy: MemPolicy::Local,
+            huge_pages: HugePages::None,
+            lock: false,
+            backpressure: Backpressure::Block,
+            max_readers: 8,
+            header_size: 4096,
+        }
+    }
+
+    /// Places the memory by `policy`.
+    pub fn policy(mut self, policy: MemPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Places the memory on `node` (`bind`).
+    pub fn node(self, node: u32) -> Self {
+        self.policy(MemPolicy::Bind(NodeSet::single(node)))
+    }
+
+    /// Backs the ring with huge pages.
+    pub fn huge_pages(mut self, huge_pages: HugePages) -> Self {
+        self.huge_pages = huge_pages;
+        self
+    }
+
+    /// Locks the pages in memory.
+    pub fn lock(mut self, lock: bool) -> Self {
+        self.lock = lock;
+        self
+    }
+
+    /// Sets the readers' default back-pressure.
+    pub fn backpressure(mut self, backpressure: Backpressure) -> Self {
+        self.backpressure = backpressure;
+        self
+    }
+
+    /// Sets the number of reader slots.
+    pub fn max_readers(mut self, max_readers: u32) -> Self {
+        self.max_readers = max_readers;
+        self
+    }
+
+    /// Sets the room for each transfer header.
+    pub fn header_size(mut self, header_size: usize) -> Self {
+        self.header_size = header_size;
+        self
+    }
+
+    /// Blocks in the ring.
+    pub fn blocks(&self) -> usize {
+        self.size.checked_div(self.block_size).unwrap_or(0)
+    }
+
+    fn flags(&self) -> u32 {
+        let mut flags = match self.huge_pages {
+            HugePages::None => 0,
+            HugePages::Transparent => FLAG_THP,
+            HugePages::Explicit2M => FLAG_HUGE_2M,
+        };
+        if self.lock {
+            flags |= FLAG_LOCKED;
+        }
+        if self.backpressure == Backpressure::Lag {
+            flags |= FLAG_LAG_DEFAULT;
+        }
+        flags
+    }
+
+    /// Checks the sizes; the layout they give.
+    pub(crate) fn geometry(&self) -> Result<Geometry, RingError> {
+        let bad = |reason: String| Err(RingError::InvalidSize(reason));
+        if self.block_size < 64 || self.block_size % 64 != 0 {
+            return bad(format!(
+                "block size {} must be a multiple of 64 bytes",
+                self.block_size
+            ));
+        }
+        if self.size % self.block_size != 0 {
+            return bad(format!(
+                "size {} is not a whole number of {}-byte blocks",
+                self.size, self.block_size
+            ));
+        }
+        let blocks = (self.size / self.block_size) as u64;
+        if !(2..=MAX_BLOCKS).contains(&blocks) {
+            return bad(format!("{blocks} blocks; a ring has 2 to {MAX_BLOCKS}"));
+        }
+        if !(1..=MAX_READERS).contains(&self.max_readers) {
+            return bad(format!(
+                "{} reader slots; a ring has 1 to {MAX_READERS}",
+                self.max_readers
+            ));
+        }
+        let meta = self.header_size;
+        if meta < 64 || meta > MAX_META_SIZE as usize || meta % 64 != 0 {
+            return bad(format!(
+                "header size {meta} must be a multiple of 64 from 64 to {MAX_META_SIZE}"
+            ));
+        }
+        Geometry::compute(
+            self.block_size as u64,
+            blocks,
+            self.max_readers,
+            meta as u32,
+            self.flags(),
+            linux::page_size() as u64,
+        )
+        .ok_or_else(|| RingError::InvalidSize(format!("{} bytes is too large", self.size)))
+    }
+}
+
+/// A handle on a ring segment: made with [`Ring::create`] (the creator
+/// removes the segment's name when it drops the handle, unless told to
+/// [`keep`](Ring::keep) it) or opened with [`Ring::open`]. The writer and
+/// the readers attach through it.
+///
+/// See the [module documentation](super) for a complete example.
+pub struct Ring {
+    seg: Arc<Segment>,
+    owner: bool,
+    touched_from: NodeSet,
+}
+
+impl fmt::Debug for Ring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field("name", &self.seg.name)
+            .field("path", &self.seg.path)
+            .field("blocks", &self.seg.geometry.blocks)
+            .field("block_size", &self.seg.geometry.block_size)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+impl Ring {
+    /// Makes a ring as `options` say. Everything is checked (name, sizes,
+    /// policy, free memory on the bound nodes) before anything is made; a
+    /// failure leaves nothing behind.
+    pub fn create(options: &RingOptions) -> Result<Ring, RingError> {
+        let geometry = options.geometry()?;
+        let seg = Segment::create(&CreateSpec {
+            name: &options.name,
+            geometry,
+            policy: &options.policy,
+            huge_pages: options.huge_pages,
+            lock: options.lock,
+        })?;
+        Ok(Ring {
+            seg: Arc::new(seg),
+            owner: true,
+            touched_from: NodeSet::single(linux::getcpu().1),
+        })
+    }
+
+    /// Opens the existing ring `name`, validating its header (a segment
+    /// that is incomplete, foreign, of another layout version, corrupt, not
+    /// owned by this user or not owner-only is refused with an error).
+    ///
+    /// # Safety
+    ///
+    /// The segment is memory shared with other processes, and the handles
+    /// lend its blocks as ordinary slices. Every other process that maps
+    /// it must follow the ring protocol — in practice, use this module
+    /// (of the same layout version) and nothing else to touch it — and
+    /// must not shrink the file. A process that writes the segment by
+    /// other means can change bytes under a borrowed slice.
+    pub unsafe fn open(name: &str) -> Result<Ring, RingError> {
+        let seg = Segment::open(name, false)?;
+        Ok(Ring {
+            seg: Arc::new(seg),
+            owner: false,
+            touched_from: NodeSet::single(linux::getcpu().1),
+        })
+    }
+
+    /// Attaches the writer; [`RingError::WriterBusy`] while another lives.
+    pub fn writer(&self) -> Result<Writer, RingError> {
+        Writer::attach(self.seg.clone())
+    }
+
+    /// Joins as a reader with the ring's default back-pressure.
+    pub fn reader(&self) -> Result<Reader, RingError> {
+        let mode = if self.seg.geometry.flags & FLAG_LAG_DEFAULT != 0 {
+            Backpressure::Lag
+        } else {
+            Backpressure::Block
+        };
+        Reader::join(self.seg.clone(), mode)
+    }
+
+    /// Joins as a reader with its own back-pressure.
+    pub fn reader_with(&self, backpressure: Backpressure) -> Result<Reader, RingError> {
+        Reader::join(self.seg.clone(), backpressure)
+    }
+
+    /// The ring's name.
+    pub fn name(&self) -> &str {
+        &self.seg.name
+    }
+
+    /// The segment's file.
+    pub fn path(&self) -> &Path {
+        &self.seg.path
+    }
+
+    /// Bytes per block.
+    pub fn block_size(&self) -> usize {
+        self.seg.geometry.block_size as usize
+    }
+
+    /// Blocks in the ring.
+    pub fn blocks(&self) -> usize {
+        self.seg.geometry.blocks as usize
+    }
+
+    /// The memory policy the creator asked for.
+    pub fn policy(&self) -> Result<MemPolicy, RingError> {
+        self.seg.info.policy.parse().map_err(|_| RingError::Corrupt {
+            reason: format!("unknown policy {:?} in the header", self.seg.info.policy),
+        })
+    }
+
+    /// The ring's counters (bytes, blocks, each reader's lag, waits).
+    pub fn stats(&self) -> RingStats {
+        RingStats::read(&self.seg, &self.seg.fd)
+    }
+
+    /// Where the data blocks' pages are.
+    pub fn locate(&self, sample: Sample) -> Result<PageHistogram, LocateError> {
+        let (ptr, len) = self.seg.data_range();
+        locate::locate(ptr, len, sample)
+    }
+
+    /// Checks every page of the data blocks against the policy asked for.
+    pub fn audit(&self) -> PlacementAudit {
+        let found = self.locate(Sample::All).unwrap_or_default();
+        let policy = self.policy().unwrap_or(MemPolicy::Default);
+        audit(&policy, &self.touched_from, &found)
+    }
+
+    /// Leaves the segment's name in place when this creator's handle is
+    /// dropped (remove it later with [`remove`](super::remove)).
+    pub fn keep(&mut self) {
+        self.owner = false;
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // Only our own segment: the name may have been removed and reused.
+        if self.owner && self.seg.still_named() {
+            let _ = linux::unlink(&self.seg.path);
+        }
+    }
+}
