@@ -33,3 +33,7 @@ if [[ -z "${NUMALAB_EMU_KERNEL:-}" && -n "$kernel" && ! -r "$kernel" ]]; then
     fi
 fi
 cargo test -p numalab-emu --locked
+
+step "loom models of the ring's index protocol"
+RUSTFLAGS="--cfg loom" cargo test -p numalab --release --lib --locked \
+  --target-dir target/loom ring::protocol::loom_models

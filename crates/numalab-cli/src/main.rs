@@ -34,6 +34,10 @@ enum Command {
     Run(cmd::run::RunArgs),
     Sweep(cmd::sweep::SweepArgs),
     Plot(cmd::plot::PlotArgs),
+    Ring(cmd::ring::RingArgs),
+    /// A writer or reader process of `numalab ring`
+    #[command(hide = true)]
+    RingWorker(cmd::ring::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +49,8 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args).map_err(|e| (e, 1)),
         Command::Sweep(args) => cmd::sweep::run(args).map_err(|e| (e, 1)),
         Command::Plot(args) => cmd::plot::run(args).map(|()| 0).map_err(|e| (e, 1)),
+        Command::Ring(args) => cmd::ring::run(args).map(|()| 0).map_err(|e| (e, 1)),
+        Command::RingWorker(args) => cmd::ring::worker(args).map(|()| 0).map_err(|e| (e, 1)),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -3,6 +3,7 @@
 pub mod exec;
 pub mod fill;
 pub mod plot;
+pub mod ring;
 pub mod run;
 pub mod sweep;
 pub mod topo;

@@ -86,7 +86,9 @@ pub enum RingError {
     },
     /// The writer died without ending the stream; everything it had
     /// committed has been read.
-    #[error("the writer (pid {pid}) died without ending the stream; {blocks} blocks were read before")]
+    #[error(
+        "the writer (pid {pid}) died without ending the stream; {blocks} blocks were read before"
+    )]
     WriterDied {
         /// Its process id as recorded.
         pid: u32,

@@ -178,7 +178,8 @@ impl Geometry {
         };
         let readers_offset = (size_of::<Header>() + size_of::<WriterCtl>()) as u64;
         let descs_offset = readers_offset + u64::from(max_readers) * size_of::<ReaderCtl>() as u64;
-        let meta_offset = descs_offset.checked_add(blocks.checked_mul(size_of::<BlockDesc>() as u64)?)?;
+        let meta_offset =
+            descs_offset.checked_add(blocks.checked_mul(size_of::<BlockDesc>() as u64)?)?;
         let meta_end = meta_offset.checked_add(blocks.checked_mul(u64::from(meta_size))?)?;
         let data_offset = align_up(meta_end, data_align)?;
         let data_end = data_offset.checked_add(blocks.checked_mul(block_size)?)?;
@@ -227,7 +228,8 @@ fn u64_at(bytes: &[u8], offset: usize) -> u64 {
 pub(crate) fn encode_header(info: &HeaderInfo, bytes: &mut [u8; 256]) {
     let g = &info.geometry;
     bytes.fill(0);
-    let mut put = |offset: usize, value: &[u8]| bytes[offset..offset + value.len()].copy_from_slice(value);
+    let mut put =
+        |offset: usize, value: &[u8]| bytes[offset..offset + value.len()].copy_from_slice(value);
     put(8, &LAYOUT_VERSION.to_le_bytes());
     put(12, &(size_of::<Header>() as u32).to_le_bytes());
     put(16, &g.total_size.to_le_bytes());
@@ -251,7 +253,11 @@ pub(crate) fn encode_header(info: &HeaderInfo, bytes: &mut [u8; 256]) {
 
 /// Validates a header (its first 256 bytes, magic included) against the
 /// file's length. Never trusts a field before checking it.
-pub(crate) fn decode_header(bytes: &[u8], file_len: u64, page: u64) -> Result<HeaderInfo, RingError> {
+pub(crate) fn decode_header(
+    bytes: &[u8],
+    file_len: u64,
+    page: u64,
+) -> Result<HeaderInfo, RingError> {
     let corrupt = |reason: String| RingError::Corrupt { reason };
     if bytes.len() < size_of::<Header>() || file_len < size_of::<Header>() as u64 {
         return Err(corrupt(format!(
@@ -275,11 +281,16 @@ pub(crate) fn decode_header(bytes: &[u8], file_len: u64, page: u64) -> Result<He
     }
     let header_size = u32_at(bytes, 12);
     if header_size as usize != size_of::<Header>() {
-        return Err(corrupt(format!("header size {header_size}, expected {}", size_of::<Header>())));
+        return Err(corrupt(format!(
+            "header size {header_size}, expected {}",
+            size_of::<Header>()
+        )));
     }
     let checksum = u64_at(bytes, CHECKSUM_OFFSET);
     if checksum != fnv1a(&bytes[8..CHECKSUM_OFFSET]) {
-        return Err(corrupt("the header's checksum does not match its contents".into()));
+        return Err(corrupt(
+            "the header's checksum does not match its contents".into(),
+        ));
     }
     let geometry = Geometry::compute(
         u64_at(bytes, 24),
@@ -371,15 +382,24 @@ mod tests {
         let g = info().geometry;
         let mut bytes = valid();
         bytes[..8].fill(0);
-        assert!(matches!(decode_header(&bytes, g.total_size, 4096), Err(RingError::Incomplete)));
+        assert!(matches!(
+            decode_header(&bytes, g.total_size, 4096),
+            Err(RingError::Incomplete)
+        ));
         bytes[..8].copy_from_slice(b"PSRDADA!");
-        assert!(matches!(decode_header(&bytes, g.total_size, 4096), Err(RingError::Foreign { .. })));
+        assert!(matches!(
+            decode_header(&bytes, g.total_size, 4096),
+            Err(RingError::Foreign { .. })
+        ));
         let mut bytes = valid();
         bytes[8] = 9;
         let err = decode_header(&bytes, g.total_size, 4096).unwrap_err();
         assert!(matches!(err, RingError::Version { found: 9, .. }), "{err}");
         let err = decode_header(&valid(), g.total_size - 4096, 4096).unwrap_err();
-        assert!(err.to_string().contains("bytes but its header says"), "{err}");
+        assert!(
+            err.to_string().contains("bytes but its header says"),
+            "{err}"
+        );
     }
 
     /// A small deterministic generator for the fuzz tests (xorshift64*).

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use super::error::RingError;
 use super::layout::{LOCK_CREATOR, LOCK_READERS, LOCK_SPAN, LOCK_WRITER};
-use super::protocol::{self, MODE_LAG, READER_ACTIVE, READER_JOINING, WRITER_ACTIVE, WRITER_FINISHED, WRITER_NONE};
+use super::protocol::{
+    self, MODE_LAG, READER_ACTIVE, READER_JOINING, WRITER_ACTIVE, WRITER_FINISHED, WRITER_NONE,
+};
 use super::segment::{self, Segment, HUGETLB_DIR, PREFIX, SHM_DIR};
 use crate::sys::linux::{self, SegmentOpen};
 
@@ -116,7 +118,12 @@ impl RingStats {
                 Some(ReaderStats {
                     slot,
                     state: state.into(),
-                    mode: if r.mode.load(Relaxed) == MODE_LAG { "lag" } else { "block" }.into(),
+                    mode: if r.mode.load(Relaxed) == MODE_LAG {
+                        "lag"
+                    } else {
+                        "block"
+                    }
+                    .into(),
                     pid: r.pid.load(Relaxed),
                     position,
                     lag_blocks: written.saturating_sub(position),
@@ -216,7 +223,10 @@ impl SegmentEntry {
 fn in_use(path: &std::path::Path) -> Result<bool, RingError> {
     let fd = linux::open_segment(path, SegmentOpen::ReadOnly)
         .map_err(RingError::os(format!("open {}", path.display())))?;
-    linux::is_locked(&fd, 0, LOCK_SPAN).map_err(RingError::os(format!("check the locks of {}", path.display())))
+    linux::is_locked(&fd, 0, LOCK_SPAN).map_err(RingError::os(format!(
+        "check the locks of {}",
+        path.display()
+    )))
 }
 
 /// Every numalab ring segment on this machine (in `/dev/shm` and
@@ -244,7 +254,10 @@ pub fn list() -> Vec<SegmentEntry> {
             let size = entry.metadata().map_or(0, |m| m.len());
             let in_use = in_use(&path).unwrap_or(true);
             let (stats, problem) = if temporary {
-                (None, Some("temporary file of an unfinished creation".to_owned()))
+                (
+                    None,
+                    Some("temporary file of an unfinished creation".to_owned()),
+                )
             } else {
                 match RingMonitor::open(&name) {
                     Ok(monitor) => (Some(monitor.stats()), None),
@@ -283,7 +296,12 @@ pub fn remove(name: &str, force: bool) -> Result<Vec<PathBuf>, RingError> {
                     if s.writer.state == "active" {
                         pids.push(format!("writer {}", s.writer.pid));
                     }
-                    pids.extend(s.readers.iter().filter(|r| r.state != "dead").map(|r| format!("reader {}", r.pid)));
+                    pids.extend(
+                        s.readers
+                            .iter()
+                            .filter(|r| r.state != "dead")
+                            .map(|r| format!("reader {}", r.pid)),
+                    );
                     pids.join(", ")
                 })
                 .unwrap_or_default();
@@ -295,7 +313,8 @@ pub fn remove(name: &str, force: bool) -> Result<Vec<PathBuf>, RingError> {
                 source: std::io::Error::from_raw_os_error(libc::EBUSY),
             });
         }
-        linux::unlink(&entry.path).map_err(RingError::os(format!("remove {}", entry.path.display())))?;
+        linux::unlink(&entry.path)
+            .map_err(RingError::os(format!("remove {}", entry.path.display())))?;
         removed.push(entry.path);
     }
     if removed.is_empty() {

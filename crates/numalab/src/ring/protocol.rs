@@ -22,19 +22,21 @@
 //!   reader took the block first, the swap fails and the writer waits for
 //!   that one block).
 //!
-//! Orderings: every access that takes part in a handshake between the
-//! writer and a reader is `SeqCst`, because the handshakes are Dekker-style
-//! (each side stores its own word, then loads the other's): joining
-//! (reader stores `state`, loads `write_seq`; writer stores `write_seq`,
-//! loads `state`) and sleeping (a sleeper increments `*_sleepers`, then
-//! loads the condition; the waker stores the condition, then loads
-//! `*_sleepers`). The `SeqCst` load of `write_seq` by a reader also
+//! Orderings: the handshakes between the writer and a reader are
+//! Dekker-style (each side stores its own word, then loads the other's):
+//! joining (reader stores `state`, loads `write_seq`; writer stores
+//! `write_seq`, loads `state`) and sleeping (a sleeper increments
+//! `*_sleepers`, then loads the condition; the waker stores the condition,
+//! then loads `*_sleepers`). Each side puts a `SeqCst` fence between its
+//! store and its load, so at least one of them sees the other's store
+//! (the fences are ordered; `SeqCst` accesses alone would also do in
+//! C++20, but the fence makes it plain and is what `loom` models). The `SeqCst` load of `write_seq` by a reader also
 //! acquires the writer's block contents (released by its `SeqCst` store),
 //! and the writer's `SeqCst` load of `pos` acquires the reader's
 //! finished reads of the slot it is about to overwrite. Counters are
 //! `Relaxed`: they are for monitoring only.
 
-use super::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use super::atomic::{fence, AtomicU32, AtomicU64, Ordering::*};
 
 /// Reader slot status: free for a new reader.
 pub(crate) const READER_FREE: u64 = 0;
@@ -138,6 +140,9 @@ pub(crate) enum Space {
 
 /// Writer: may block `seq` be written now? Moves lag-mode readers on.
 pub(crate) fn check_space(readers: &[ReaderCtl], seq: u64, blocks: u64) -> Space {
+    // Dekker with `activate`: our last store of write_seq, then the loads
+    // of the readers' state.
+    fence(SeqCst);
     for (slot, reader) in readers.iter().enumerate() {
         loop {
             // Pairs with the reader's SeqCst store of ACTIVE in `activate`.
@@ -178,6 +183,7 @@ pub(crate) fn publish(writer: &WriterCtl, seq: u64) -> bool {
     // Releases the block's contents to readers' SeqCst loads in try_take;
     // Dekker pair with a reader's sleepers increment in prepare_sleep.
     writer.write_seq.store(seq + 1, SeqCst);
+    fence(SeqCst);
     writer.data_sleepers.load(SeqCst) > 0
 }
 
@@ -186,6 +192,7 @@ pub(crate) fn publish(writer: &WriterCtl, seq: u64) -> bool {
 pub(crate) fn set_writer_state(writer: &WriterCtl, state: u32) -> bool {
     // Dekker pair with prepare_sleep, as in publish.
     writer.state.store(state, SeqCst);
+    fence(SeqCst);
     writer.data_sleepers.load(SeqCst) > 0
 }
 
@@ -237,6 +244,7 @@ pub(crate) fn release(writer: &WriterCtl, reader: &ReaderCtl, seq: u64) -> bool 
     // Releases this reader's reads of the slot to the writer's SeqCst load
     // in check_space; Dekker pair with the writer's prepare_sleep.
     reader.pos.store((seq + 1) << 1, SeqCst);
+    fence(SeqCst);
     writer.space_sleepers.load(SeqCst) > 0
 }
 
@@ -259,7 +267,9 @@ pub(crate) fn begin_join(reader: &ReaderCtl) -> u64 {
 }
 
 /// Reader: becomes active at the writer's current position. Returns the
-/// `ACTIVE` state word.
+/// `ACTIVE` state word. The caller then wakes the writer (bump
+/// `space_event` and wake its futex): it may be waiting on the position
+/// this function raised.
 pub(crate) fn activate(writer: &WriterCtl, reader: &ReaderCtl, joining: u64, mode: u32) -> u64 {
     let first = writer.write_seq.load(SeqCst);
     reader.pos.store(first << 1, SeqCst);
@@ -269,16 +279,14 @@ pub(crate) fn activate(writer: &WriterCtl, reader: &ReaderCtl, joining: u64, mod
     // every claim the writer checks after it has committed `now` (below)
     // sees this reader.
     reader.state.store(active, SeqCst);
+    fence(SeqCst);
     let now = writer.write_seq.load(SeqCst);
     // Blocks before `now` may have been overwritten by a writer that did
     // not see us yet: start at `now` (or later, if a lag-mode writer has
     // already moved us).
     let mut pos = reader.pos.load(SeqCst);
     while pos >> 1 < now {
-        match reader
-            .pos
-            .compare_exchange(pos, now << 1, SeqCst, SeqCst)
-        {
+        match reader.pos.compare_exchange(pos, now << 1, SeqCst, SeqCst) {
             Ok(_) => break,
             Err(seen) => pos = seen,
         }
@@ -292,6 +300,7 @@ pub(crate) fn leave(writer: &WriterCtl, reader: &ReaderCtl, active: u64) -> bool
     let _ = reader
         .state
         .compare_exchange(active, with_status(active, READER_FREE), SeqCst, SeqCst);
+    fence(SeqCst);
     writer.space_sleepers.load(SeqCst) > 0
 }
 
@@ -311,6 +320,7 @@ pub(crate) fn drop_dead_reader(reader: &ReaderCtl, seen: u64) -> bool {
 /// holds, on the returned futex value, then call [`end_sleep`].
 pub(crate) fn prepare_sleep(sleepers: &AtomicU32, event: &AtomicU32) -> u32 {
     sleepers.fetch_add(1, SeqCst);
+    fence(SeqCst);
     event.load(SeqCst)
 }
 
@@ -366,9 +376,13 @@ mod loom_models {
             self.futex.1.notify_all();
         }
 
+        /// As `Reader::join`: activate, then wake a writer that may be
+        /// waiting on the slot's old position.
         fn join(&self, slot: usize, mode: u32) {
             let joining = begin_join(&self.readers[slot]);
             activate(&self.writer, &self.readers[slot], joining, mode);
+            bump(&self.writer.space_event);
+            self.futex_wake();
         }
 
         /// Writes `count` blocks, sleeping on the futex when full.
@@ -447,9 +461,17 @@ mod loom_models {
         }
     }
 
+    /// Every interleaving with up to `bound` preemptions (unbounded search
+    /// does not finish in reasonable time for these models).
+    fn check(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(bound);
+        builder.check(f);
+    }
+
     #[test]
     fn blocking_reader_sees_every_block_once_in_order() {
-        loom::model(|| {
+        check(3, || {
             let ring = Ring::new(2, 1);
             ring.join(0, MODE_BLOCK);
             let r = ring.clone();
@@ -461,9 +483,7 @@ mod loom_models {
 
     #[test]
     fn two_blocking_readers_both_see_everything() {
-        let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
-        builder.check(|| {
+        check(2, || {
             let ring = Ring::new(2, 2);
             ring.join(0, MODE_BLOCK);
             ring.join(1, MODE_BLOCK);
@@ -482,7 +502,7 @@ mod loom_models {
 
     #[test]
     fn lagging_reader_never_reads_an_overwritten_block() {
-        loom::model(|| {
+        check(3, || {
             let ring = Ring::new(2, 1);
             ring.join(0, MODE_LAG);
             let r = ring.clone();
@@ -498,9 +518,7 @@ mod loom_models {
 
     #[test]
     fn reader_joining_mid_stream_reads_a_contiguous_tail() {
-        let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
-        builder.check(|| {
+        check(3, || {
             let ring = Ring::new(2, 1);
             let r = ring.clone();
             let reader = thread::spawn(move || {

@@ -181,9 +181,10 @@ impl Reader {
         }
         reader.waits.fetch_add(1, Relaxed);
         let lock_fd = &self.lock_fd;
-        let (next, waited) = wait_until(
+        wait_until(
             &ctl.data_sleepers,
             &ctl.data_event,
+            &reader.sleeps,
             self.timeout,
             || format!("data from the writer of ring {:?}", seg.name),
             ready,
@@ -196,11 +197,7 @@ impl Reader {
                 }
                 Ok(())
             },
-        )?;
-        if waited.slept {
-            reader.sleeps.fetch_add(1, Relaxed);
-        }
-        Ok(next)
+        )
     }
 
     /// Takes the next block into the cursor; `None` at the end of the
@@ -425,7 +422,9 @@ impl std::fmt::Debug for ReadBlock<'_> {
 
 impl ReadBlock<'_> {
     fn cursor(&self) -> Cursor {
-        self.reader.cursor.expect("a borrowed block holds the cursor")
+        self.reader
+            .cursor
+            .expect("a borrowed block holds the cursor")
     }
 
     /// The block's sequence number (blocks are numbered from 0 when the
@@ -455,7 +454,10 @@ impl Deref for ReadBlock<'_> {
 
     fn deref(&self) -> &[u8] {
         let cursor = self.cursor();
-        let src = self.reader.seg.block_ptr(cursor.seq % self.reader.seg.geometry.blocks);
+        let src = self
+            .reader
+            .seg
+            .block_ptr(cursor.seq % self.reader.seg.geometry.blocks);
         // SAFETY: the reader holds the block (busy) until this ReadBlock is
         // dropped, so the writer does not write it; len <= block_size.
         unsafe { std::slice::from_raw_parts(src, cursor.len) }

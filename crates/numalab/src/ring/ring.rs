@@ -58,7 +58,9 @@ impl std::str::FromStr for Backpressure {
         match s {
             "block" | "wait" => Ok(Backpressure::Block),
             "lag" | "skip" => Ok(Backpressure::Lag),
-            other => Err(format!("unknown back-pressure {other:?}; expected block or lag")),
+            other => Err(format!(
+                "unknown back-pressure {other:?}; expected block or lag"
+            )),
         }
     }
 }
@@ -324,14 +326,23 @@ impl Ring {
 
     /// The memory policy the creator asked for.
     pub fn policy(&self) -> Result<MemPolicy, RingError> {
-        self.seg.info.policy.parse().map_err(|_| RingError::Corrupt {
-            reason: format!("unknown policy {:?} in the header", self.seg.info.policy),
-        })
+        self.seg
+            .info
+            .policy
+            .parse()
+            .map_err(|_| RingError::Corrupt {
+                reason: format!("unknown policy {:?} in the header", self.seg.info.policy),
+            })
     }
 
     /// The ring's counters (bytes, blocks, each reader's lag, waits).
     pub fn stats(&self) -> RingStats {
-        RingStats::read(&self.seg, &self.seg.fd)
+        // A description of our own: the creator's lock is on `seg.fd`, and
+        // a description does not see its own locks.
+        match self.seg.reopen() {
+            Ok(fd) => RingStats::read(&self.seg, &fd),
+            Err(_) => RingStats::read(&self.seg, &self.seg.fd),
+        }
     }
 
     /// Where the data blocks' pages are.

@@ -11,8 +11,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::error::RingError;
 use super::layout::{
-    decode_header, encode_header, BlockDesc, Geometry, Header, HeaderInfo, FLAG_HUGE_2M,
-    FLAG_THP, LOCK_CREATOR, MAGIC,
+    decode_header, encode_header, BlockDesc, Geometry, Header, HeaderInfo, FLAG_HUGE_2M, FLAG_THP,
+    LOCK_CREATOR, MAGIC,
 };
 use super::protocol::{ReaderCtl, WriterCtl};
 use crate::buffer::{check_free_memory, BufferOptions, HugePages};
@@ -182,9 +182,8 @@ impl Segment {
     fn build(spec: &CreateSpec<'_>, path: &Path, fd: OwnedFd) -> Result<Segment, RingError> {
         let g = spec.geometry;
         let len = g.total_size as usize;
-        linux::set_len(&fd, g.total_size).map_err(RingError::os(format!(
-            "size the segment to {len} bytes"
-        )))?;
+        linux::set_len(&fd, g.total_size)
+            .map_err(RingError::os(format!("size the segment to {len} bytes")))?;
         // The creator's shared lock says "someone owns this segment" for
         // as long as this process lives.
         linux::lock(&fd, LOCK_CREATOR, 1, LockKind::Shared)
@@ -410,7 +409,8 @@ impl Segment {
         } else {
             SegmentOpen::ReadWrite
         };
-        linux::reopen_fd(&self.fd, how).map_err(RingError::os(format!("reopen {}", self.path.display())))
+        linux::reopen_fd(&self.fd, how)
+            .map_err(RingError::os(format!("reopen {}", self.path.display())))
     }
 
     /// Whether the file at the segment's path is still this segment.

@@ -5,7 +5,7 @@
 use std::hint::spin_loop;
 use std::time::{Duration, Instant};
 
-use super::atomic::AtomicU32;
+use super::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::error::RingError;
 use super::protocol::{end_sleep, prepare_sleep};
 use crate::sys::linux;
@@ -16,28 +16,24 @@ pub(crate) const SPIN: Duration = Duration::from_micros(20);
 /// Longest single sleep: how soon a dead peer is noticed.
 pub(crate) const SLICE: Duration = Duration::from_millis(100);
 
-/// The outcome of a wait: whether it had to sleep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Waited {
-    pub slept: bool,
-}
-
 /// Waits until `ready` returns `Some`, an error, or the deadline passes.
 /// `ready` must be safe to call again and again; `on_slice` runs after
-/// every sleep that timed out (liveness checks).
+/// every sleep that timed out (liveness checks); `sleeps` counts the
+/// sleeps.
 pub(crate) fn wait_until<T>(
     sleepers: &AtomicU32,
     event: &AtomicU32,
+    sleeps: &AtomicU64,
     timeout: Option<Duration>,
     what: impl Fn() -> String,
     mut ready: impl FnMut() -> Result<Option<T>, RingError>,
     mut on_slice: impl FnMut() -> Result<(), RingError>,
-) -> Result<(T, Waited), RingError> {
+) -> Result<T, RingError> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
         if let Some(value) = ready()? {
-            return Ok((value, Waited { slept: false }));
+            return Ok(value);
         }
         spin_loop();
         spins += 1;
@@ -51,7 +47,7 @@ pub(crate) fn wait_until<T>(
             Ok(None) => {}
             other => {
                 end_sleep(sleepers);
-                return other.map(|v| (v.expect("ready value"), Waited { slept: true }));
+                return other.map(|v| v.expect("ready value"));
             }
         }
         let slice = match timeout {
@@ -68,6 +64,7 @@ pub(crate) fn wait_until<T>(
             }
             None => SLICE,
         };
+        sleeps.fetch_add(1, Ordering::Relaxed);
         let woke = linux::futex_wait(event, expected, slice);
         end_sleep(sleepers);
         match woke {
@@ -76,7 +73,7 @@ pub(crate) fn wait_until<T>(
             Err(source) => return Err(RingError::os("wait on the ring's futex")(source)),
         }
         if let Some(value) = ready()? {
-            return Ok((value, Waited { slept: true }));
+            return Ok(value);
         }
     }
 }

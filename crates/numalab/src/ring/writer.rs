@@ -166,9 +166,10 @@ impl Writer {
         ctl.waits.fetch_add(1, Relaxed);
         let blocked = Cell::new(None);
         let lock_fd = &self.lock_fd;
-        let (_, waited) = wait_until(
+        wait_until(
             &ctl.space_sleepers,
             &ctl.space_event,
+            &ctl.sleeps,
             self.timeout,
             || format!("a reader to free block {seq} of ring {:?}", seg.name),
             || match protocol::check_space(seg.readers(), seq, blocks) {
@@ -189,11 +190,7 @@ impl Writer {
                 }
                 Ok(())
             },
-        )?;
-        if waited.slept {
-            ctl.sleeps.fetch_add(1, Relaxed);
-        }
-        Ok(())
+        )
     }
 
     /// Publishes block `self.next` with `len` bytes.

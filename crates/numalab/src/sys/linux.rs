@@ -526,7 +526,8 @@ pub fn open_unnamed(dir: &Path) -> io::Result<OwnedFd> {
 /// name is taken (a link at `path` is not followed). Works for unnamed
 /// files from [`open_unnamed`] through `/proc/self/fd`.
 pub fn link_fd(fd: &OwnedFd, path: &Path) -> io::Result<()> {
-    let from = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(io::Error::other)?;
+    let from =
+        CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(io::Error::other)?;
     let to = c_path(path)?;
     // SAFETY: both paths are NUL-terminated strings.
     let ret = unsafe {
