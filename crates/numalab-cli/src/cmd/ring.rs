@@ -182,7 +182,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         }
     };
     let bytes = value * scale;
-    if !(bytes >= 1.0 && bytes < 1.8e19) {
+    if !(1.0..1.8e19).contains(&bytes) {
         return Err(format!("{text:?} is not a positive size"));
     }
     Ok(bytes.round() as u64)

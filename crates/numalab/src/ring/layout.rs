@@ -164,8 +164,7 @@ impl Geometry {
             && block_size % 64 == 0
             && (2..=MAX_BLOCKS).contains(&blocks)
             && (1..=MAX_READERS).contains(&max_readers)
-            && meta_size >= 64
-            && meta_size <= MAX_META_SIZE
+            && (64..=MAX_META_SIZE).contains(&meta_size)
             && meta_size % 64 == 0
             && flags & !FLAGS_KNOWN == 0;
         if !valid {
@@ -368,7 +367,7 @@ mod tests {
         assert!(Geometry::compute(100, 8, 4, 4096, 0, 4096).is_none());
         assert!(Geometry::compute(1 << 20, 1, 4, 4096, 0, 4096).is_none());
         assert!(Geometry::compute(1 << 20, 8, 0, 4096, 0, 4096).is_none());
-        assert!(Geometry::compute(u64::MAX / 2 & !63, 8, 4, 4096, 0, 4096).is_none());
+        assert!(Geometry::compute((u64::MAX / 2) & !63, 8, 4, 4096, 0, 4096).is_none());
     }
 
     #[test]

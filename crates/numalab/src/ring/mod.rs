@@ -10,7 +10,7 @@
 //! *transfers*, each with a key-value [`TransferHeader`] sent beside its
 //! first block, as PSRDada's header blocks.
 //!
-//! * **Placement.** The creator applies the [`MemPolicy`] to the mapping
+//! * **Placement.** The creator applies the [`MemPolicy`](crate::MemPolicy) to the mapping
 //!   before any page is touched, faults every page in, optionally locks
 //!   them, and [`Ring::audit`] checks with `move_pages` where they landed.
 //! * **Back-pressure** per reader ([`Backpressure`]): the writer waits for
@@ -121,6 +121,6 @@ pub use self::{
 };
 
 #[cfg(not(loom))]
-mod ring;
+mod handle;
 #[cfg(not(loom))]
-pub use self::ring::{Backpressure, Ring, RingOptions};
+pub use self::handle::{Backpressure, Ring, RingOptions};

@@ -812,5 +812,5 @@ pub fn is_hugetlbfs(dir: &Path) -> bool {
     if unsafe { libc::statfs(dir.as_ptr(), &mut st) } != 0 {
         return false;
     }
-    st.f_type as i64 == libc::HUGETLBFS_MAGIC as i64
+    st.f_type as i64 == libc::HUGETLBFS_MAGIC
 }
