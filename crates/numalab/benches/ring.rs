@@ -2,7 +2,7 @@
 //! in the same run (`cargo bench -p numalab --bench ring`):
 //!
 //! * copy-in/copy-out throughput against a single-core `memcpy` of the
-//!   same volume (the writer's copy alone, same block and ring sizes);
+//!   same volume between buffers larger than any cache;
 //! * in place (writer fills blocks in the ring, reader reads them there)
 //!   against copy-in/copy-out;
 //! * against PSRDada when `PSRDADA_BIN` names a directory holding
@@ -40,21 +40,25 @@ fn pin(cpu: u32) {
     affinity::bind_thread_to_cpus(&CpuSet::single(cpu)).expect("pin to a CPU");
 }
 
-/// One thread copying `volume` bytes from a block-sized source into a
-/// ring-sized destination, block by block (what the writer does, alone).
+/// One thread copying `volume` bytes with `memcpy`, block by block, from
+/// a source to a destination too large for any cache (up to 1 GiB each,
+/// cycled when the volume is larger): a single core's memory-to-memory
+/// copy rate, the ring's reference.
 fn memcpy_reference(cpu: u32, block: usize, volume: u64) -> f64 {
     std::thread::scope(|s| {
         s.spawn(|| {
             pin(cpu);
-            let source = vec![1u8; block];
-            let mut destination = vec![0u8; block * BLOCKS];
+            let span = (volume.min(1 << 30) as usize) / block * block;
+            let source = vec![1u8; span];
+            let mut destination = vec![0u8; span];
             let start = Instant::now();
             let mut done = 0u64;
-            let mut slot = 0;
+            let mut offset = 0;
             while done < volume {
-                destination[slot * block..(slot + 1) * block].copy_from_slice(&source);
+                destination[offset..offset + block]
+                    .copy_from_slice(&source[offset..offset + block]);
                 std::hint::black_box(&mut destination);
-                slot = (slot + 1) % BLOCKS;
+                offset = (offset + block) % span;
                 done += block as u64;
             }
             done as f64 / start.elapsed().as_secs_f64() / 1e6

@@ -438,6 +438,9 @@ pub struct StreamResult {
     pub readers: Vec<ProcessPlacement>,
     /// Memory, writer and readers all where asked.
     pub placement_ok: bool,
+    /// The ring's counters at the end: blocks, waits and sleeps of each
+    /// side.
+    pub counters: numalab::ring::RingStats,
 }
 
 /// Where a worker process ran, as it saw itself.
@@ -783,7 +786,7 @@ fn run_cell(args: &RingArgs, streams: &[StreamPlan]) -> Result<Vec<StreamResult>
     }
     let per_stream = 1 + args.readers;
     let mut results = Vec::new();
-    for (i, (stream, audit)) in streams.iter().zip(audits).enumerate() {
+    for (i, ((stream, audit), ring)) in streams.iter().zip(audits).zip(&rings).enumerate() {
         // Readers were started stream by stream, then the writers.
         let readers: Vec<&WorkerReport> = reports[i * args.readers..(i + 1) * args.readers]
             .iter()
@@ -838,6 +841,7 @@ fn run_cell(args: &RingArgs, streams: &[StreamPlan]) -> Result<Vec<StreamResult>
             writer: writer_placement,
             readers: reader_placements,
             placement_ok,
+            counters: ring.stats(),
         });
     }
     drop(rings);

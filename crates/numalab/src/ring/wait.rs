@@ -10,9 +10,11 @@ use super::error::RingError;
 use super::protocol::{end_sleep, prepare_sleep};
 use crate::sys::linux;
 
-/// How long to spin before sleeping: about the time to copy 200 KiB, so a
-/// block that is nearly ready is not paid for with a sleep and a wake-up.
-pub(crate) const SPIN: Duration = Duration::from_micros(20);
+/// How long to spin before sleeping: about the time to copy a 1 MiB block,
+/// so a block that is nearly ready is not paid for with a sleep, a futex
+/// wake-up by the other side and the scheduler's latency. An idle ring
+/// spins once, then sleeps.
+pub(crate) const SPIN: Duration = Duration::from_micros(100);
 /// Longest single sleep: how soon a dead peer is noticed.
 pub(crate) const SLICE: Duration = Duration::from_millis(100);
 
