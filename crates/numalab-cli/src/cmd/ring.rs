@@ -29,7 +29,7 @@ use crate::output::{self, human_bytes, Csv, Format, OutputArgs};
     after_help = "Placement options take one value for every stream, or one per stream \
 separated by commas (nodes) or slashes (CPU sets): `--streams 2 --memory-node 0,1`.\n\n\
 Examples:\n  \
-  numalab ring                                   memory, writer, reader on the first node, 20 GB\n  \
+  numalab ring                                   memory, writer, reader on the first node, 20 GiB\n  \
   numalab ring --memory-node 1 --writer-node 0 --reader-node 0 --volume 4GiB\n  \
   numalab ring --mode in-place --block-size 16MiB\n  \
   numalab ring --streams 2 --memory-node 0,1 --writer-node 0,1 --reader-node 0,1\n  \
@@ -73,13 +73,13 @@ pub struct RingArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub readers: usize,
 
-    /// Bytes each stream moves (`20GB`, `512MiB`); large enough for a
-    /// stable figure by default
-    #[arg(long, visible_alias = "size", default_value = "20GB", value_name = "BYTES", value_parser = parse_size)]
+    /// Bytes each stream moves (`20G`, `512M`; binary units); large enough
+    /// for a stable figure by default
+    #[arg(long, visible_alias = "size", default_value = "20G", value_name = "BYTES", value_parser = parse_size)]
     pub volume: u64,
 
     /// Bytes per ring block
-    #[arg(long, default_value = "4MiB", value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, default_value = "4M", value_name = "BYTES", value_parser = parse_size)]
     pub block_size: u64,
 
     /// Blocks per ring
@@ -153,39 +153,14 @@ impl Mode {
     }
 }
 
-/// Parses `20GB`, `20G`, `512MiB`, `4k`, `1048576`: decimal units for
-/// `kB`/`MB`/`GB`/`TB`, binary for `KiB`/`MiB`/`GiB`/`TiB` and the bare
-/// letters `K`/`M`/`G`/`T`.
+/// Parses a size as every numalab command does (`20G`, `512MiB`, `4k`;
+/// binary units), refusing zero.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size such as 20GB, 512MiB or 4096"))?;
-    let scale: f64 = match unit.trim() {
-        "" | "B" => 1.0,
-        "kB" | "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        "K" | "k" | "KiB" => 1024.0,
-        "M" | "MiB" => 1024.0 * 1024.0,
-        "G" | "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "T" | "TiB" => 1024f64.powi(4),
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}; use B, kB, MB, GB, TB, KiB, MiB, GiB or TiB"
-            ))
-        }
-    };
-    let bytes = value * scale;
-    if !(1.0..1.8e19).contains(&bytes) {
-        return Err(format!("{text:?} is not a positive size"));
+    match numalab::units::parse_size(text) {
+        Ok(0) => Err("the size must be at least one byte".into()),
+        Ok(bytes) => Ok(bytes),
+        Err(err) => Err(err.to_string()),
     }
-    Ok(bytes.round() as u64)
 }
 
 // ---------------------------------------------------------------------------
