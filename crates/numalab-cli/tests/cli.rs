@@ -1051,3 +1051,43 @@ fn ring_csv_and_bad_input() {
         .collect();
     assert!(stale.is_empty(), "{stale:?}");
 }
+
+#[test]
+fn ring_ctrl_c_stops_the_run_and_removes_its_segments() {
+    use std::os::unix::process::CommandExt;
+    let mut run = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(["ring", "--volume", "1T", "--block-size", "64K"])
+        .process_group(0) // as a shell puts a job in its own group
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let name = format!("run-{}-0", run.id());
+    let path = format!("/dev/shm/numalab-ring.{name}");
+    let start = std::time::Instant::now();
+    loop {
+        let moving = numalab::ring::RingMonitor::open(&name)
+            .map(|m| m.stats().writer.blocks > 16)
+            .unwrap_or(false);
+        if moving {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the run never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // What the terminal does on Ctrl-C: SIGINT to the whole job.
+    let killed = Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", run.id())])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = run.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(!std::path::Path::new(&path).exists(), "{path} left behind");
+}

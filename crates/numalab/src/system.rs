@@ -165,3 +165,49 @@ pub fn process_cpu_time() -> std::time::Duration {
 pub fn monotonic() -> std::time::Duration {
     crate::sys::linux::monotonic()
 }
+
+/// While it lives, Ctrl-C (`SIGINT`) and `SIGQUIT` do not end the calling
+/// process: a program that starts children can let the terminal interrupt
+/// them (they get the signal too), then clean up after them — remove
+/// shared-memory segments, say the run was interrupted — and exit itself.
+/// Ignored signals stay ignored across `exec`, so children started while
+/// a shield lives call [`default_interrupts`] first. Dropping it restores
+/// the default.
+///
+/// ```
+/// let shield = numalab::system::InterruptShield::new();
+/// // … start workers, wait for them (a Ctrl-C ends them, not us) …
+/// drop(shield);
+/// ```
+#[derive(Debug)]
+pub struct InterruptShield {
+    _private: (),
+}
+
+impl InterruptShield {
+    /// Ignores `SIGINT` and `SIGQUIT` until dropped.
+    pub fn new() -> InterruptShield {
+        crate::sys::linux::ignore_signal(crate::sys::linux::SIGINT, true);
+        crate::sys::linux::ignore_signal(crate::sys::linux::SIGQUIT, true);
+        InterruptShield { _private: () }
+    }
+}
+
+impl Default for InterruptShield {
+    fn default() -> Self {
+        InterruptShield::new()
+    }
+}
+
+impl Drop for InterruptShield {
+    fn drop(&mut self) {
+        default_interrupts();
+    }
+}
+
+/// Gives `SIGINT` and `SIGQUIT` their default effect (ending the process),
+/// as a child started under an [`InterruptShield`] must.
+pub fn default_interrupts() {
+    crate::sys::linux::ignore_signal(crate::sys::linux::SIGINT, false);
+    crate::sys::linux::ignore_signal(crate::sys::linux::SIGQUIT, false);
+}

@@ -538,6 +538,9 @@ pub fn run(args: &RingArgs) -> Result<()> {
         }
     };
     let progress = std::io::stderr().is_terminal();
+    // Ctrl-C ends the workers (they restore the default); numalab stays to
+    // remove the segments and say so.
+    let _shield = numalab::system::InterruptShield::new();
     let mut results = Vec::new();
     for (cell, streams) in cells {
         let result = match streams {
@@ -567,7 +570,7 @@ pub fn run(args: &RingArgs) -> Result<()> {
                             placement_ok,
                         }
                     }
-                    Err(err) if args.layout.is_some() => CellResult {
+                    Err(err) if args.layout.is_some() && !err.is::<Interrupted>() => CellResult {
                         table: cell.table.into(),
                         name: cell.name.clone(),
                         status: "failed".into(),
@@ -618,7 +621,7 @@ fn check_sizes(args: &RingArgs) -> Result<()> {
         (args.block_size * args.blocks) as usize,
         args.block_size as usize,
     );
-    if args.block_size % 64 != 0 || args.block_size < 64 {
+    if !args.block_size.is_multiple_of(64) || args.block_size < 64 {
         bail!(
             "--block-size={}: must be a multiple of 64 bytes",
             args.block_size
@@ -640,7 +643,7 @@ fn check_sizes(args: &RingArgs) -> Result<()> {
             args.block_size
         );
     }
-    if args.verify && args.block_size % 8 != 0 {
+    if args.verify && !args.block_size.is_multiple_of(8) {
         bail!("--verify needs blocks of a multiple of 8 bytes");
     }
     if !(args.timeout > 0.0 && args.timeout.is_finite()) {
@@ -652,6 +655,18 @@ fn check_sizes(args: &RingArgs) -> Result<()> {
     let _ = options;
     Ok(())
 }
+
+/// A worker was ended by Ctrl-C: the run stops, its segments are removed.
+#[derive(Debug)]
+struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted (Ctrl-C); the run's ring segments were removed")
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 /// Kills and reaps the children on every exit path.
 struct Children(Vec<(String, Child)>);
@@ -730,10 +745,15 @@ fn run_cell(args: &RingArgs, streams: &[StreamPlan]) -> Result<Vec<StreamResult>
     // Collect every report; the first failure is the error.
     let mut reports = Vec::new();
     let mut failure = None;
+    let mut interrupted = false;
     for (what, child) in children.0.drain(..) {
         let output = child
             .wait_with_output()
             .with_context(|| format!("waiting for the {what}"))?;
+        {
+            use std::os::unix::process::ExitStatusExt;
+            interrupted |= matches!(output.status.signal(), Some(2 | 3));
+        }
         let stdout = String::from_utf8_lossy(&output.stdout);
         let parsed = stdout
             .lines()
@@ -755,6 +775,9 @@ fn run_cell(args: &RingArgs, streams: &[StreamPlan]) -> Result<Vec<StreamResult>
                 });
             }
         }
+    }
+    if interrupted {
+        return Err(Interrupted.into());
     }
     if let Some(err) = failure {
         return Err(err);
@@ -1128,6 +1151,8 @@ fn now_ns() -> u64 {
 
 /// Runs a worker; prints its [`WorkerReport`] as one JSON line.
 pub fn worker(args: &WorkerArgs) -> Result<()> {
+    // Started under numalab ring's interrupt shield: Ctrl-C must end us.
+    numalab::system::default_interrupts();
     let cpus: CpuSet = args
         .cpus
         .parse()
@@ -1176,7 +1201,7 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
                 }
                 written += len as u64;
                 blocks += 1;
-                if blocks % 64 == 0 {
+                if blocks.is_multiple_of(64) {
                     seen.sample();
                 }
             }
@@ -1222,7 +1247,7 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
                 start.get_or_insert_with(now_ns);
                 read += n as u64;
                 blocks += 1;
-                if blocks % 64 == 0 {
+                if blocks.is_multiple_of(64) {
                     seen.sample();
                 }
             }
@@ -1257,7 +1282,7 @@ fn fill_words(bytes: &mut [u8], first: u64) {
 }
 
 fn check_words(bytes: &[u8], first: u64) -> Result<()> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         bail!("verify: a read of {} bytes is not whole words", bytes.len());
     }
     for (i, chunk) in bytes.chunks_exact(8).enumerate() {

@@ -179,13 +179,13 @@ impl RingOptions {
     /// Checks the sizes; the layout they give.
     pub(crate) fn geometry(&self) -> Result<Geometry, RingError> {
         let bad = |reason: String| Err(RingError::InvalidSize(reason));
-        if self.block_size < 64 || self.block_size % 64 != 0 {
+        if self.block_size < 64 || !self.block_size.is_multiple_of(64) {
             return bad(format!(
                 "block size {} must be a multiple of 64 bytes",
                 self.block_size
             ));
         }
-        if self.size % self.block_size != 0 {
+        if !self.size.is_multiple_of(self.block_size) {
             return bad(format!(
                 "size {} is not a whole number of {}-byte blocks",
                 self.size, self.block_size
@@ -202,7 +202,7 @@ impl RingOptions {
             ));
         }
         let meta = self.header_size;
-        if meta < 64 || meta > MAX_META_SIZE as usize || meta % 64 != 0 {
+        if meta < 64 || meta > MAX_META_SIZE as usize || !meta.is_multiple_of(64) {
             return bad(format!(
                 "header size {meta} must be a multiple of 64 from 64 to {MAX_META_SIZE}"
             ));

@@ -161,11 +161,11 @@ impl Geometry {
         page: u64,
     ) -> Option<Geometry> {
         let valid = block_size >= 64
-            && block_size % 64 == 0
+            && block_size.is_multiple_of(64)
             && (2..=MAX_BLOCKS).contains(&blocks)
             && (1..=MAX_READERS).contains(&max_readers)
             && (64..=MAX_META_SIZE).contains(&meta_size)
-            && meta_size % 64 == 0
+            && meta_size.is_multiple_of(64)
             && flags & !FLAGS_KNOWN == 0;
         if !valid {
             return None;
@@ -419,7 +419,7 @@ mod tests {
         for _ in 0..cases {
             let mut bytes = [0u8; 256];
             bytes.iter_mut().for_each(|b| *b = rng.next() as u8);
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 bytes[..8].copy_from_slice(&MAGIC.to_le_bytes());
                 bytes[8..12].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
             }

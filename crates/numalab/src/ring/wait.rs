@@ -39,7 +39,7 @@ pub(crate) fn wait_until<T>(
         }
         spin_loop();
         spins += 1;
-        if spins % 64 == 0 && start.elapsed() >= SPIN {
+        if spins.is_multiple_of(64) && start.elapsed() >= SPIN {
             break;
         }
     }
