@@ -2,6 +2,7 @@
 
 pub mod exec;
 pub mod fill;
+pub mod matrix;
 pub mod plot;
 pub mod run;
 pub mod sweep;
