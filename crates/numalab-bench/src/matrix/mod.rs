@@ -117,6 +117,12 @@ pub enum MatrixError {
         /// Page cache the kernel could reclaim.
         reclaimable: u64,
     },
+    /// The huge pages asked for cannot be had.
+    #[error("huge pages unavailable: {what}")]
+    HugePagesUnavailable {
+        /// Why.
+        what: String,
+    },
     /// Only the running machine can be measured.
     #[error("only this machine can be measured; {origin} describes another (its shape and firmware values can be shown without measuring)")]
     NotThisMachine {

@@ -83,6 +83,9 @@ pub struct Settings {
     pub sample_ms: u64,
     /// Whether this was a `--quick` run.
     pub quick: bool,
+    /// Pages asked for (`None`: chosen per target node, see each cell's
+    /// `pages`).
+    pub huge_pages: Option<numalab::HugePages>,
     /// Vector instructions of the bandwidth kernels.
     pub isa: Isa,
     /// CPU frequency used to turn ns into cycles (MHz, `/proc/cpuinfo`),

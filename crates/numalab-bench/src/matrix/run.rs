@@ -67,6 +67,9 @@ pub struct MatrixConfig {
     /// Small working sets, short samples, few points: seconds, even under
     /// emulation.
     pub quick: bool,
+    /// Pages for every working set; `None`: explicit 2 MiB pages when the
+    /// target's pool has them, else transparent huge pages, else 4 KiB.
+    pub huge_pages: Option<HugePages>,
 }
 
 impl MatrixConfig {
@@ -79,6 +82,7 @@ impl MatrixConfig {
             threads: None,
             repeats: 5,
             quick: false,
+            huge_pages: None,
         }
     }
 
@@ -135,6 +139,31 @@ pub fn validate(
                 });
             }
         }
+    }
+    match config.huge_pages {
+        Some(HugePages::Transparent)
+            if topology.is_this_system()
+                && KernelSettings::current().thp_enabled.as_deref() == Some("never") =>
+        {
+            return Err(MatrixError::HugePagesUnavailable {
+                what: "transparent huge pages are disabled (/sys/kernel/mm/transparent_hugepage/enabled is never)".into(),
+            });
+        }
+        Some(HugePages::Explicit2M) if topology.is_this_system() => {
+            let size = config.size.unwrap_or(QUICK_SIZE);
+            for &node in &shape.targets {
+                let free = free_huge_2m(node);
+                let needed = peak_bytes(topology, shape, config, size).div_ceil(2 << 20) as u64;
+                if free < needed {
+                    return Err(MatrixError::HugePagesUnavailable {
+                        what: format!(
+                            "node {node} has {free} free 2 MiB pages, {needed} needed; reserve them with `echo {needed} > /sys/devices/system/node/node{node}/hugepages/hugepages-2048kB/nr_hugepages`"
+                        ),
+                    });
+                }
+            }
+        }
+        _ => {}
     }
     if let Some(size) = config.size {
         if size < MIN_SIZE {
@@ -200,12 +229,9 @@ fn check_free(node: u32, needed: u64, what: &str) -> Result<(), MatrixError> {
     Ok(())
 }
 
-/// The pages to ask for on `node` for `bytes`: explicit 2 MiB pages when
-/// its pool has them free, else transparent huge pages unless disabled,
-/// else base pages (with the reason).
-fn huge_pages_for(node: u32, bytes: usize) -> (HugePages, Option<String>) {
-    let needed = bytes.div_ceil(2 << 20) as u64;
-    let pool_free = NodeMemory::read(node)
+/// Free pages in `node`'s 2 MiB hugetlb pool.
+fn free_huge_2m(node: u32) -> u64 {
+    NodeMemory::read(node)
         .map(|m| {
             m.huge_pages
                 .iter()
@@ -213,7 +239,15 @@ fn huge_pages_for(node: u32, bytes: usize) -> (HugePages, Option<String>) {
                 .map(|p| p.free)
                 .sum::<u64>()
         })
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// The pages to ask for on `node` for `bytes`: explicit 2 MiB pages when
+/// its pool has them free, else transparent huge pages unless disabled,
+/// else base pages (with the reason).
+fn huge_pages_for(node: u32, bytes: usize) -> (HugePages, Option<String>) {
+    let needed = bytes.div_ceil(2 << 20) as u64;
+    let pool_free = free_huge_2m(node);
     if pool_free >= needed {
         return (HugePages::Explicit2M, None);
     }
@@ -276,7 +310,9 @@ pub fn run(
                 human(256 << 10),
                 human(largest as u64)
             ));
-            let (pages, _) = huge_pages_for(home, largest);
+            let pages = config
+                .huge_pages
+                .unwrap_or_else(|| huge_pages_for(home, largest).0);
             let reported = topology
                 .last_level_caches
                 .iter()
@@ -337,6 +373,7 @@ pub fn run(
         repeats: config.repeats,
         sample_ms: sample.as_millis() as u64,
         quick: config.quick,
+        huge_pages: config.huge_pages,
         isa: Isa::detect(),
         cpu_mhz,
     };
@@ -344,10 +381,16 @@ pub fn run(
     // Pages per target, said once.
     let mut pages_of = BTreeMap::new();
     for &target in &shape.targets {
-        let (pages, note) = huge_pages_for(target, size.max(settings.bandwidth_bytes));
-        if let Some(note) = note {
-            warnings.push(format!("node {target}: {note}"));
-        }
+        let pages = match config.huge_pages {
+            Some(pages) => pages,
+            None => {
+                let (pages, note) = huge_pages_for(target, size.max(settings.bandwidth_bytes));
+                if let Some(note) = note {
+                    warnings.push(format!("node {target}: {note}"));
+                }
+                pages
+            }
+        };
         pages_of.insert(target, pages);
     }
     let firmware = firmware_cells(topology, shape);

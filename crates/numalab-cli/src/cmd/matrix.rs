@@ -82,6 +82,11 @@ pub struct MatrixArgs {
     #[arg(long)]
     pub quick: bool,
 
+    /// Pages of every working set: none (4 KiB), thp, 2M (hugetlb pool);
+    /// default: 2M when the node's pool has them free, else thp, else none
+    #[arg(long, value_name = "PAGES")]
+    pub huge_pages: Option<numalab::HugePages>,
+
     /// Draw the matrices (heat maps) and the loaded-latency curve into
     /// STEM-latency.svg/.png, STEM-bandwidth-read.svg/.png, ...
     #[arg(long, value_name = "STEM")]
@@ -176,6 +181,18 @@ pub fn run(args: &MatrixArgs) -> Result<()> {
         return args.output.emit(&text);
     }
     matrix::validate(&topology, &shape, &config).map_err(|e| flag_error(args, e))?;
+    // Measuring takes a while: a result file that cannot be written is
+    // refused first.
+    if let Some(path) = &args.output.output {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if let Some(dir) = dir.filter(|d| !d.is_dir()) {
+            bail!(
+                "-o {}: directory {} does not exist",
+                path.display(),
+                dir.display()
+            );
+        }
+    }
 
     let show_progress = std::io::stderr().is_terminal();
     let mut progress = |line: &str| {
@@ -215,6 +232,9 @@ fn flag_error(args: &MatrixArgs, err: MatrixError) -> anyhow::Error {
         MatrixError::TooLarge { .. } | MatrixError::TooSmall { .. } => args
             .size
             .map(|s| format!("--size {}", human_bytes(s as u64))),
+        MatrixError::HugePagesUnavailable { .. } => {
+            args.huge_pages.map(|p| format!("--huge-pages {p}"))
+        }
         _ => None,
     };
     match context {
@@ -304,6 +324,7 @@ fn config_of(args: &MatrixArgs) -> MatrixConfig {
         size: args.size,
         threads: args.threads.map(|t| t as usize),
         repeats: args.repeats.map_or(base.repeats, |r| r as usize),
+        huge_pages: args.huge_pages,
         ..base
     }
 }
@@ -1063,6 +1084,124 @@ mod tests {
         for bad in ["", "M", "12Q", "-5M", "0"] {
             let err = parse_size(bad).unwrap_err();
             assert!(err.contains("invalid size"), "{bad}: {err}");
+        }
+    }
+
+    /// A small real run of every measurement on this machine's first node.
+    fn small_run() -> MatrixResult {
+        let topology = Topology::system().unwrap();
+        let first: NodeSet = topology.nodes_with_cpus().iter().take(1).collect();
+        let home = topology.nodes_with_memory().first().unwrap();
+        let shape = Shape::of(
+            &topology,
+            &NodeSelection {
+                cpu_nodes: Some(first),
+                mem_nodes: Some(NodeSet::single(home)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let config = MatrixConfig {
+            measurements: Measurements {
+                latency: true,
+                bandwidth: true,
+                loaded: true,
+                c2c: true,
+            },
+            size: Some(1 << 20),
+            repeats: 2,
+            ..MatrixConfig::quick()
+        };
+        measure(&topology, &shape, &config, &mut |_| {}).unwrap()
+    }
+
+    #[test]
+    fn figures_are_redrawn_from_the_saved_document() {
+        let result = small_run();
+        let text = output::to_json(matrix::SCHEMA, matrix::SCHEMA_VERSION, &result).unwrap();
+        let document: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let dir = std::env::temp_dir().join(format!("numalab-figures-{}", std::process::id()));
+        let written = figures(&document, &dir.join("sub/run.1")).unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        for expected in [
+            "run.1-latency.svg",
+            "run.1-bandwidth-read.png",
+            "run.1-bandwidth-copy.svg",
+        ] {
+            assert!(names.contains(&expected.to_string()), "{names:?}");
+        }
+        let two_cpus = result.loaded.as_ref().is_some_and(|c| !c.is_empty());
+        assert_eq!(names.contains(&"run.1-loaded.svg".to_string()), two_cpus);
+        assert_eq!(
+            names.contains(&"run.1-c2c.svg".to_string()),
+            result.c2c.as_ref().is_some_and(|c| !c.cells.is_empty())
+        );
+        for path in &written {
+            assert!(
+                std::fs::metadata(path).unwrap().len() > 0,
+                "{}",
+                path.display()
+            );
+        }
+        let svg = std::fs::read_to_string(dir.join("sub/run.1-latency.svg")).unwrap();
+        assert!(svg.contains("idle latency"), "titled");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let mut other = document.clone();
+        other["schema"] = "numalab.topo".into();
+        let err = figures(&other, &dir.join("x")).unwrap_err().to_string();
+        assert!(err.contains("not a matrix result"), "{err}");
+        let mut newer = document;
+        newer["schema_version"] = 99.into();
+        let err = figures(&newer, &dir.join("x")).unwrap_err().to_string();
+        assert!(err.contains("version 99"), "{err}");
+    }
+
+    #[test]
+    fn every_format_shows_every_measurement() {
+        let result = small_run();
+        let table = human(&result, false);
+        for needle in [
+            "idle latency, ns (median)",
+            "bandwidth, GB/s (median)",
+            "placement: ",
+        ] {
+            assert!(table.contains(needle), "{needle}:\n{table}");
+        }
+        let markdown = human(&result, true);
+        assert!(markdown.contains("| CPU \\ mem"), "{markdown}");
+        let csv = csv(&result);
+        let measurements: Vec<&str> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').next().unwrap())
+            .collect();
+        let latency_rows = 1 + usize::from(
+            result.latency.as_ref().unwrap().cells[0]
+                .base_pages
+                .is_some(),
+        );
+        assert_eq!(
+            measurements.iter().filter(|m| **m == "latency").count(),
+            latency_rows
+        );
+        assert_eq!(
+            measurements.iter().filter(|m| **m == "bandwidth").count(),
+            3
+        );
+        let points: usize = result.loaded.iter().flatten().map(|c| c.points.len()).sum();
+        assert_eq!(
+            measurements
+                .iter()
+                .filter(|m| **m == "loaded-latency")
+                .count(),
+            points
+        );
+        for line in csv.lines() {
+            assert_eq!(line.split(',').count(), CSV_HEADER.len(), "{line}");
         }
     }
 
