@@ -5,10 +5,11 @@
 //! **read** (loads only, what `likwid-bench load_avx512` does), **write**
 //! with non-temporal stores (no read-for-ownership, as `store_mem`), and
 //! **copy** from one half of each slice to the other with non-temporal
-//! stores (as `copy_mem`; bytes read plus bytes written are counted). The
-//! workers start together at a barrier after an untimed pass; the figure
-//! is bytes moved by all of them over the time until the last finished,
-//! in GB/s (10^9 bytes per second).
+//! stores (as `copy_mem`; bytes read plus bytes written are counted). An
+//! untimed run warms up and sizes the samples; in each timed run the
+//! workers start together at a barrier, and the figure is the bytes moved
+//! by all of them over the time until the last finished, in GB/s (10^9
+//! bytes per second).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -112,7 +113,7 @@ pub fn measure(
     let isa = Isa::detect();
     let mut samples = Vec::new();
     for &kernel in which {
-        // Calibrate: one timed pass decides the passes per sample.
+        // Warm up and calibrate: one pass decides the passes per sample.
         let (_, wall) = stream(&mut buffer, cpus, slice, kernel, isa, 1)?;
         let passes = if wall.is_zero() {
             1
@@ -142,9 +143,9 @@ pub fn measure(
     })
 }
 
-/// One timed run: each worker makes an untimed pass over its slice, meets
-/// the others at the barrier, then makes `passes` timed passes. Returns the
-/// bytes all moved in the timed passes and the time to the last one.
+/// One timed run: each worker takes its slice, meets the others at the
+/// barrier, then makes `passes` passes. Returns the bytes all moved and
+/// the time to the last one.
 fn stream(
     buffer: &mut NodeBuffer,
     cpus: &[u32],
@@ -162,13 +163,11 @@ fn stream(
     let run = run_pinned(
         cpus,
         |i| {
-            let mine = slices[i]
+            slices[i]
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take()
-                .expect("each slice is handed out once");
-            kernel.pass(mine, isa, 0);
-            mine
+                .expect("each slice is handed out once")
         },
         |_, mine| {
             (0..passes)

@@ -104,16 +104,20 @@ pub fn measure(
     })?
 }
 
+/// The fewest loads a sample times, so clock reads stay negligible.
+pub const MIN_STEPS: u64 = 10_000;
+
 /// Loads per sample: enough for `sample`, judged by a lap of `lines` loads
-/// that took `lap`; at least one lap.
+/// that took `lap`. A sample may be shorter than a lap: after the warm-up
+/// lap every stretch of a random cycle is as good as any other.
 fn steps_for(lap: Duration, lines: usize, sample: Duration) -> u64 {
     let per_load = lap.as_secs_f64() / lines.max(1) as f64;
     let wanted = if per_load > 0.0 {
-        (sample.as_secs_f64() / per_load) as u64
+        (sample.as_secs_f64() / per_load).round() as u64
     } else {
-        0
+        lines as u64
     };
-    wanted.max(lines as u64)
+    wanted.max(MIN_STEPS)
 }
 
 /// Latency of a chase over the first `bytes` of `buffer`, in ns per load:
@@ -154,14 +158,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn samples_last_at_least_a_lap() {
-        let lap = Duration::from_millis(10);
-        assert_eq!(steps_for(lap, 1000, Duration::from_millis(1)), 1000);
-        assert_eq!(steps_for(lap, 1000, Duration::from_millis(100)), 10_000);
+    fn samples_last_as_asked() {
+        // 10 us per load.
+        let lap = Duration::from_millis(10_000);
+        assert_eq!(steps_for(lap, 1_000_000, Duration::from_secs(1)), 100_000);
         assert_eq!(
-            steps_for(Duration::ZERO, 1000, Duration::from_secs(1)),
-            1000
+            steps_for(lap, 1_000_000, Duration::from_millis(1)),
+            MIN_STEPS
         );
+        let unmeasurable = steps_for(Duration::ZERO, 1_000_000, Duration::from_secs(1));
+        assert_eq!(unmeasurable, 1_000_000, "a lap when the clock saw nothing");
     }
 
     #[test]

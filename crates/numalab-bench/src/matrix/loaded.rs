@@ -126,11 +126,11 @@ pub fn measure(
                 p = unsafe { chase(p, lines) };
                 let per_load = begin.elapsed().as_secs_f64() / lines.max(1) as f64;
                 let steps = if per_load > 0.0 {
-                    ((sample.as_secs_f64() / per_load) as u64).max(lines / 4)
+                    (sample.as_secs_f64() / per_load) as u64
                 } else {
                     lines
                 }
-                .max(1);
+                .max(super::latency::MIN_STEPS);
                 let mut points = Vec::new();
                 let schedule = std::iter::once(None).chain(delays.iter().map(|d| Some(*d)));
                 for point_delay in schedule {

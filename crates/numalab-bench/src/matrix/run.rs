@@ -105,7 +105,7 @@ impl MatrixConfig {
 }
 
 /// The `--quick` working set when no `--size` is given.
-pub const QUICK_SIZE: usize = 32 << 20;
+pub const QUICK_SIZE: usize = 16 << 20;
 
 /// The largest working set of the cache sweep.
 pub const SWEEP_LARGEST: usize = 128 << 20;

@@ -77,7 +77,7 @@ pub struct MatrixArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub repeats: Option<u32>,
 
-    /// Seconds, not minutes: a fixed 32 MiB working set, short samples,
+    /// Seconds, not minutes: a fixed 16 MiB working set (not sized from the cache), short samples,
     /// 4 KiB pages compared on the first cell only, a coarse load curve
     #[arg(long)]
     pub quick: bool,
