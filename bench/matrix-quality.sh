@@ -9,9 +9,12 @@
 #                                         without AVX-512), same size, same
 #                                         thread count (target: >= 0.95)
 #
-# The tools run alternately, ROUNDS times (default 5), and each side's
-# figure is the median over the rounds, so a burst of load on the machine
-# hits both sides alike. A benchmark, not a test: it prints the figures
+# The tools run back to back, ROUNDS times (default 5), so load on the
+# machine hits both sides alike. Each side's median over the rounds is
+# shown, and its best round: the fastest chase, the highest bandwidth.
+# Load on the machine only ever slows a measurement down, so the best
+# round is the least disturbed one, and the targets are judged on it; on a
+# quiet machine medians and bests agree. A benchmark, not a test: it prints the figures
 # and whether they meet their targets, and exits 0 either way (non-zero
 # only when something could not run).
 #
@@ -66,24 +69,29 @@ done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 med() { tr ' ' '\n' <<<"${series[$1]}" | grep . | median; }
-row() { # label, ours, reference, unit, reference name, kind (latency|bandwidth)
-    awk -v l="$1" -v a="$2" -v b="$3" -v u="$4" -v n="$5" -v k="$6" 'BEGIN {
-        r = a / b
-        if (k == "latency") { ok = (r >= 0.95 && r <= 1.05); t = "within +-5%" }
-        else { ok = (r >= 0.95); t = ">= 0.95" }
-        printf "| %s | %.1f %s | %.1f %s (%s) | %.3f | %s: %s |\n", l, a, u, b, u, n, r, t, ok ? "met" : "MISSED"
+# The least disturbed round: the fastest chase, the highest bandwidth.
+least() { tr ' ' '\n' <<<"${series[$1]}" | grep . | sort -g | head -1; }
+most() { tr ' ' '\n' <<<"${series[$1]}" | grep . | sort -g | tail -1; }
+row() { # label, ours, reference, ours best, reference best, unit, reference name, kind
+    awk -v l="$1" -v a="$2" -v b="$3" -v c="$4" -v d="$5" -v u="$6" -v n="$7" -v k="$8" 'BEGIN {
+        r = a / b; q = c / d
+        if (k == "latency") { ok = (q >= 0.95 && q <= 1.05); t = "within +-5%" }
+        else { ok = (q >= 0.95); t = ">= 0.95" }
+        printf "| %s | %s | %.1f %s | %.1f %s | %.3f | %.1f %s | %.1f %s | %.3f | %s: %s |\n", l, n, a, u, b, u, r, c, u, d, u, q, t, ok ? "met" : "MISSED"
     }'
 }
 
 echo
-echo "numalab matrix against reference tools, $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $ROUNDS rounds, medians"
+echo "numalab matrix against reference tools, $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $ROUNDS rounds"
 echo "(load average before: $load_before; after: $load_after)"
 echo
-echo "| figure | numalab | reference | ratio | target |"
-echo "|---|---|---|---|---|"
-row "idle latency, $((size >> 20)) MiB, THP, CPU $cpu -> node 0" "$(med lat_numalab)" "$(med lat_c)" ns "bench/chase.c" latency
+echo "| figure | reference | numalab median | reference median | ratio | numalab best | reference best | ratio | target (on best rounds) |"
+echo "|---|---|---|---|---|---|---|---|---|"
+row "idle latency, $((size >> 20)) MiB, THP, CPU $cpu -> node 0" "$(med lat_numalab)" "$(med lat_c)" \
+    "$(least lat_numalab)" "$(least lat_c)" ns "bench/chase.c" latency
 for t in 1 "$all_threads"; do
-    row "read bandwidth, $t thread(s), $BW_SIZE" "$(med "bw_numalab_$t")" "$(med "bw_likwid_$t")" GB/s "likwid-bench $kernel" bandwidth
+    row "read bandwidth, $t thread(s), $BW_SIZE" "$(med "bw_numalab_$t")" "$(med "bw_likwid_$t")" \
+        "$(most "bw_numalab_$t")" "$(most "bw_likwid_$t")" GB/s "likwid-bench $kernel" bandwidth
 done
 echo
 echo "per round: latency numalab [${series[lat_numalab]% }] C [${series[lat_c]% }]"

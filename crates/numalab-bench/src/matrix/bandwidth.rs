@@ -24,6 +24,11 @@ use crate::kernels::{self, Isa, Store};
 use crate::workers::run_pinned;
 
 /// A bandwidth kernel.
+///
+/// ```
+/// use numalab_bench::matrix::bandwidth::Kernel;
+/// assert_eq!(Kernel::ALL.map(Kernel::name), ["read", "write", "copy"]);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kernel {

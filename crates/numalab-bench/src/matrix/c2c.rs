@@ -128,8 +128,8 @@ fn wait_for(line: &AtomicU64, value: u64, abort: &AtomicBool) -> Result<(), Matr
         if spins.is_multiple_of(1 << 16) {
             if abort.load(Ordering::Relaxed) {
                 return Err(MatrixError::Stalled {
-                    what: "cache-to-cache ping-pong".into(),
-                    after: Duration::ZERO,
+                    what: "cache-to-cache ping-pong: the partner thread stopped".into(),
+                    after: since.map_or(Duration::ZERO, |s| s.elapsed()),
                 });
             }
             let start = *since.get_or_insert_with(Instant::now);

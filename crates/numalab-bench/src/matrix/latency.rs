@@ -18,6 +18,13 @@ use super::{on_cpu, MatrixError};
 use crate::kernels::{build_chase, chase, Rng, LINE};
 
 /// Which pages backed a working set, asked and found.
+///
+/// ```
+/// use numalab::HugePages;
+/// use numalab_bench::matrix::latency::Pages;
+/// let thp = Pages { requested: HugePages::Transparent, huge_share: Some(0.5) };
+/// assert_eq!(thp.label(), "THP 50%");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Pages {
     /// What was asked for.

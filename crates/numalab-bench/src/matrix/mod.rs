@@ -136,7 +136,7 @@ pub enum MatrixError {
     #[error(transparent)]
     Bind(#[from] BindError),
     /// A thread stopped answering.
-    #[error("{what}: the partner thread made no progress for {after:?} (descheduled, or failed)")]
+    #[error("{what}: no progress for {after:.1?} (a thread descheduled, or failed)")]
     Stalled {
         /// The measurement.
         what: String,

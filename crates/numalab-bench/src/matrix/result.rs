@@ -249,6 +249,24 @@ pub struct C2cCell {
 }
 
 /// Everything `numalab matrix` measured.
+///
+/// Measuring a 1 x 1 matrix from the library (a 1 MiB working set, to keep
+/// the example short):
+///
+/// ```
+/// use numalab::{NodeSet, Topology};
+/// use numalab_bench::matrix::{run::run, MatrixConfig, NodeSelection, Shape};
+/// let topo = Topology::system()?;
+/// let node = NodeSet::single(numalab::affinity::current().node);
+/// let one = NodeSelection { cpu_nodes: Some(node.clone()), mem_nodes: Some(node), ..Default::default() };
+/// let shape = Shape::of(&topo, &one)?;
+/// let config = MatrixConfig { size: Some(1 << 20), ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |line| eprintln!("{line}"))?;
+/// let cell = &result.latency.as_ref().unwrap().cells[0];
+/// println!("{:.1} ns, pages: {}", cell.latency_ns.median(), cell.placement);
+/// assert!(result.placement_summary.all_match, "{:?}", result.warnings);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MatrixResult {
     /// The machine, kernel and settings it was measured on.

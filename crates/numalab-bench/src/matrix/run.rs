@@ -17,6 +17,12 @@ use super::{c2c, human, llc, loaded, MatrixError};
 use crate::kernels::Isa;
 
 /// Which measurements to make.
+///
+/// ```
+/// use numalab_bench::matrix::Measurements;
+/// let m = Measurements::default();
+/// assert!(m.latency && m.bandwidth && !m.loaded && !m.c2c);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Measurements {
     /// Idle latency matrix.
@@ -544,15 +550,12 @@ pub fn run(
         };
         for &i in initiators {
             let target = shape.reference.get(&i).copied().unwrap_or(shape.targets[0]);
-            let cpus = spread_cpus(
-                topology,
-                i,
-                config.threads.unwrap_or(usize::MAX).saturating_add(1),
-            );
+            // --threads N: the chase and N - 1 load generators.
+            let cpus = spread_cpus(topology, i, config.threads.unwrap_or(usize::MAX));
             let Some((&chase_cpu, load_cpus)) = cpus.split_first().filter(|(_, l)| !l.is_empty())
             else {
                 warnings.push(format!(
-                    "loaded latency {i}->{target}: node {i} has one usable CPU, none left to generate load"
+                    "loaded latency {i}->{target}: one CPU of node {i} in use, none left to generate load (the chase takes one; --threads counts both)"
                 ));
                 continue;
             };

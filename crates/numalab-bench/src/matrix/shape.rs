@@ -16,6 +16,16 @@ use super::MatrixError;
 
 /// Which nodes the user asked to measure. `None` everywhere means every
 /// node this process may use.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::matrix::{NodeSelection, Shape};
+/// let topo = Topology::from_synthetic("pack:4 numa:1 core:2 pu:1")?;
+/// let rows_0_1 = NodeSelection { cpu_nodes: Some(topo.parse_nodes("0-1")?), ..Default::default() };
+/// let shape = Shape::of(&topo, &rows_0_1)?;
+/// assert_eq!((shape.initiators.len(), shape.targets.len()), (2, 4));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeSelection {
     /// Nodes to use in both roles, each where it can (`--nodes`).
@@ -191,6 +201,18 @@ pub fn spread_cpus(topology: &Topology, node: u32, count: usize) -> Vec<u32> {
 }
 
 /// What the firmware says about one (initiator, target) pair.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::matrix::{Firmware, NodeSelection, Shape};
+/// let xml = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/topologies/24em64t-2n6c2t-pci.xml");
+/// let topo = Topology::from_xml_file(xml)?;
+/// let shape = Shape::of(&topo, &NodeSelection::default())?;
+/// let remote = Firmware::of(&topo, &shape, 0, 1);
+/// assert_eq!((remote.slit, remote.slit_ratio), (Some(20), Some(2.0)));
+/// assert_eq!(remote.latency_ns(), None, "no HMAT in this file");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Firmware {
     /// SLIT distance (10 = local), when the firmware has a SLIT.
@@ -260,7 +282,18 @@ impl Firmware {
     }
 }
 
-/// The firmware's values for every pair of a shape.
+/// The firmware's values for one pair of a shape, with the pair.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::matrix::{shape::firmware_cells, NodeSelection, Shape};
+/// let topo = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1")?;
+/// let shape = Shape::of(&topo, &NodeSelection::default())?;
+/// let cells = firmware_cells(&topo, &shape);
+/// assert_eq!(cells.iter().map(|c| (c.initiator, c.target)).collect::<Vec<_>>(),
+///            [(0, 0), (0, 1), (1, 0), (1, 1)]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FirmwareCell {
     /// CPU node.

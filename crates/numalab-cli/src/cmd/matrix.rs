@@ -68,8 +68,8 @@ pub struct MatrixArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub size: Option<usize>,
 
-    /// Bandwidth threads per initiator node (default: all its CPUs); with
-    /// --loaded, load generators plus the chase
+    /// Threads per initiator node (default: all its CPUs): bandwidth
+    /// workers; with --loaded, the chase plus N - 1 load generators
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
 
