@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
-BW_SIZE=${BW_SIZE:-256MB}    # decimal MB, as likwid-bench reads it
+BW_MB=${BW_MB:-256}    # bandwidth working set in MB (10^6 bytes, as likwid-bench counts)
 
 if ! command -v likwid-bench >/dev/null; then
     sudo=""
@@ -50,7 +50,7 @@ median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] 
 probe=$($numalab matrix --latency --cpu-nodes 0 --mem-nodes 0 --repeats 1 --huge-pages thp --csv 2>/dev/null)
 size=$(csv_field idle 7 <<<"$probe")
 cpu=$(csv_field idle 4 <<<"$probe")
-echo "matrix-quality: latency working set $((size >> 20)) MiB (numalab's choice), CPU $cpu; read bandwidth over $BW_SIZE with $kernel; $ROUNDS rounds" >&2
+echo "matrix-quality: latency working set $((size >> 20)) MiB (numalab's choice), CPU $cpu; read bandwidth over $BW_MB MB with $kernel; $ROUNDS rounds" >&2
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 declare -A series
@@ -59,9 +59,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
     series[lat_numalab]+="$(csv_field idle 9 <<<"$out") "
     series[lat_c]+="$("$chase" "$size" thp "$cpu" 5 100) "
     for t in 1 "$all_threads"; do
-        out=$($numalab matrix --bandwidth --cpu-nodes 0 --mem-nodes 0 --size "$BW_SIZE" --threads "$t" --huge-pages none --repeats 5 --csv 2>/dev/null)
+        out=$($numalab matrix --bandwidth --cpu-nodes 0 --mem-nodes 0 --size $((BW_MB * 1000000)) --threads "$t" --huge-pages none --repeats 5 --csv 2>/dev/null)
         series[bw_numalab_$t]+="$(csv_field read 9 <<<"$out") "
-        mbs=$(likwid-bench -t "$kernel" -w "M0:$BW_SIZE:$t" 2>/dev/null | awk '/^MByte\/s/ { print $2 }')
+        mbs=$(likwid-bench -t "$kernel" -w "M0:${BW_MB}MB:$t" 2>/dev/null | awk '/^MByte\/s/ { print $2 }')
         series[bw_likwid_$t]+="$(awk -v m="$mbs" 'BEGIN { print m / 1000 }') "
     done
     echo "matrix-quality: round $r/$ROUNDS done" >&2
@@ -90,7 +90,7 @@ echo "|---|---|---|---|---|---|---|---|---|"
 row "idle latency, $((size >> 20)) MiB, THP, CPU $cpu -> node 0" "$(med lat_numalab)" "$(med lat_c)" \
     "$(least lat_numalab)" "$(least lat_c)" ns "bench/chase.c" latency
 for t in 1 "$all_threads"; do
-    row "read bandwidth, $t thread(s), $BW_SIZE" "$(med "bw_numalab_$t")" "$(med "bw_likwid_$t")" \
+    row "read bandwidth, $t thread(s), $BW_MB MB" "$(med "bw_numalab_$t")" "$(med "bw_likwid_$t")" \
         "$(most "bw_numalab_$t")" "$(most "bw_likwid_$t")" GB/s "likwid-bench $kernel" bandwidth
 done
 echo

@@ -146,20 +146,7 @@ pub enum MatrixError {
 }
 
 /// Bytes in the largest fitting binary unit, for messages.
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 || unit == 0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
+pub(crate) use numalab::units::format_size as human;
 
 /// Runs `f` on a new thread pinned to `cpu` and returns its result.
 pub(crate) fn on_cpu<R: Send>(cpu: u32, f: impl FnOnce() -> R + Send) -> Result<R, MatrixError> {
@@ -177,13 +164,6 @@ pub(crate) fn on_cpu<R: Send>(cpu: u32, f: impl FnOnce() -> R + Send) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_read_well() {
-        assert_eq!(human(512), "512 B");
-        assert_eq!(human(64 << 20), "64 MiB");
-        assert_eq!(human(3 << 29), "1.5 GiB");
-    }
 
     #[test]
     fn work_runs_on_the_cpu_asked() {

@@ -64,7 +64,8 @@ pub struct MatrixArgs {
     pub mem_nodes: Option<String>,
 
     /// Working set of the latency chase (and the least of bandwidth), e.g.
-    /// 64M, 1GiB, 500MB; default: 4 x the last-level cache as measured
+    /// 64M, 1.5G (binary units); default: 4 x the last-level cache as
+    /// measured
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub size: Option<usize>,
 
@@ -114,37 +115,10 @@ pub struct MatrixArgs {
     pub output: OutputArgs,
 }
 
-/// Parses a byte size: a number with an optional unit, `K`/`M`/`G`/`T`
-/// and `KiB`/`MiB`/... binary, `KB`/`MB`/... decimal (as `dd` reads them).
-pub fn parse_size(text: &str) -> Result<usize, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let bad = || {
-        format!(
-            "invalid size {text:?}: write a number with an optional unit, e.g. 64M, 1GiB, 500MB"
-        )
-    };
-    let value: f64 = number.parse().map_err(|_| bad())?;
-    let scale: f64 = match unit.trim() {
-        "" | "B" => 1.0,
-        "K" | "k" | "KiB" => 1024.0,
-        "M" | "MiB" => 1024f64.powi(2),
-        "G" | "GiB" => 1024f64.powi(3),
-        "T" | "TiB" => 1024f64.powi(4),
-        "KB" | "kB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        _ => return Err(bad()),
-    };
-    let bytes = value * scale;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > usize::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(bytes as usize)
+/// Reads `--size` with numalab's units (`64M`, `1.5G`, `4096`; binary).
+fn parse_size(text: &str) -> Result<usize, String> {
+    let bytes = numalab::units::parse_size(text).map_err(|e| e.to_string())?;
+    usize::try_from(bytes).map_err(|_| format!("invalid size {text:?}: it is too large"))
 }
 
 /// The `--plan` document (`numalab.matrix-plan`): what would be measured.
@@ -1074,17 +1048,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse_like_dd() {
+    fn sizes_use_numalabs_units() {
         assert_eq!(parse_size("64M"), Ok(64 << 20));
-        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("500MB"), Ok(500_000_000));
-        assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("1.5G"), Ok(3 << 29));
-        for bad in ["", "M", "12Q", "-5M", "0"] {
-            let err = parse_size(bad).unwrap_err();
-            assert!(err.contains("invalid size"), "{bad}: {err}");
-        }
+        let err = parse_size("12Q").unwrap_err();
+        assert!(err.contains("invalid size \"12Q\""), "{err}");
     }
 
     /// A small real run of every measurement on this machine's first node.
