@@ -43,6 +43,9 @@ pub struct CacheSweep {
     pub reported_bytes: Option<u64>,
 }
 
+/// Rounds of a sweep.
+const ROUNDS: usize = 3;
+
 /// Working-set sizes of a sweep: powers of two from 256 KiB to `largest`.
 pub fn sweep_sizes(largest: usize) -> Vec<usize> {
     let mut sizes = Vec::new();
@@ -97,17 +100,21 @@ pub fn sweep(
         let options =
             BufferOptions::new(MemPolicy::Bind(NodeSet::single(node))).huge_pages(huge_pages);
         let mut buffer = NodeBuffer::with_options(largest, options)?;
+        // Three rounds over every size, each point the fastest of its
+        // three: a busy machine only ever slows a chase down, and a burst
+        // of load hits one round of a size, not all three.
+        let mut best = vec![f64::INFINITY; sizes.len()];
+        for round in 0..ROUNDS {
+            for (i, &bytes) in sizes.iter().enumerate() {
+                let seed = (round * sizes.len() + i) as u64 + 1;
+                let ns = chase_prefix(&mut buffer, bytes, (loads / ROUNDS as u64).max(1), 1, seed);
+                best[i] = ns.into_iter().fold(best[i], f64::min);
+            }
+        }
         Ok(sizes
             .iter()
-            .enumerate()
-            .map(|(i, &bytes)| {
-                // The fastest of three samples: a busy machine only ever
-                // slows a chase down.
-                let ns = chase_prefix(&mut buffer, bytes, (loads / 3).max(1), 3, i as u64 + 1)
-                    .into_iter()
-                    .fold(f64::INFINITY, f64::min);
-                SweepPoint { bytes, ns }
-            })
+            .zip(best)
+            .map(|(&bytes, ns)| SweepPoint { bytes, ns })
             .collect())
     })??;
     Ok(CacheSweep {

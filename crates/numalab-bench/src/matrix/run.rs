@@ -116,6 +116,13 @@ pub const QUICK_SIZE: usize = 16 << 20;
 /// The largest working set of the cache sweep.
 pub const SWEEP_LARGEST: usize = 128 << 20;
 
+/// The smallest working set sized from the cache sweep. Other programs
+/// running share the last-level cache, so on a busy machine the knee can
+/// come out smaller than the cache a quiet run sees (4 MiB instead of 8 on
+/// the VMs numalab is developed on); a floor keeps such a run from
+/// chasing a working set a quieter moment would partly cache.
+pub const MIN_AUTO_SIZE: usize = 32 << 20;
+
 /// The smallest working set numalab measures.
 pub const MIN_SIZE: usize = 64 << 10;
 
@@ -326,10 +333,19 @@ pub fn run(
                 .map(|c| c.size_bytes);
             let sweep = llc::sweep(first_cpu, home, largest, pages, 1 << 21, reported)?;
             let chosen = match sweep.knee_bytes {
-                Some(knee) => (
-                    (4 * knee).max(MIN_SIZE),
+                Some(knee) if 4 * knee >= MIN_AUTO_SIZE => (
+                    4 * knee,
                     format!(
                         "4 x the measured cache knee ({}; the hardware reports {})",
+                        human(knee as u64),
+                        reported.map_or("no size".into(), human)
+                    ),
+                ),
+                Some(knee) => (
+                    MIN_AUTO_SIZE.min(largest),
+                    format!(
+                        "the {} floor, above 4 x the measured cache knee ({}; the hardware reports {})",
+                        human(MIN_AUTO_SIZE as u64),
                         human(knee as u64),
                         reported.map_or("no size".into(), human)
                     ),
