@@ -110,8 +110,22 @@ impl MatrixConfig {
     }
 }
 
-/// The `--quick` working set when no `--size` is given.
-pub const QUICK_SIZE: usize = 16 << 20;
+/// The `--quick` chase working set when no `--size` is given.
+pub const QUICK_SIZE: usize = 32 << 20;
+
+/// The `--quick` bandwidth working set when no `--size` is given.
+pub const QUICK_STREAM_SIZE: usize = 128 << 20;
+
+/// The smallest bandwidth working set sized from the cache sweep.
+/// Hardware prefetchers let a cache hold more of a sequential stream than
+/// of a random chase: on the VMs numalab is developed on, whose chase knee
+/// is 8-16 MiB, a 64 MiB read still runs twice as fast as from memory and
+/// reads level off from about 100 MiB.
+pub const MIN_STREAM_SIZE: usize = 256 << 20;
+
+/// Both working sets of `--quick` on an emulated CPU, where timings mean
+/// nothing and every byte costs emulation time.
+pub const EMULATED_QUICK_SIZE: usize = 4 << 20;
 
 /// The largest working set of the cache sweep.
 pub const SWEEP_LARGEST: usize = 128 << 20;
@@ -242,6 +256,38 @@ fn check_free(node: u32, needed: u64, what: &str) -> Result<(), MatrixError> {
     Ok(())
 }
 
+/// Whether QEMU emulates this CPU (TCG): the hypervisor bit is set and
+/// the hypervisor's CPUID vendor is `TCGTCGTCGTCG`.
+pub fn emulated_cpu() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__cpuid, CpuidResult};
+        // `__cpuid` is an unsafe fn in older Rust and safe in newer.
+        #[allow(unused_unsafe)]
+        let cpuid = |leaf: u32| -> CpuidResult {
+            // SAFETY: every x86_64 CPU has CPUID, and any leaf may be asked
+            // (unknown ones return other leaves' data, never fault).
+            unsafe { __cpuid(leaf) }
+        };
+        // Leaf 1, ECX bit 31: running under a hypervisor. Only then does
+        // leaf 0x4000_0000 name one (on bare metal it repeats another leaf).
+        let hypervisor = (cpuid(1).ecx >> 31) & 1 == 1;
+        if !hypervisor {
+            return false;
+        }
+        let leaf = cpuid(0x4000_0000);
+        let mut vendor = [0u8; 12];
+        vendor[..4].copy_from_slice(&leaf.ebx.to_le_bytes());
+        vendor[4..8].copy_from_slice(&leaf.ecx.to_le_bytes());
+        vendor[8..].copy_from_slice(&leaf.edx.to_le_bytes());
+        &vendor == b"TCGTCGTCGTCG"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Free pages in `node`'s 2 MiB hugetlb pool.
 fn free_huge_2m(node: u32) -> u64 {
     NodeMemory::read(node)
@@ -301,15 +347,31 @@ pub fn run(
         .copied()
         .unwrap_or(shape.targets[0]);
 
-    // The working set.
+    // The working sets: the chase's, and the streams'.
+    let emulated = emulated_cpu();
+    if emulated {
+        warnings.push(
+            "the CPU is emulated (QEMU TCG): every timing here is emulated and says nothing about memory; the shape, placement and firmware values hold".into(),
+        );
+    }
     let mut cache_sweep = None;
-    let (size, size_source) = match (config.size, config.quick) {
-        (Some(size), _) => (size, "--size".to_owned()),
+    let (size, stream, size_source) = match (config.size, config.quick) {
+        (Some(size), _) => (size, size, "--size".to_owned()),
+        (None, true) if emulated => (
+            EMULATED_QUICK_SIZE,
+            EMULATED_QUICK_SIZE,
+            format!(
+                "--quick on an emulated CPU: {} (timings mean nothing here)",
+                human(EMULATED_QUICK_SIZE as u64)
+            ),
+        ),
         (None, true) => (
             QUICK_SIZE,
+            QUICK_STREAM_SIZE,
             format!(
-                "--quick default ({}), not checked against the cache: run without --quick to size it from the measured cache",
-                human(QUICK_SIZE as u64)
+                "--quick defaults, {} chase and {} streams, not checked against the cache: run without --quick to size them from the measured cache",
+                human(QUICK_SIZE as u64),
+                human(QUICK_STREAM_SIZE as u64)
             ),
         ),
         (None, false) => {
@@ -332,22 +394,21 @@ pub fn run(
                 .find(|c| c.cpus.contains(first_cpu))
                 .map(|c| c.size_bytes);
             let sweep = llc::sweep(first_cpu, home, largest, pages, 1 << 21, reported)?;
-            let chosen = match sweep.knee_bytes {
+            let reported_text = reported.map_or("no size".into(), human);
+            let (size, source) = match sweep.knee_bytes {
                 Some(knee) if 4 * knee >= MIN_AUTO_SIZE => (
                     4 * knee,
                     format!(
-                        "4 x the measured cache knee ({}; the hardware reports {})",
+                        "4 x the measured cache knee ({}; the hardware reports {reported_text})",
                         human(knee as u64),
-                        reported.map_or("no size".into(), human)
                     ),
                 ),
                 Some(knee) => (
                     MIN_AUTO_SIZE.min(largest),
                     format!(
-                        "the {} floor, above 4 x the measured cache knee ({}; the hardware reports {})",
+                        "the {} floor, above 4 x the measured cache knee ({}; the hardware reports {reported_text})",
                         human(MIN_AUTO_SIZE as u64),
                         human(knee as u64),
-                        reported.map_or("no size".into(), human)
                     ),
                 ),
                 None => {
@@ -356,29 +417,45 @@ pub fn run(
                         human(largest as u64),
                         human(largest as u64)
                     ));
-                    (largest, "the largest size of the cache sweep (no knee found)".into())
+                    (
+                        largest,
+                        "the largest size of the cache sweep (no knee found)".into(),
+                    )
                 }
             };
             cache_sweep = Some(sweep);
-            // An automatic size must fit every target with room to spare.
-            let fits = shape
-                .targets
-                .iter()
-                .filter_map(|&n| NodeMemory::read(n).ok())
-                .map(|m| (m.free_bytes / 3) as usize)
-                .min()
-                .unwrap_or(usize::MAX);
-            if chosen.0 > fits {
+            (
+                size,
+                size.max(MIN_STREAM_SIZE),
+                format!(
+                    "{source}; streams at least {}",
+                    human(MIN_STREAM_SIZE as u64)
+                ),
+            )
+        }
+    };
+    // Sizes numalab chose must fit every target with room to spare.
+    let (size, stream) = if config.size.is_some() {
+        (size, stream)
+    } else {
+        let fits = shape
+            .targets
+            .iter()
+            .filter_map(|&n| NodeMemory::read(n).ok())
+            .map(|m| (m.free_bytes / 3) as usize)
+            .min()
+            .unwrap_or(usize::MAX)
+            .max(MIN_SIZE);
+        for (what, bytes) in [("chase", size), ("stream", stream)] {
+            if bytes > fits {
                 warnings.push(format!(
-                    "the working set was cut from {} to {} to fit the targets' free memory",
-                    human(chosen.0 as u64),
+                    "the {what} working set was cut from {} to {} to fit the targets' free memory",
+                    human(bytes as u64),
                     human(fits as u64)
                 ));
-                (fits.max(MIN_SIZE), chosen.1)
-            } else {
-                chosen
             }
         }
+        (size.min(fits), stream.min(fits))
     };
     let max_threads = shape
         .initiators
@@ -390,7 +467,7 @@ pub fn run(
         measurements: config.measurements,
         latency_bytes: size,
         size_source,
-        bandwidth_bytes: bandwidth_bytes(size, max_threads),
+        bandwidth_bytes: bandwidth_bytes(stream, max_threads),
         threads: config.threads,
         repeats: config.repeats,
         sample_ms: sample.as_millis() as u64,
@@ -504,7 +581,7 @@ pub fn run(
         for (k, &(i, t)) in cells.iter().enumerate() {
             let threads = config.threads.unwrap_or(usable_cpus(topology, i).len());
             let cpus = spread_cpus(topology, i, threads);
-            let bytes = bandwidth_bytes(size, cpus.len());
+            let bytes = bandwidth_bytes(stream, cpus.len());
             progress(&format!(
                 "bandwidth {i}->{t} ({}/{}): {} thread(s) on CPUs {}",
                 k + 1,
@@ -584,7 +661,7 @@ pub fn run(
             } else {
                 &loaded::DELAYS
             };
-            let load_bytes = bandwidth_bytes(size, load_cpus.len());
+            let load_bytes = bandwidth_bytes(stream, load_cpus.len());
             let run = loaded::measure(
                 chase_cpu,
                 load_cpus,

@@ -427,12 +427,24 @@ fn human(result: &MatrixResult, markdown: bool) -> String {
             env.host.kernel
         );
     }
+    let m = s.measurements;
+    let mut sets = Vec::new();
+    if m.latency || m.loaded {
+        sets.push(format!("chase {}", human_bytes(s.latency_bytes as u64)));
+    }
+    if m.bandwidth || m.loaded {
+        sets.push(format!("streams {}", human_bytes(s.bandwidth_bytes as u64)));
+    }
     let _ = writeln!(
         out,
-        "{} CPU node(s) x {} memory node(s); working set {} ({}); {} sample(s) of ~{} ms per figure",
+        "{} CPU node(s) x {} memory node(s); working sets: {} ({}); {} sample(s) of ~{} ms per figure",
         shape.initiators.len(),
         shape.targets.len(),
-        human_bytes(s.latency_bytes as u64),
+        if sets.is_empty() {
+            "none".to_owned()
+        } else {
+            sets.join(", ")
+        },
         s.size_source,
         s.repeats,
         s.sample_ms
