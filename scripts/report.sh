@@ -7,8 +7,8 @@ scripts/setup.sh
 numalab=target/release/numalab
 
 "$numalab" topo
-# Until `numalab report` measures the node matrix: check that memory bound
-# to each node lands there, with a command that fills a 64 MiB buffer.
-for node in $("$numalab" topo --csv | awk -F, 'NR > 1 && $3 > 0 { print $1 }'); do
-    "$numalab" exec --membind="$node" -- dd if=/dev/zero of=/dev/null bs=64M count=8 2>&1
-done
+echo
+# Latency and bandwidth from every CPU node to every memory node, each
+# cell's pages checked to be on its node (seconds; drop --quick for a
+# working set sized from the measured cache).
+"$numalab" matrix --quick

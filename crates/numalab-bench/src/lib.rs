@@ -4,5 +4,6 @@
 
 pub mod experiment;
 pub mod kernels;
+pub mod matrix;
 pub mod stats;
 pub mod workers;

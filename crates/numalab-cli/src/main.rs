@@ -5,7 +5,6 @@ mod cmd;
 mod exp;
 mod output;
 mod placement;
-#[allow(dead_code)] // heat maps are for `numalab matrix`
 mod plot;
 
 use std::process::ExitCode;
@@ -30,6 +29,7 @@ struct Cli {
 enum Command {
     Topo(cmd::topo::TopoArgs),
     Exec(cmd::exec::ExecArgs),
+    Matrix(cmd::matrix::MatrixArgs),
     Fill(cmd::fill::FillArgs),
     Run(cmd::run::RunArgs),
     Sweep(cmd::sweep::SweepArgs),
@@ -45,6 +45,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Topo(args) => cmd::topo::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
+        Command::Matrix(args) => cmd::matrix::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Fill(args) => cmd::fill::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Run(args) => cmd::run::run(args).map_err(|e| (e, 1)),
         Command::Sweep(args) => cmd::sweep::run(args).map_err(|e| (e, 1)),

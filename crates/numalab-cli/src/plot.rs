@@ -88,8 +88,15 @@ fn render(
     draw: impl Fn(&DrawingArea<DynBackend<'_>, Shift>) -> Result<()>,
 ) -> Result<Vec<PathBuf>> {
     register_fonts();
-    let svg_path = stem.with_extension("svg");
-    let png_path = stem.with_extension("png");
+    // Appended, not `with_extension`: a stem such as `run.1` keeps its dot.
+    let with_ext = |ext: &str| {
+        let mut name = stem.as_os_str().to_owned();
+        name.push(".");
+        name.push(ext);
+        PathBuf::from(name)
+    };
+    let svg_path = with_ext("svg");
+    let png_path = with_ext("png");
 
     let mut svg = String::new();
     {

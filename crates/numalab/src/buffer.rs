@@ -352,6 +352,20 @@ impl NodeBuffer {
         audit_in_units(&self.options.policy, &self.touched_from, found, unit_pages)
     }
 
+    /// Bytes of the buffer backed by huge pages: all of it for explicit
+    /// 2 MiB pages; for the others, the transparent huge pages the kernel
+    /// reports for the mapping (`AnonHugePages` in `/proc/self/smaps`).
+    /// `None` when the kernel does not say.
+    pub fn huge_page_bytes(&self) -> Option<u64> {
+        if self.options.huge_pages == HugePages::Explicit2M {
+            return Some(self.map_len as u64);
+        }
+        let start = self.ptr.as_ptr() as u64;
+        procfs::anon_huge_bytes(start, start + self.map_len as u64)
+            .ok()
+            .map(|bytes| bytes.min(self.map_len as u64))
+    }
+
     /// Applies a new policy and migrates the pages already there
     /// (`mbind` with `MPOL_MF_MOVE`; for an interleave, every page to the
     /// node the interleave gives it); pages that cannot move stay put (see
@@ -481,6 +495,16 @@ mod tests {
         assert_eq!(buffer.as_ptr() as usize % HUGE_2M, 0);
         assert_eq!(buffer.as_slice().iter().map(|&b| b as u64).sum::<u64>(), 0);
         assert!(buffer.audit().is_match());
+    }
+
+    #[test]
+    fn base_pages_report_no_huge_pages() {
+        let buffer = NodeBuffer::new(8 << 20, MemPolicy::Local).unwrap();
+        assert_eq!(buffer.huge_page_bytes(), Some(0), "MADV_NOHUGEPAGE holds");
+        let options = BufferOptions::new(MemPolicy::Local).huge_pages(HugePages::Transparent);
+        let thp = NodeBuffer::with_options(8 << 20, options).unwrap();
+        let huge = thp.huge_page_bytes().unwrap();
+        assert!(huge <= 8 << 20, "{huge}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 pub mod exec;
 pub mod fill;
+pub mod matrix;
 pub mod plot;
 pub mod ring;
 pub mod run;

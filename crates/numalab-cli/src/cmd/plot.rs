@@ -53,13 +53,7 @@ pub fn run(args: &PlotArgs) -> Result<()> {
             let run: RunResult = serde_json::from_value(doc).with_context(load_err)?;
             figures::draw_run(&run, &stem)?
         }
-        // numalab.matrix (node × node latency and bandwidth heat maps):
-        // drawn by `numalab matrix`'s own figure code once that command
-        // exists; dispatch to it here.
-        "numalab.matrix" => bail!(
-            "{}: numalab.matrix results cannot be redrawn by this numalab yet",
-            path.display()
-        ),
+        "numalab.matrix" => crate::cmd::matrix::figures(&doc, &stem)?,
         "" => bail!(
             "{} has no \"schema\" field; numalab plot reads files written by numalab run/sweep --json",
             path.display()

@@ -26,6 +26,7 @@
 pub mod buffer;
 pub mod exec;
 pub mod fill;
+pub mod matrix;
 pub mod run;
 pub mod topo;
 
@@ -150,6 +151,11 @@ pub const CHECKS: &[Check] = &[
         name: "run.placement",
         about: "numalab run --json: threads on their planned nodes; local, remote, interleave, first-touch pages where asked",
         run: run::placement,
+    },
+    Check {
+        name: "matrix.shape",
+        about: "numalab matrix --quick: CPU nodes x memory nodes, every cell on its node, SLIT and HMAT beside it",
+        run: matrix::shape,
     },
 ];
 

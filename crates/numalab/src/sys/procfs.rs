@@ -391,6 +391,47 @@ pub fn thp_size() -> u64 {
         .unwrap_or(2 << 20)
 }
 
+/// Bytes of transparent huge pages (`AnonHugePages`) backing
+/// `[start, end)`, from the text of `/proc/PID/smaps`. A mapping that only
+/// partly overlaps the range counts in proportion to the overlap.
+pub fn parse_smaps_huge_bytes(text: &str, start: u64, end: u64) -> u64 {
+    let mut total = 0.0f64;
+    let mut current: Option<(u64, u64)> = None;
+    for line in text.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = first.split_once('-') {
+            if let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) {
+                current = Some((lo, hi));
+                continue;
+            }
+        }
+        let (Some((lo, hi)), Some(rest)) = (current, line.strip_prefix("AnonHugePages:")) else {
+            continue;
+        };
+        let overlap = end.min(hi).saturating_sub(start.max(lo));
+        if overlap == 0 || hi <= lo {
+            continue;
+        }
+        let kb: u64 = rest
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        total += (kb * 1024) as f64 * overlap as f64 / (hi - lo) as f64;
+    }
+    total.round() as u64
+}
+
+/// Bytes of transparent huge pages backing `[start, end)` of this process.
+pub fn anon_huge_bytes(start: u64, end: u64) -> io::Result<u64> {
+    Ok(parse_smaps_huge_bytes(
+        &fs::read_to_string("/proc/self/smaps")?,
+        start,
+        end,
+    ))
+}
+
 /// Identity of the running system, for result files.
 pub fn hostname() -> String {
     read_trimmed("/proc/sys/kernel/hostname").unwrap_or_else(|_| "unknown".into())
@@ -521,6 +562,30 @@ mod tests {
                     ShmemPmdMapped:        0 kB\n";
         assert_eq!(parse_anon_huge_pages(text), 14336 * 1024);
         assert_eq!(parse_anon_huge_pages("Rss: 4 kB\n"), 0);
+    }
+
+    #[test]
+    fn counts_transparent_huge_pages_of_a_range() {
+        let text = "\
+7f0000000000-7f0000400000 rw-p 00000000 00:00 0
+Size:               4096 kB
+AnonHugePages:      4096 kB
+7f0000400000-7f0000800000 rw-p 00000000 00:00 0
+Size:               4096 kB
+AnonHugePages:      2048 kB
+7ffc1b9f0000-7ffc1ba11000 rw-p 00000000 00:00 0                          [stack]
+AnonHugePages:         0 kB
+";
+        assert_eq!(
+            parse_smaps_huge_bytes(text, 0x7f0000000000, 0x7f0000400000),
+            4 << 20
+        );
+        // Half of the second mapping: half its huge pages.
+        assert_eq!(
+            parse_smaps_huge_bytes(text, 0x7f0000400000, 0x7f0000600000),
+            1 << 20
+        );
+        assert_eq!(parse_smaps_huge_bytes(text, 0x1000, 0x2000), 0);
     }
 
     #[test]

@@ -1,0 +1,327 @@
+//! The result of `numalab matrix`, as saved in JSON (schema
+//! `numalab.matrix`) and read back to draw figures.
+//!
+//! A consumer checking a run needs only a few fields: `shape.initiators`
+//! and `shape.targets` (the matrix's rows and columns), each cell's
+//! `placement.verdict` (`match` when every page was on the target node),
+//! `placement_summary.all_match`, and each cell's `firmware` (SLIT, HMAT).
+
+use numalab::audit::PlacementAudit;
+use numalab::system::Environment;
+use serde::{Deserialize, Serialize};
+
+use super::latency::Pages;
+use super::llc::CacheSweep;
+use super::{Firmware, FirmwareCell, Measurements, Shape};
+use crate::kernels::Isa;
+use crate::stats::Summary;
+
+/// A repeated figure: median and spread of its samples, and the samples.
+///
+/// ```
+/// use numalab_bench::matrix::Figure;
+/// let f = Figure::of(&[100.0, 101.0, 99.0]);
+/// assert_eq!(f.summary.median, 100.0);
+/// assert!(!f.noisy);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Figure {
+    /// Median, min, max, mean, CV and outliers of the samples.
+    #[serde(flatten)]
+    pub summary: Summary,
+    /// Whether the spread says the machine was noisy
+    /// ([`Summary::is_noisy`]).
+    pub noisy: bool,
+    /// Every sample, in the order taken.
+    pub samples: Vec<f64>,
+}
+
+impl Figure {
+    /// Summarises `samples` (an empty or NaN-holding list gives a figure
+    /// of zeros with `n` = 0).
+    pub fn of(samples: &[f64]) -> Figure {
+        let summary = Summary::of(samples).unwrap_or(Summary {
+            n: 0,
+            median: 0.0,
+            min: 0.0,
+            max: 0.0,
+            mean: 0.0,
+            stddev: 0.0,
+            cv: 0.0,
+            outliers: Vec::new(),
+        });
+        Figure {
+            noisy: summary.is_noisy(),
+            summary,
+            samples: samples.to_vec(),
+        }
+    }
+
+    /// The median.
+    pub fn median(&self) -> f64 {
+        self.summary.median
+    }
+}
+
+/// How the run was set up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// What was measured.
+    pub measurements: Measurements,
+    /// Working set of the idle-latency chase, bytes.
+    pub latency_bytes: usize,
+    /// Where that size came from: `--size`, the measured knee, or the
+    /// `--quick` default.
+    pub size_source: String,
+    /// Working set of each bandwidth cell (all threads together), bytes.
+    pub bandwidth_bytes: usize,
+    /// Bandwidth threads per initiator node (`None`: all its CPUs).
+    pub threads: Option<usize>,
+    /// Samples per figure.
+    pub repeats: usize,
+    /// Target duration of one sample, ms.
+    pub sample_ms: u64,
+    /// Whether this was a `--quick` run.
+    pub quick: bool,
+    /// Pages asked for (`None`: chosen per target node, see each cell's
+    /// `pages`).
+    pub huge_pages: Option<numalab::HugePages>,
+    /// Vector instructions of the bandwidth kernels.
+    pub isa: Isa,
+    /// CPU frequency used to turn ns into cycles (MHz, `/proc/cpuinfo`),
+    /// when known.
+    pub cpu_mhz: Option<f64>,
+}
+
+/// Every cell's placement, in brief.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PlacementSummary {
+    /// Working sets checked.
+    pub checked: usize,
+    /// Of those, how many had every page on the target node.
+    pub matching: usize,
+    /// `checked == matching`.
+    pub all_match: bool,
+}
+
+/// The idle-latency matrix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatencyMatrix {
+    /// One cell per (initiator, target), row by row.
+    pub cells: Vec<LatencyCell>,
+}
+
+/// Idle latency from one CPU node to one memory node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatencyCell {
+    /// CPU node.
+    pub initiator: u32,
+    /// Memory node.
+    pub target: u32,
+    /// The CPU that chased.
+    pub cpu: u32,
+    /// Working set, bytes.
+    pub size_bytes: usize,
+    /// Pages that backed the working set.
+    pub pages: Pages,
+    /// Nanoseconds per dependent load.
+    pub latency_ns: Figure,
+    /// The median in CPU cycles, when the frequency is known.
+    pub cycles: Option<f64>,
+    /// The same chase on 4 KiB pages, when huge pages were used and the
+    /// comparison was made.
+    pub base_pages: Option<BasePages>,
+    /// Median over the median of the initiator's reference (local) cell:
+    /// what remote memory really costs, to set beside `firmware.slit_ratio`.
+    pub ratio_to_local: Option<f64>,
+    /// What the firmware says about this pair.
+    pub firmware: Firmware,
+    /// Where the working set's pages were.
+    pub placement: PlacementAudit,
+}
+
+/// The idle-latency chase repeated on 4 KiB pages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BasePages {
+    /// Nanoseconds per dependent load.
+    pub latency_ns: Figure,
+    /// How much slower than on huge pages: base median / huge median − 1.
+    pub inflation: f64,
+    /// Where its pages were.
+    pub placement: PlacementAudit,
+}
+
+/// The bandwidth matrix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BandwidthMatrix {
+    /// One cell per (initiator, target), row by row.
+    pub cells: Vec<BandwidthCell>,
+}
+
+/// Bandwidth from the CPUs of one node to the memory of another.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BandwidthCell {
+    /// CPU node.
+    pub initiator: u32,
+    /// Memory node.
+    pub target: u32,
+    /// The CPUs that streamed, one thread each.
+    pub cpus: Vec<u32>,
+    /// Working set of all threads together, bytes.
+    pub size_bytes: usize,
+    /// Pages that backed it.
+    pub pages: Pages,
+    /// Sequential reads, GB/s.
+    pub read_gbps: Option<Figure>,
+    /// Non-temporal writes, GB/s.
+    pub write_gbps: Option<Figure>,
+    /// Copy with non-temporal stores (bytes read + written), GB/s.
+    pub copy_gbps: Option<Figure>,
+    /// Read median over the reference (local) cell's.
+    pub read_ratio_to_local: Option<f64>,
+    /// What the firmware says about this pair.
+    pub firmware: Firmware,
+    /// Where the working set's pages were.
+    pub placement: PlacementAudit,
+}
+
+/// Latency under load, from one initiator to one target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadedCurve {
+    /// CPU node.
+    pub initiator: u32,
+    /// Memory node (the initiator's reference target).
+    pub target: u32,
+    /// The CPU that chased.
+    pub chase_cpu: u32,
+    /// The CPUs that generated load.
+    pub load_cpus: Vec<u32>,
+    /// Working set of the chase, bytes.
+    pub size_bytes: usize,
+    /// Pages that backed the chase.
+    pub pages: Pages,
+    /// Idle first, then from light to full load.
+    pub points: Vec<LoadedPoint>,
+    /// Where the chased pages were.
+    pub placement: PlacementAudit,
+    /// Where the generators' pages were.
+    pub load_placement: PlacementAudit,
+}
+
+/// One point of a loaded-latency curve.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadedPoint {
+    /// Spin iterations between the generators' 4 KiB blocks; `None` for
+    /// the idle point.
+    pub delay: Option<u64>,
+    /// Read bandwidth the generators reached, GB/s.
+    pub load_gbps: f64,
+    /// The chase's nanoseconds per load meanwhile.
+    pub latency_ns: Figure,
+}
+
+/// Cache-to-cache hand-over latency between nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct C2cMatrix {
+    /// Nodes whose cores took part (rows and columns).
+    pub nodes: Vec<u32>,
+    /// One cell per measured pair.
+    pub cells: Vec<C2cCell>,
+    /// Pairs that could not be measured, and why.
+    pub notes: Vec<String>,
+}
+
+/// One pair of cores passing a line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct C2cCell {
+    /// Node of the first core (the line's home).
+    pub node_a: u32,
+    /// Node of the second core.
+    pub node_b: u32,
+    /// First CPU.
+    pub cpu_a: u32,
+    /// Second CPU.
+    pub cpu_b: u32,
+    /// Nanoseconds per one-way hand-over.
+    pub latency_ns: Figure,
+    /// Where the line's page was.
+    pub placement: PlacementAudit,
+}
+
+/// Everything `numalab matrix` measured.
+///
+/// Measuring a 1 x 1 matrix from the library (a 1 MiB working set, to keep
+/// the example short):
+///
+/// ```
+/// use numalab::{NodeSet, Topology};
+/// use numalab_bench::matrix::{run::run, MatrixConfig, NodeSelection, Shape};
+/// let topo = Topology::system()?;
+/// let node = NodeSet::single(numalab::affinity::current().node);
+/// let one = NodeSelection { cpu_nodes: Some(node.clone()), mem_nodes: Some(node), ..Default::default() };
+/// let shape = Shape::of(&topo, &one)?;
+/// let config = MatrixConfig { size: Some(1 << 20), ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |line| eprintln!("{line}"))?;
+/// let cell = &result.latency.as_ref().unwrap().cells[0];
+/// println!("{:.1} ns, pages: {}", cell.latency_ns.median(), cell.placement);
+/// assert!(result.placement_summary.all_match, "{:?}", result.warnings);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MatrixResult {
+    /// The machine, kernel and settings it was measured on.
+    pub environment: Option<Environment>,
+    /// Rows (initiators) and columns (targets).
+    pub shape: Shape,
+    /// SLIT and HMAT for every cell, row by row.
+    pub firmware: Vec<FirmwareCell>,
+    /// How the run was set up.
+    pub settings: Settings,
+    /// The latency-versus-size sweep that sized the working set.
+    pub cache_sweep: Option<CacheSweep>,
+    /// Idle latency.
+    pub latency: Option<LatencyMatrix>,
+    /// Bandwidth.
+    pub bandwidth: Option<BandwidthMatrix>,
+    /// Loaded latency, one curve per initiator.
+    pub loaded: Option<Vec<LoadedCurve>>,
+    /// Cache-to-cache latency.
+    pub c2c: Option<C2cMatrix>,
+    /// Every working set's placement, in brief.
+    pub placement_summary: PlacementSummary,
+    /// Everything the reader should know: pages not where asked, noisy
+    /// figures, huge pages missing.
+    pub warnings: Vec<String>,
+}
+
+impl MatrixResult {
+    /// Every placement audit of the run, with what it belongs to.
+    pub fn audits(&self) -> Vec<(String, &PlacementAudit)> {
+        let mut all = Vec::new();
+        for c in self.latency.iter().flat_map(|m| &m.cells) {
+            let what = format!("latency {}->{}", c.initiator, c.target);
+            all.push((what.clone(), &c.placement));
+            if let Some(base) = &c.base_pages {
+                all.push((format!("{what} (4 KiB pages)"), &base.placement));
+            }
+        }
+        for c in self.bandwidth.iter().flat_map(|m| &m.cells) {
+            all.push((
+                format!("bandwidth {}->{}", c.initiator, c.target),
+                &c.placement,
+            ));
+        }
+        for c in self.loaded.iter().flatten() {
+            let what = format!("loaded latency {}->{}", c.initiator, c.target);
+            all.push((format!("{what} (chase)"), &c.placement));
+            all.push((format!("{what} (load)"), &c.load_placement));
+        }
+        for c in self.c2c.iter().flat_map(|m| &m.cells) {
+            all.push((
+                format!("cache-to-cache {}<->{}", c.node_a, c.node_b),
+                &c.placement,
+            ));
+        }
+        all
+    }
+}
