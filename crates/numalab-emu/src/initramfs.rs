@@ -25,6 +25,8 @@ export PATH=/bin HOME=/root
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 cd /tmp
 /bin/numalab-guest --results /dev/ttyS1
 case " $(cat /proc/cmdline) " in

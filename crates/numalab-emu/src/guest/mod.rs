@@ -27,6 +27,7 @@ pub mod buffer;
 pub mod exec;
 pub mod fill;
 pub mod matrix;
+pub mod ring;
 pub mod run;
 pub mod topo;
 
@@ -151,6 +152,11 @@ pub const CHECKS: &[Check] = &[
         name: "run.placement",
         about: "numalab run --json: threads on their planned nodes; local, remote, interleave, first-touch pages where asked",
         run: run::placement,
+    },
+    Check {
+        name: "ring.blog",
+        about: "numalab ring --layout blog: every cell runs with ring memory, writer and reader on their nodes",
+        run: ring::blog,
     },
     Check {
         name: "matrix.shape",
