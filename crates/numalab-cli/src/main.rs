@@ -27,6 +27,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    Report(cmd::report::ReportArgs),
     Topo(cmd::topo::TopoArgs),
     Exec(cmd::exec::ExecArgs),
     Matrix(cmd::matrix::MatrixArgs),
@@ -43,6 +44,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Report(args) => cmd::report::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Topo(args) => cmd::topo::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
         Command::Matrix(args) => cmd::matrix::run(args).map(|()| 0).map_err(|e| (e, 1)),

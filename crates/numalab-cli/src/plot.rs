@@ -342,49 +342,52 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
 }
 
 fn draw_heatmap(root: &DrawingArea<DynBackend<'_>, Shift>, map: &Heatmap) -> Result<()> {
-    use plotters::coord::ranged1d::SegmentValue;
     root.fill(&WHITE).map_err(plot_err)?;
     let (rows, cols) = (map.rows.len().max(1), map.cols.len().max(1));
     let values: Vec<f64> = map.values.iter().flatten().flatten().copied().collect();
     let lo = values.iter().copied().fold(f64::MAX, f64::min);
     let hi = values.iter().copied().fold(f64::MIN, f64::max);
+    // Cell (r, c) spans [c, c + 1] x [rows - 1 - r, rows - r]: row 0 at the
+    // top, as in a printed matrix. The axes carry no numbers; each row and
+    // column is named at its middle.
     let mut ctx = ChartBuilder::on(root)
         .caption(&map.title, ("sans-serif", 24))
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        // A segmented range 0..n has n + 1 segments.
-        .build_cartesian_2d(
-            (0..cols - 1).into_segmented(),
-            (0..rows - 1).into_segmented(),
-        )
+        .build_cartesian_2d(0.0..cols as f64, 0.0..rows as f64)
         .map_err(plot_err)?;
-    // Row 0 is drawn at the top, as in a printed matrix.
-    let name = |names: &[String], value: &SegmentValue<usize>, flip: bool| match value {
-        SegmentValue::CenterOf(i) => {
-            let i = if flip {
-                names.len().saturating_sub(1 + *i)
-            } else {
-                *i
-            };
-            names.get(i).cloned().unwrap_or_default()
-        }
-        _ => String::new(),
-    };
     ctx.configure_mesh()
         .disable_mesh()
+        .x_labels(0)
+        .y_labels(0)
         .x_desc(&map.col_label)
         .y_desc(&map.row_label)
-        .x_labels(cols)
-        .y_labels(rows)
-        .x_label_formatter(&|v| name(&map.cols, v, false))
-        .y_label_formatter(&|v| name(&map.rows, v, true))
         .label_style(("sans-serif", 16))
         .draw()
         .map_err(plot_err)?;
+    let centered = |size| {
+        TextStyle::from(("sans-serif", size).into_font()).pos(
+            plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Center,
+            ),
+        )
+    };
+    for (c, name) in map.cols.iter().enumerate() {
+        let (x, y) = ctx.backend_coord(&(c as f64 + 0.5, 0.0));
+        root.draw_text(name, &centered(16), (x, y + 14))
+            .map_err(plot_err)?;
+    }
+    for (r, name) in map.rows.iter().enumerate() {
+        let (x, y) = ctx.backend_coord(&(0.0, (rows - r) as f64 - 0.5));
+        root.draw_text(name, &centered(16), (x - 30, y))
+            .map_err(plot_err)?;
+    }
     for (r, row) in map.values.iter().enumerate() {
         for (c, value) in row.iter().enumerate() {
-            let y = rows - 1 - r;
+            let y = (rows - 1 - r) as f64;
+            let x = c as f64;
             let (fill, text) = match value {
                 Some(v) => {
                     let t = if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
@@ -395,20 +398,14 @@ fn draw_heatmap(root: &DrawingArea<DynBackend<'_>, Shift>, map: &Heatmap) -> Res
                 }
                 None => (RGBColor(235, 235, 235), "n/a".to_string()),
             };
-            let corner = |x: usize, y: usize| (SegmentValue::Exact(x), SegmentValue::Exact(y));
             ctx.draw_series(std::iter::once(Rectangle::new(
-                [corner(c, y), corner(c + 1, y + 1)],
+                [(x, y), (x + 1.0, y + 1.0)],
                 fill.filled(),
             )))
             .map_err(plot_err)?;
-            let center = ctx.backend_coord(&(SegmentValue::CenterOf(c), SegmentValue::CenterOf(y)));
-            let style = TextStyle::from(("sans-serif", 18).into_font()).pos(
-                plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Center,
-                    plotters::style::text_anchor::VPos::Center,
-                ),
-            );
-            root.draw_text(&text, &style, center).map_err(plot_err)?;
+            let center = ctx.backend_coord(&(x + 0.5, y + 0.5));
+            root.draw_text(&text, &centered(18), center)
+                .map_err(plot_err)?;
         }
     }
     Ok(())
@@ -473,6 +470,24 @@ mod tests {
             "no pixel-by-pixel drawing: {} bytes",
             svg.len()
         );
+        std::fs::remove_dir_all(stem.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn one_by_one_heatmap_has_its_cell() {
+        let map = Heatmap {
+            title: "one node".into(),
+            row_label: "CPU node".into(),
+            col_label: "memory node".into(),
+            rows: vec!["node 0".into()],
+            cols: vec!["node 0".into()],
+            values: vec![vec![Some(161.0)]],
+            unit: "ns".into(),
+        };
+        let stem = scratch("one");
+        let paths = heatmap(&map, &stem).unwrap();
+        let svg = std::fs::read_to_string(&paths[0]).unwrap();
+        assert!(svg.contains("161.0 ns") && svg.contains("node 0"), "{svg}");
         std::fs::remove_dir_all(stem.parent().unwrap()).unwrap();
     }
 

@@ -414,7 +414,7 @@ fn firmware_text(firmware: &[FirmwareCell], shape: &Shape, markdown: bool) -> St
 }
 
 /// The human report.
-fn human(result: &MatrixResult, markdown: bool) -> String {
+pub(crate) fn human(result: &MatrixResult, markdown: bool) -> String {
     let mut out = String::new();
     let shape = &result.shape;
     let s = &result.settings;

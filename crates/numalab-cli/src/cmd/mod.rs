@@ -4,6 +4,7 @@ pub mod exec;
 pub mod fill;
 pub mod matrix;
 pub mod plot;
+pub mod report;
 pub mod ring;
 pub mod run;
 pub mod sweep;

@@ -126,7 +126,7 @@ fn csv(report: &TopoReport) -> String {
     csv.finish()
 }
 
-fn human(report: &TopoReport, markdown: bool) -> String {
+pub(crate) fn human(report: &TopoReport, markdown: bool) -> String {
     let topo = &report.topology;
     let new_table = |header: Vec<String>| {
         if markdown {
