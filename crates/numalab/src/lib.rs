@@ -11,6 +11,7 @@ pub mod launch;
 pub mod locate;
 pub mod policy;
 pub mod ring;
+pub mod replicated;
 pub mod sets;
 pub(crate) mod sys;
 pub mod system;
@@ -19,5 +20,6 @@ pub mod units;
 
 pub use buffer::{BufferError, BufferOptions, HugePages, NodeBuffer};
 pub use policy::{InterleaveWeights, MemPolicy, PolicyError, RangeMode, Support};
+pub use replicated::{Mode, ReplicaSet, Replicated, ReplicatedPages};
 pub use sets::{CpuSet, NodeSet, ParseSetError};
 pub use topology::{NodeInventory, SpecError, Topology, TopologyError};

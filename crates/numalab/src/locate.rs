@@ -189,18 +189,49 @@ pub fn locate(addr: *const u8, len: usize, sample: Sample) -> Result<PageHistogr
             Some(libc::ENOSYS) => LocateError::Unsupported(err),
             _ => LocateError::Os(err),
         })?;
-        for &s in &status {
-            if s >= 0 {
-                *histogram.per_node.entry(s as u32).or_default() += 1;
-            } else if s == -libc::ENOENT {
-                histogram.not_present += 1;
-            } else {
-                histogram.unknown += 1;
-            }
-        }
+        count_status(&mut histogram, &status);
         i += n;
     }
     Ok(histogram)
+}
+
+/// The node of each page holding one of `addresses` (which need not be
+/// page-aligned or contiguous), counted per node: for memory made of
+/// scattered pages, such as the node-local copies of a replicated region.
+pub fn locate_pages(addresses: &[*const u8]) -> Result<PageHistogram, LocateError> {
+    let page = linux::page_size();
+    let mut histogram = PageHistogram {
+        page_size: page as u64,
+        queried: addresses.len() as u64,
+        ..Default::default()
+    };
+    let mut status = Vec::with_capacity(addresses.len().min(BATCH));
+    for chunk in addresses.chunks(BATCH) {
+        let pages: Vec<*const u8> = chunk
+            .iter()
+            .map(|&a| (a as usize & !(page - 1)) as *const u8)
+            .collect();
+        status.clear();
+        status.resize(pages.len(), 0);
+        linux::query_pages(&pages, &mut status).map_err(|err| match err.raw_os_error() {
+            Some(libc::ENOSYS) => LocateError::Unsupported(err),
+            _ => LocateError::Os(err),
+        })?;
+        count_status(&mut histogram, &status);
+    }
+    Ok(histogram)
+}
+
+fn count_status(histogram: &mut PageHistogram, status: &[i32]) {
+    for &s in status {
+        if s >= 0 {
+            *histogram.per_node.entry(s as u32).or_default() += 1;
+        } else if s == -libc::ENOENT {
+            histogram.not_present += 1;
+        } else {
+            histogram.unknown += 1;
+        }
+    }
 }
 
 /// The node of the page holding `addr`, or `None` if it is not present.

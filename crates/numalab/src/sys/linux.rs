@@ -233,6 +233,19 @@ pub fn getcpu() -> (u32, u32) {
     (cpu, node)
 }
 
+/// The CPU the calling thread is running on now, from glibc's
+/// `sched_getcpu` (read from the thread's rseq area or the vDSO: a few
+/// nanoseconds, no system call). Falls back to `getcpu(2)` if it fails.
+pub fn current_cpu() -> u32 {
+    // SAFETY: sched_getcpu takes no arguments and has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu >= 0 {
+        cpu as u32
+    } else {
+        getcpu().0
+    }
+}
+
 /// The base page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
@@ -319,6 +332,23 @@ pub fn madvise(addr: *mut u8, len: usize, advice: Advice) -> io::Result<()> {
     // MADV_POPULATE_WRITE allocates zeroed pages where none are present and
     // leaves present pages untouched.
     if unsafe { libc::madvise(addr.cast(), len, advice) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `madvise(MADV_DONTNEED)`: gives the pages of a private anonymous
+/// range back to the kernel; they read as zeros afterwards and are faulted
+/// in again (following the range's policy) when next touched.
+///
+/// # Safety
+/// `[addr, addr + len)` must be private anonymous memory this process owns,
+/// page-aligned, and nothing may be reading or writing it concurrently or
+/// rely on its contents afterwards.
+pub unsafe fn discard(addr: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller guarantees the range is unused; dropping private
+    // anonymous pages only replaces their contents with zeros.
+    if unsafe { libc::madvise(addr.cast(), len, libc::MADV_DONTNEED) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

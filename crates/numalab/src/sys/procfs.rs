@@ -48,6 +48,16 @@ pub fn node_cpus(node: u32) -> io::Result<CpuSet> {
     read_list(&format!("{NODE_ROOT}/node{node}/cpulist"))
 }
 
+/// The firmware distances (SLIT) from `node` to every online node, in
+/// node order (`/sys/devices/system/node/nodeN/distance`).
+pub fn node_distances(node: u32) -> io::Result<Vec<u64>> {
+    let text = fs::read_to_string(format!("{NODE_ROOT}/node{node}/distance"))?;
+    Ok(text
+        .split_whitespace()
+        .filter_map(|d| d.parse().ok())
+        .collect())
+}
+
 /// CPUs online.
 pub fn online_cpus() -> io::Result<CpuSet> {
     read_list("/sys/devices/system/cpu/online")

@@ -1,0 +1,632 @@
+//! Replicated memory: one copy of read-mostly data per NUMA node, so reads
+//! are local, with writes kept correct.
+//!
+//! - [`Replicated<T>`] holds one replica of a value per node (each in
+//!   memory bound to its node). [`read`](Replicated::read) runs on the
+//!   calling thread's node's replica; [`write`](Replicated::write) keeps
+//!   every replica consistent. Two consistency modes ([`Mode`]), both
+//!   linearizable:
+//!   - [`Mode::Log`] (node replication, NR, ASPLOS'17): writes go to a
+//!     shared operation log, batched per node by flat combining; a replica
+//!     replays the log lazily, before a read that needs it. Writers on
+//!     different nodes do not wait for each other's replicas. Best when
+//!     writes are more than rare, or when many threads write.
+//!   - [`Mode::Broadcast`]: a write takes a writers' lock and applies to
+//!     every replica before returning; readers take only their replica's
+//!     reader lock. Simplest and cheapest per read for data written rarely
+//!     (configuration, routing tables, dictionaries).
+//! - [`ReplicatedPages`] is a read-mostly byte region (a file or buffer)
+//!   with lazy, page-granular node-local copies, made after a few remote
+//!   reads of a page, collapsed by writes, limited by memory budgets.
+//!
+//! Replacing an `RwLock<T>`:
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use numalab::replicated::{Mode, Replicated};
+//!
+//! // Before: let table = RwLock::new(HashMap::new());
+//! let table = Replicated::new(HashMap::<String, u32>::new(), Mode::Broadcast)?;
+//!
+//! // Before: table.write().unwrap().insert("eth0".into(), 1);
+//! // The write runs once per replica, so it must be deterministic and may
+//! // only use what it captured by reference or clones: `move` it in.
+//! let key = String::from("eth0");
+//! table.write(move |t| t.insert(key.clone(), 1));
+//!
+//! // Before: let v = table.read().unwrap().get("eth0").copied();
+//! let v = table.read(|t| t.get("eth0").copied());
+//! assert_eq!(v, Some(1));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Statistics per replica (reads, writes, log entries replayed, bytes) come
+//! from [`Replicated::stats`], and where each replica's pages really are
+//! from [`Replicated::replica_pages`].
+
+mod broadcast;
+mod locality;
+mod log;
+mod pages;
+mod rwlock;
+mod storage;
+mod sync;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::buffer::{BufferError, NodeBuffer};
+use crate::locate::{self, LocateError, PageHistogram, Sample};
+use crate::policy::MemPolicy;
+use crate::sets::NodeSet;
+
+pub use locality::{set_thread_replica, ReplicaSet, ReplicaSetError, MAX_REPLICAS};
+pub use pages::{PagesError, PagesOptions, PagesStats, ReplicatedPages};
+
+use rwlock::ReplicaLock;
+use storage::NodeBox;
+use sync::{AtomicU64, CachePadded, Ordering, UnsafeCell};
+
+/// How a [`Replicated`] value keeps its replicas consistent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// A shared operation log with flat combining per replica; replicas
+    /// replay it lazily (node replication).
+    Log,
+    /// Every write applied to every replica under a writers' lock.
+    Broadcast,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Log => "log",
+            Mode::Broadcast => "broadcast",
+        })
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "log" => Ok(Mode::Log),
+            "broadcast" => Ok(Mode::Broadcast),
+            other => Err(format!(
+                "unknown replication mode {other:?}; expected log or broadcast"
+            )),
+        }
+    }
+}
+
+/// How a [`Replicated`] value is built: its mode and the sizes of its
+/// shared structures.
+///
+/// ```
+/// use numalab::replicated::{Mode, ReplicatedOptions};
+/// let options = ReplicatedOptions::new(Mode::Log).log_entries(1 << 16);
+/// assert_eq!(options.mode, Mode::Log);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicatedOptions {
+    /// The consistency mode.
+    pub mode: Mode,
+    /// Entries in the shared log (log mode; rounded up to a power of two,
+    /// at least twice `request_slots`). A replica may fall this many
+    /// writes behind before writers help it forward.
+    pub log_entries: usize,
+    /// Reader slots per replica (rounded up to a power of two): threads
+    /// beyond this many per replica share slots, which is correct but
+    /// makes their reads contend.
+    pub reader_slots: usize,
+    /// Pending-write slots per replica for flat combining (log mode).
+    pub request_slots: usize,
+}
+
+impl ReplicatedOptions {
+    /// Defaults for `mode`: 4096 log entries, 64 reader slots, 32 request
+    /// slots per replica.
+    pub fn new(mode: Mode) -> Self {
+        ReplicatedOptions {
+            mode,
+            log_entries: 4096,
+            reader_slots: 64,
+            request_slots: 32,
+        }
+    }
+
+    /// With a log of `entries` entries.
+    pub fn log_entries(mut self, entries: usize) -> Self {
+        self.log_entries = entries;
+        self
+    }
+
+    /// With `slots` reader slots per replica.
+    pub fn reader_slots(mut self, slots: usize) -> Self {
+        self.reader_slots = slots;
+        self
+    }
+
+    /// With `slots` pending-write slots per replica.
+    pub fn request_slots(mut self, slots: usize) -> Self {
+        self.request_slots = slots;
+        self
+    }
+}
+
+impl From<Mode> for ReplicatedOptions {
+    fn from(mode: Mode) -> Self {
+        ReplicatedOptions::new(mode)
+    }
+}
+
+/// Why a replicated value could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplicatedError {
+    /// The replica set could not be made.
+    #[error(transparent)]
+    Set(#[from] ReplicaSetError),
+    /// A replica's memory could not be allocated on its node.
+    #[error("replica {replica} on node {node}: {source}")]
+    Allocation {
+        /// The replica.
+        replica: usize,
+        /// Its node.
+        node: u32,
+        /// Why.
+        source: BufferError,
+    },
+}
+
+/// Counters a replica's writers update (readers count in their lock
+/// slots).
+#[derive(Debug, Default)]
+struct WriteCounters {
+    writes: AtomicU64,
+    applied: AtomicU64,
+    combines: AtomicU64,
+    helped: AtomicU64,
+}
+
+/// One replica: the value in memory bound to its node, its reader-writer
+/// lock and its counters.
+pub(crate) struct Replica<T> {
+    node: u32,
+    data: NodeBox<T>,
+    /// Tells loom about accesses to `data` (a no-op otherwise).
+    access: UnsafeCell<()>,
+    lock: ReplicaLock,
+    counters: CachePadded<WriteCounters>,
+}
+
+impl<T> Replica<T> {
+    #[inline]
+    fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        let _guard = self.lock.read();
+        self.access.with(|_| {
+            // SAFETY: the read guard keeps writers out until it drops.
+            f(unsafe { &*self.data.as_ptr() })
+        })
+    }
+
+    /// Takes the replica for writing. The caller must be its only writer
+    /// (hold its combiner lock, or the broadcast writers' lock).
+    fn exclusive(&self) -> Exclusive<'_, T> {
+        self.lock.lock_exclusive();
+        Exclusive { replica: self }
+    }
+}
+
+/// A replica held for writing; released on drop.
+pub(crate) struct Exclusive<'a, T> {
+    replica: &'a Replica<T>,
+}
+
+impl<T> Exclusive<'_, T> {
+    fn apply<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
+        let data = self.replica.data.as_ptr();
+        self.replica.access.with_mut(|_| {
+            // SAFETY: the exclusive lock keeps readers out and the caller
+            // is the replica's only writer; `&mut self` makes the borrow
+            // unique.
+            f(unsafe { &mut *data })
+        })
+    }
+}
+
+impl<T> Drop for Exclusive<'_, T> {
+    fn drop(&mut self) {
+        self.replica.lock.unlock_exclusive();
+    }
+}
+
+enum Engine<T> {
+    Log(log::Log<T>),
+    Broadcast(broadcast::Broadcast),
+}
+
+/// One replica of `T` per NUMA node; reads local, writes to all.
+///
+/// Each replica lives in pages bound to its node ([`replica_pages`]
+/// checks). [`read`] runs a closure on the calling thread's replica: the
+/// thread's node is looked up from a per-thread cache refreshed every few
+/// dozen reads, and a thread that migrates mid-read merely reads a remote
+/// replica, which is as up to date as its own. [`write`] runs a closure on
+/// every replica (once each, so it must be deterministic: the same
+/// closure on equal replicas gives equal results) and returns the calling
+/// thread's replica's result. Both modes are linearizable: a read sees
+/// every write that returned before it began.
+///
+/// A read or write closure must not call `write` on the same value (a
+/// read would wait for itself). A write that panics aborts the process:
+/// the replicas would otherwise disagree.
+///
+/// ```
+/// use numalab::replicated::{Mode, Replicated};
+///
+/// // A price table read by every thread and updated now and then.
+/// let prices = Replicated::new(vec![100u64; 1024], Mode::Log)?;
+/// std::thread::scope(|s| {
+///     for _ in 0..2 {
+///         s.spawn(|| {
+///             let sum: u64 = prices.read(|p| p.iter().sum());
+///             assert!(sum >= 100 * 1024);
+///         });
+///     }
+///     s.spawn(|| prices.write(|p| p[7] += 5));
+/// });
+/// assert_eq!(prices.read(|p| p[7]), 105);
+///
+/// for replica in prices.stats() {
+///     println!("replica {} on node {}: {} reads", replica.replica, replica.node, replica.reads);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// [`read`]: Replicated::read
+/// [`write`]: Replicated::write
+/// [`replica_pages`]: Replicated::replica_pages
+pub struct Replicated<T> {
+    set: ReplicaSet,
+    replicas: Box<[Replica<T>]>,
+    engine: Engine<T>,
+    mode: Mode,
+}
+
+// SAFETY: replicas are only shared through the protocols of `log` and
+// `broadcast`: &T to many readers (T: Sync), &mut T to one writer at a
+// time on whichever thread combines (T: Send); write closures are Send +
+// Sync by their bounds.
+unsafe impl<T: Send + Sync> Sync for Replicated<T> {}
+// SAFETY: as above; moving the whole value moves owned replicas.
+unsafe impl<T: Send + Sync> Send for Replicated<T> {}
+
+impl<T> fmt::Debug for Replicated<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Replicated")
+            .field("mode", &self.mode)
+            .field("nodes", &self.set.nodes())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Clone> Replicated<T> {
+    /// One replica of `value` on every node this process may allocate
+    /// from, in `mode`.
+    pub fn new(value: T, options: impl Into<ReplicatedOptions>) -> Result<Self, ReplicatedError> {
+        Self::with_set(value, ReplicaSet::system()?, options)
+    }
+
+    /// One replica of `value` per replica of `set`. Each clone is made
+    /// with the thread's allocations bound to the replica's node, so
+    /// memory the value owns (a `Vec`'s buffer) lands there when it comes
+    /// fresh from the kernel.
+    pub fn with_set(
+        value: T,
+        set: ReplicaSet,
+        options: impl Into<ReplicatedOptions>,
+    ) -> Result<Self, ReplicatedError> {
+        Self::from_fn(set, options, |_, _| value.clone())
+    }
+}
+
+impl<T> Replicated<T> {
+    /// Builds each replica with `make(replica, node)`, run with the
+    /// thread's allocations bound to `node`. The values must be equal.
+    pub fn from_fn(
+        set: ReplicaSet,
+        options: impl Into<ReplicatedOptions>,
+        mut make: impl FnMut(usize, u32) -> T,
+    ) -> Result<Self, ReplicatedError> {
+        let options = options.into();
+        let mut replicas = Vec::with_capacity(set.len());
+        for (replica, &node) in set.nodes().iter().enumerate() {
+            let value = storage::on_node(node, || make(replica, node));
+            let data = NodeBox::new(node, value).map_err(|source| ReplicatedError::Allocation {
+                replica,
+                node,
+                source,
+            })?;
+            let lock = storage::on_node(node, || ReplicaLock::new(options.reader_slots));
+            replicas.push(Replica {
+                node,
+                data,
+                access: UnsafeCell::new(()),
+                lock,
+                counters: CachePadded::new(WriteCounters::default()),
+            });
+        }
+        let engine = match options.mode {
+            Mode::Log => Engine::Log(log::Log::new(
+                set.len(),
+                options.log_entries,
+                options.request_slots,
+            )),
+            Mode::Broadcast => Engine::Broadcast(broadcast::Broadcast::new()),
+        };
+        Ok(Replicated {
+            set,
+            replicas: replicas.into_boxed_slice(),
+            engine,
+            mode: options.mode,
+        })
+    }
+
+    /// Runs `f` on the calling thread's replica and returns its result.
+    ///
+    /// ```
+    /// use numalab::replicated::{Mode, Replicated};
+    /// let config = Replicated::new((String::from("fast"), 8u32), Mode::Broadcast)?;
+    /// let threads = config.read(|(_, threads)| *threads);
+    /// assert_eq!(threads, 8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        self.read_from(self.set.current(), f)
+    }
+
+    /// As [`read`](Self::read), on replica `replica` whatever node the
+    /// thread runs on: to measure remote reads, or to drive emulated
+    /// replicas. Panics if `replica` is out of range.
+    #[inline]
+    pub fn read_from<R>(&self, replica: usize, f: impl FnOnce(&T) -> R) -> R {
+        let r = &self.replicas[replica];
+        if let Engine::Log(log) = &self.engine {
+            log.sync_for_read(replica, &self.replicas);
+        }
+        r.read(f)
+    }
+
+    /// Applies `op` to every replica and returns the result it gave on the
+    /// calling thread's replica. `op` runs once per replica, possibly on
+    /// another thread (log mode: the node's combiner), so it must be
+    /// deterministic and own what it captures (`move`, cloning what it
+    /// inserts).
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use numalab::replicated::{Mode, Replicated};
+    /// let routes = Replicated::new(BTreeMap::new(), Mode::Log)?;
+    /// let (prefix, hop) = (String::from("10.0.0.0/8"), 3u32);
+    /// let previous = routes.write(move |r| r.insert(prefix.clone(), hop));
+    /// assert_eq!(previous, None);
+    /// assert_eq!(routes.read(|r| r.len()), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn write<R, F>(&self, op: F) -> R
+    where
+        F: Fn(&mut T) -> R + Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        self.write_from(self.set.current(), op)
+    }
+
+    /// As [`write`](Self::write), issued from replica `replica` (whose
+    /// combiner batches it in log mode, and whose result is returned).
+    /// Panics if `replica` is out of range.
+    pub fn write_from<R, F>(&self, replica: usize, op: F) -> R
+    where
+        F: Fn(&mut T) -> R + Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        assert!(
+            replica < self.replicas.len(),
+            "replica {replica} of {}",
+            self.replicas.len()
+        );
+        match &self.engine {
+            Engine::Log(log) => log.write(replica, op, &self.replicas),
+            Engine::Broadcast(broadcast) => broadcast.write(replica, op, &self.replicas),
+        }
+    }
+
+    /// Brings every replica up to date with every completed write (log
+    /// mode; broadcast replicas always are). Reads do this lazily for
+    /// their own replica; call it to take the replay cost off a later read.
+    pub fn sync(&self) {
+        if let Engine::Log(log) = &self.engine {
+            for replica in 0..self.replicas.len() {
+                log.sync_for_read(replica, &self.replicas);
+            }
+        }
+    }
+
+    /// The consistency mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The replicas and their nodes.
+    pub fn replica_set(&self) -> &ReplicaSet {
+        &self.set
+    }
+
+    /// Statistics per replica, in replica order.
+    pub fn stats(&self) -> Vec<ReplicaStats> {
+        self.replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ReplicaStats {
+                replica: i,
+                node: r.node,
+                reads: r.lock.reads(),
+                read_waits: r.lock.read_waits(),
+                writes: r.counters.writes.load(Ordering::Relaxed),
+                applied: r.counters.applied.load(Ordering::Relaxed),
+                combines: r.counters.combines.load(Ordering::Relaxed),
+                helped: r.counters.helped.load(Ordering::Relaxed),
+                bytes: r.data.mapped_bytes() as u64,
+            })
+            .collect()
+    }
+
+    /// Where each replica's own storage (the pages holding the `T`) is,
+    /// in replica order: with a set made from nodes, replica `i`'s pages
+    /// should all be on `replica_set().node(i)`.
+    ///
+    /// ```
+    /// use numalab::{locate::Sample, replicated::{Mode, Replicated}};
+    /// let counts = Replicated::new([0u64; 512], Mode::Broadcast)?;
+    /// for (replica, pages) in counts.replica_pages(Sample::All)?.iter().enumerate() {
+    ///     let node = counts.replica_set().node(replica);
+    ///     assert_eq!(pages.on_node(node), pages.present(), "{pages}");
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn replica_pages(&self, sample: Sample) -> Result<Vec<PageHistogram>, LocateError> {
+        self.replicas
+            .iter()
+            .map(|r| r.data.locate(sample))
+            .collect()
+    }
+
+    /// Where the memory `region(&replica)` names is, for each replica: for
+    /// data the value owns outside its own storage, such as a `Vec`'s
+    /// buffer (`|v| (v.as_ptr().cast(), v.len() * 8)`).
+    pub fn replica_pages_of(
+        &self,
+        sample: Sample,
+        region: impl Fn(&T) -> (*const u8, usize),
+    ) -> Result<Vec<PageHistogram>, LocateError> {
+        (0..self.replicas.len())
+            .map(|i| {
+                let (ptr, len) = self.read_from(i, &region);
+                locate::locate(ptr, len, sample)
+            })
+            .collect()
+    }
+}
+
+/// A replica's byte region, for code that works on raw memory (the
+/// experiment engine's kernels, `locate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaRegion {
+    /// The replica.
+    pub replica: usize,
+    /// The node its memory is bound to.
+    pub node: u32,
+    /// Its first byte.
+    pub ptr: *const u8,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+impl Replicated<NodeBuffer> {
+    /// A byte region replicated on every replica of `set`: each replica a
+    /// [`NodeBuffer`] bound to its node and holding a copy of `bytes`.
+    /// Read it with `read(|b| b.as_slice() …)`, write with
+    /// `write(|b| b.as_mut_slice() …)`.
+    ///
+    /// ```
+    /// use numalab::replicated::{Mode, ReplicaSet, Replicated};
+    /// let region = Replicated::bytes(ReplicaSet::system()?, Mode::Broadcast, &[7u8; 8192])?;
+    /// assert_eq!(region.read(|b| b.as_slice()[4096]), 7);
+    /// region.write(|b| b.as_mut_slice()[0] = 1);
+    /// for r in region.regions() {
+    ///     assert_eq!(r.len, 8192);
+    ///     let pages = numalab::locate::locate(r.ptr, r.len, numalab::locate::Sample::All)?;
+    ///     assert_eq!(pages.on_node(r.node), 2);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn bytes(
+        set: ReplicaSet,
+        options: impl Into<ReplicatedOptions>,
+        bytes: &[u8],
+    ) -> Result<Self, ReplicatedError> {
+        let mut buffers = Vec::with_capacity(set.len());
+        for (replica, &node) in set.nodes().iter().enumerate() {
+            let mut buffer =
+                NodeBuffer::new(bytes.len().max(1), MemPolicy::Bind(NodeSet::single(node)))
+                    .map_err(|source| ReplicatedError::Allocation {
+                        replica,
+                        node,
+                        source,
+                    })?;
+            buffer.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
+            buffers.push(Some(buffer));
+        }
+        Self::from_fn(set, options, |replica, _| {
+            buffers[replica].take().expect("one buffer per replica")
+        })
+    }
+
+    /// Each replica's bytes: base address, length and node.
+    pub fn regions(&self) -> Vec<ReplicaRegion> {
+        (0..self.replicas.len())
+            .map(|replica| {
+                let (ptr, len) = self.read_from(replica, |b| (b.as_ptr(), b.len()));
+                ReplicaRegion {
+                    replica,
+                    node: self.replicas[replica].node,
+                    ptr,
+                    len,
+                }
+            })
+            .collect()
+    }
+}
+
+/// What one replica has done.
+///
+/// ```
+/// use numalab::replicated::{Mode, Replicated};
+/// let v = Replicated::new(0u64, Mode::Log)?;
+/// v.write(|x| *x += 1);
+/// v.read(|x| *x);
+/// let total: u64 = v.stats().iter().map(|s| s.reads).sum();
+/// assert_eq!(total, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStats {
+    /// Replica index.
+    pub replica: usize,
+    /// The node its memory is bound to.
+    pub node: u32,
+    /// Reads served by this replica.
+    pub reads: u64,
+    /// Reads that found a write in progress on this replica and waited.
+    pub read_waits: u64,
+    /// Writes issued by threads of this replica.
+    pub writes: u64,
+    /// Writes applied to this replica (log mode: log entries replayed).
+    pub applied: u64,
+    /// Batches of writes this replica's combiners appended to the log.
+    pub combines: u64,
+    /// Log entries applied to this replica by other replicas' threads
+    /// helping it forward when the log was full.
+    pub helped: u64,
+    /// Bytes of the replica's own storage (whole pages).
+    pub bytes: u64,
+}
+
+#[cfg(all(test, not(loom)))]
+mod linearizability;
+#[cfg(all(test, not(loom)))]
+mod tests;

@@ -1,0 +1,955 @@
+//! [`ReplicatedPages`]: a read-mostly byte region with lazy, page-granular
+//! node-local copies, after the kernel's per-node page-cache replication.
+//!
+//! Every page has one master copy (on the master's node) and, per replica,
+//! at most one local copy. A read from a replica without a copy of a page
+//! is served from the master and counted; after `copy_after` such reads
+//! the page is copied into memory bound to the replica's node, if the
+//! replica's budget and its node's free memory allow. A write replaces the
+//! page's master (copy-on-write: readers never see a half-written page)
+//! and collapses every local copy. Old masters and old copies are
+//! reclaimed through epoch-based reclamation (`crossbeam-epoch`), once no
+//! reader can still hold them. When a budget is reached or a node's free
+//! memory falls below the watermark, no new memory is taken: cold copies
+//! (by a clock over referenced bits, as the kernel's page reclaim) are
+//! evicted first, and under memory pressure their pages are given back to
+//! the kernel. Making a copy can fail for any of these reasons; a read
+//! never does: it reads the master.
+//!
+//! Per page and replica: the copy's address (`AtomicPtr`, null for none),
+//! a counter of reads served remotely since the last copy, and a
+//! referenced bit. Each page has a lock taken by writers and by readers
+//! installing a copy (never by reads themselves), so a copy is always made
+//! from the current master.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_epoch::{self as epoch, Guard};
+use serde::{Deserialize, Serialize};
+
+use super::locality::ReplicaSet;
+use super::sync::{thread_index, Backoff, CachePadded};
+use crate::buffer::{BufferError, NodeBuffer};
+use crate::locate::{self, LocateError, PageHistogram, Sample};
+use crate::policy::MemPolicy;
+use crate::sets::NodeSet;
+use crate::sys::{linux, procfs};
+
+/// How a [`ReplicatedPages`] region makes and limits its copies.
+///
+/// ```
+/// use numalab::replicated::PagesOptions;
+/// let options = PagesOptions::default()
+///     .copy_after(4)                       // a local copy after 4 remote reads
+///     .budget_per_replica(Some(64 << 20))  // at most 64 MiB of copies per node
+///     .min_free_bytes(512 << 20);          // none when a node has < 512 MiB free
+/// assert_eq!(options.copy_after, 4);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct PagesOptions {
+    /// Bytes per replicated page: a power of two, at least the base page
+    /// (default: the base page, 4 KiB on x86-64).
+    pub page_size: usize,
+    /// Remote reads of a page from one replica before that replica gets a
+    /// local copy (default 2; 1 copies on first access, as the kernel).
+    pub copy_after: u32,
+    /// Most bytes of copies resident over all replicas (default none).
+    pub budget_total: Option<u64>,
+    /// Most bytes of copies resident per replica (default none).
+    pub budget_per_replica: Option<u64>,
+    /// No new copy memory on a node whose free memory is below this; cold
+    /// copies are evicted and their pages given back instead (default 64 MiB).
+    pub min_free_bytes: u64,
+    /// Where the master copy lives (default: local to the thread that
+    /// makes the region).
+    pub master: MemPolicy,
+    /// Copies are allocated in chunks of this many pages (default 64).
+    pub chunk_pages: usize,
+}
+
+impl Default for PagesOptions {
+    fn default() -> Self {
+        PagesOptions {
+            page_size: linux::page_size(),
+            copy_after: 2,
+            budget_total: None,
+            budget_per_replica: None,
+            min_free_bytes: 64 << 20,
+            master: MemPolicy::Local,
+            chunk_pages: 64,
+        }
+    }
+}
+
+impl PagesOptions {
+    /// With pages of `bytes`.
+    pub fn page_size(mut self, bytes: usize) -> Self {
+        self.page_size = bytes;
+        self
+    }
+
+    /// A copy after `reads` remote reads.
+    pub fn copy_after(mut self, reads: u32) -> Self {
+        self.copy_after = reads;
+        self
+    }
+
+    /// At most `bytes` of copies over all replicas.
+    pub fn budget_total(mut self, bytes: Option<u64>) -> Self {
+        self.budget_total = bytes;
+        self
+    }
+
+    /// At most `bytes` of copies per replica.
+    pub fn budget_per_replica(mut self, bytes: Option<u64>) -> Self {
+        self.budget_per_replica = bytes;
+        self
+    }
+
+    /// The free-memory watermark.
+    pub fn min_free_bytes(mut self, bytes: u64) -> Self {
+        self.min_free_bytes = bytes;
+        self
+    }
+
+    /// Where the master lives.
+    pub fn master(mut self, policy: MemPolicy) -> Self {
+        self.master = policy;
+        self
+    }
+
+    /// Copies allocated `pages` at a time.
+    pub fn chunk_pages(mut self, pages: usize) -> Self {
+        self.chunk_pages = pages;
+        self
+    }
+
+    fn check(&self) -> Result<(), PagesError> {
+        let base = linux::page_size();
+        if !self.page_size.is_power_of_two() || self.page_size < base {
+            return Err(PagesError::Options(format!(
+                "page_size {} must be a power of two of at least {base} bytes",
+                self.page_size
+            )));
+        }
+        if self.copy_after == 0 {
+            return Err(PagesError::Options(
+                "copy_after must be at least 1 (1: copy on the first remote read)".into(),
+            ));
+        }
+        if self.chunk_pages == 0 {
+            return Err(PagesError::Options("chunk_pages must be at least 1".into()));
+        }
+        self.master.check()?;
+        Ok(())
+    }
+}
+
+/// Why a [`ReplicatedPages`] operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PagesError {
+    /// An empty region was asked for.
+    #[error("a replicated region must hold at least one byte")]
+    Empty,
+    /// Bad options.
+    #[error("replicated pages: {0}")]
+    Options(String),
+    /// A range outside the region.
+    #[error("bytes {offset}..{end} are outside the region of {len} bytes")]
+    OutOfRange {
+        /// Start of the range.
+        offset: usize,
+        /// End of the range.
+        end: usize,
+        /// The region's length.
+        len: usize,
+    },
+    /// The replica set could not be made.
+    #[error(transparent)]
+    Set(#[from] super::ReplicaSetError),
+    /// The master's policy is not usable.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
+    /// Memory for the master could not be had (reads never fail for this;
+    /// making or writing the region can).
+    #[error("memory for the master copy: {0}")]
+    Allocation(#[from] BufferError),
+    /// The source file could not be read.
+    #[error("could not read {path}: {source}")]
+    File {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// How often a replica looks at its node's free memory, at most.
+const WATERMARK_CHECK: Duration = Duration::from_millis(10);
+
+/// Page-sized slots of memory bound to one node: chunks, a free list of
+/// resident slots, and one of slots whose memory was given back.
+struct Pool {
+    node: u32,
+    policy: MemPolicy,
+    page: usize,
+    inner: Mutex<PoolInner>,
+    /// Slots whose memory is resident (in use or free), in pages.
+    resident: AtomicUsize,
+    reclaimed: AtomicU64,
+}
+
+#[derive(Default)]
+struct PoolInner {
+    chunks: Vec<NodeBuffer>,
+    free: Vec<usize>,
+    discarded: Vec<usize>,
+    /// The node's free memory was below the watermark at the last look.
+    pressure: bool,
+    checked: Option<Instant>,
+    /// The eviction clock's hand (a page index).
+    hand: usize,
+}
+
+impl Pool {
+    fn new(node: u32, policy: MemPolicy, page: usize) -> Pool {
+        Pool {
+            node,
+            policy,
+            page,
+            inner: Mutex::new(PoolInner::default()),
+            resident: AtomicUsize::new(0),
+            reclaimed: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes in a chunk of `pages` slots made elsewhere.
+    fn adopt(&self, inner: &mut PoolInner, chunk: NodeBuffer, pages: usize) {
+        let base = chunk.as_ptr() as usize;
+        inner
+            .free
+            .extend((0..pages).rev().map(|i| base + i * self.page));
+        inner.chunks.push(chunk);
+        self.resident.fetch_add(pages, Ordering::Relaxed);
+    }
+
+    /// A fresh chunk of up to `pages` slots, prefaulted on the pool's node.
+    fn grow(&self, inner: &mut PoolInner, pages: usize) -> Result<(), BufferError> {
+        let chunk = NodeBuffer::new(pages * self.page, self.policy.clone())?;
+        self.adopt(inner, chunk, pages);
+        Ok(())
+    }
+
+    /// A discarded slot made resident again; `None` if the kernel has no
+    /// page for it (reported as an error, never as a fault in a read).
+    fn revive(&self, inner: &mut PoolInner) -> Option<usize> {
+        let slot = inner.discarded.pop()?;
+        match linux::madvise(slot as *mut u8, self.page, linux::Advice::PopulateWrite) {
+            Ok(()) => {
+                self.resident.fetch_add(1, Ordering::Relaxed);
+                Some(slot)
+            }
+            Err(_) => {
+                inner.discarded.push(slot);
+                None
+            }
+        }
+    }
+
+    /// Returns a slot no reader can still see.
+    fn reclaim(&self, slot: usize) {
+        let mut inner = self.lock();
+        self.reclaimed.fetch_add(1, Ordering::Relaxed);
+        if inner.pressure {
+            // SAFETY: the slot is a page of one of this pool's private
+            // anonymous chunks, unpublished, and the epoch has passed every
+            // reader that could have loaded its address.
+            if unsafe { linux::discard(slot as *mut u8, self.page) }.is_ok() {
+                self.resident.fetch_sub(1, Ordering::Relaxed);
+                inner.discarded.push(slot);
+                return;
+            }
+        }
+        inner.free.push(slot);
+    }
+
+    /// Refreshes the memory-pressure flag from the node's free memory, at
+    /// most every [`WATERMARK_CHECK`].
+    fn check_watermark(&self, inner: &mut PoolInner, min_free: u64) {
+        let now = Instant::now();
+        if inner
+            .checked
+            .is_some_and(|t| now.duration_since(t) < WATERMARK_CHECK)
+        {
+            return;
+        }
+        inner.checked = Some(now);
+        inner.pressure = match procfs::node_meminfo(self.node) {
+            Ok(info) => info.free < min_free,
+            Err(_) => false,
+        };
+    }
+}
+
+/// Read counters, one set per reader slot so readers do not contend.
+#[derive(Debug, Default)]
+struct ReadCounters {
+    local: AtomicU64,
+    remote: AtomicU64,
+}
+
+const READ_SLOTS: usize = 16;
+
+struct PagesReplica {
+    node: u32,
+    /// Per page: the local copy, or null.
+    copies: Box<[AtomicPtr<u8>]>,
+    /// Per page: remote reads since the page last had a local copy.
+    misses: Box<[AtomicU32]>,
+    /// Per page: read since the eviction clock last passed.
+    referenced: Box<[AtomicBool]>,
+    pool: Arc<Pool>,
+    reads: Box<[CachePadded<ReadCounters>]>,
+    live: AtomicUsize,
+    made: AtomicU64,
+    evicted: AtomicU64,
+    collapsed: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// A read-mostly byte region with lazy node-local copies of its pages.
+///
+/// Reads ([`read`], [`visit`]) are served from the calling thread's
+/// replica's copy of each page when it has one, from the master
+/// otherwise; pages read remotely often enough get a local copy. Writes
+/// ([`write`]) replace a page's master and drop its copies; later reads
+/// copy it again. Every page is read and written atomically; a read
+/// spanning pages concurrent with a write spanning them may see some pages
+/// before the write and some after (as `read(2)` and `write(2)` on a
+/// file).
+///
+/// Replacing a shared read-only buffer:
+///
+/// ```
+/// use numalab::replicated::{PagesOptions, ReplicaSet, ReplicatedPages};
+///
+/// // Before: let index: Arc<Vec<u8>> = Arc::new(std::fs::read("index.bin")?);
+/// let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+/// let index = ReplicatedPages::new(&data, ReplicaSet::system()?, PagesOptions::default())?;
+///
+/// // Before: buf.copy_from_slice(&index[4096..4096 + 512]);
+/// let mut buf = [0u8; 512];
+/// for _ in 0..3 {
+///     index.read(4096, &mut buf)?; // after 2 remote reads: a local copy
+/// }
+/// assert_eq!(&buf[..], &data[4096..4096 + 512]);
+///
+/// // Or work on the bytes in place, page run by page run:
+/// let mut sum = 0u64;
+/// index.visit(0, data.len(), |_offset, bytes| sum += bytes.iter().map(|&b| b as u64).sum::<u64>())?;
+///
+/// // A write collapses the copies of the pages it touches.
+/// index.write(4096, b"new header")?;
+/// index.read(4096, &mut buf[..10])?;
+/// assert_eq!(&buf[..10], b"new header");
+///
+/// let stats = index.stats();
+/// println!("copies made: {}", stats.iter().map(|s| s.copies_made).sum::<u64>());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// [`read`]: ReplicatedPages::read
+/// [`visit`]: ReplicatedPages::visit
+/// [`write`]: ReplicatedPages::write
+pub struct ReplicatedPages {
+    set: ReplicaSet,
+    len: usize,
+    page: usize,
+    shift: u32,
+    options: PagesOptions,
+    /// Per page: the master copy.
+    masters: Box<[AtomicPtr<u8>]>,
+    /// Per page: held by writers and by readers installing a copy.
+    locks: Box<[AtomicBool]>,
+    master_pool: Arc<Pool>,
+    replicas: Box<[PagesReplica]>,
+}
+
+impl fmt::Debug for ReplicatedPages {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplicatedPages")
+            .field("len", &self.len)
+            .field("page_size", &self.page)
+            .field("nodes", &self.set.nodes())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A pointer handed to the epoch collector.
+struct Slot(usize);
+
+impl ReplicatedPages {
+    /// A region holding a copy of `data`, replicated over `set`.
+    pub fn new(data: &[u8], set: ReplicaSet, options: PagesOptions) -> Result<Self, PagesError> {
+        Self::build(data.len(), set, options, |master| {
+            master[..data.len()].copy_from_slice(data);
+            Ok(())
+        })
+    }
+
+    /// A region holding the contents of the file at `path`.
+    pub fn from_file(
+        path: impl AsRef<Path>,
+        set: ReplicaSet,
+        options: PagesOptions,
+    ) -> Result<Self, PagesError> {
+        use std::io::Read;
+        let path = path.as_ref();
+        let file_error = |source| PagesError::File {
+            path: path.display().to_string(),
+            source,
+        };
+        let mut file = std::fs::File::open(path).map_err(file_error)?;
+        let len = file.metadata().map_err(file_error)?.len() as usize;
+        Self::build(len, set, options, |master| {
+            file.read_exact(&mut master[..len]).map_err(file_error)
+        })
+    }
+
+    fn build(
+        len: usize,
+        set: ReplicaSet,
+        options: PagesOptions,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), PagesError>,
+    ) -> Result<Self, PagesError> {
+        if len == 0 {
+            return Err(PagesError::Empty);
+        }
+        options.check()?;
+        let page = options.page_size;
+        let pages = len.div_ceil(page);
+        let mut region = NodeBuffer::new(pages * page, options.master.clone())?;
+        fill(region.as_mut_slice())?;
+        let master_node = region
+            .locate(Sample::Pages(1))
+            .ok()
+            .and_then(|h| h.dominant_node())
+            .unwrap_or(0);
+        let master_pool = Arc::new(Pool::new(master_node, options.master.clone(), page));
+        let base = region.as_ptr() as usize;
+        let masters = (0..pages)
+            .map(|i| AtomicPtr::new((base + i * page) as *mut u8))
+            .collect();
+        {
+            // The initial region's pages become the master pool's first
+            // chunk, all in use.
+            let mut inner = master_pool.lock();
+            master_pool.adopt(&mut inner, region, pages);
+            inner.free.clear();
+        }
+        let replicas = set
+            .nodes()
+            .iter()
+            .map(|&node| {
+                super::storage::on_node(node, || PagesReplica {
+                    node,
+                    copies: (0..pages).map(|_| AtomicPtr::default()).collect(),
+                    misses: (0..pages).map(|_| AtomicU32::new(0)).collect(),
+                    referenced: (0..pages).map(|_| AtomicBool::new(false)).collect(),
+                    pool: Arc::new(Pool::new(
+                        node,
+                        MemPolicy::Bind(NodeSet::single(node)),
+                        page,
+                    )),
+                    reads: (0..READ_SLOTS).map(|_| CachePadded::default()).collect(),
+                    live: AtomicUsize::new(0),
+                    made: AtomicU64::new(0),
+                    evicted: AtomicU64::new(0),
+                    collapsed: AtomicU64::new(0),
+                    failed: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        Ok(ReplicatedPages {
+            set,
+            len,
+            page,
+            shift: page.trailing_zeros(),
+            options,
+            masters,
+            locks: (0..pages).map(|_| AtomicBool::new(false)).collect(),
+            master_pool,
+            replicas,
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes per replicated page.
+    pub fn page_size(&self) -> usize {
+        self.page
+    }
+
+    /// The replicas and their nodes.
+    pub fn replica_set(&self) -> &ReplicaSet {
+        &self.set
+    }
+
+    fn check_range(&self, offset: usize, len: usize) -> Result<(), PagesError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            end => Err(PagesError::OutOfRange {
+                offset,
+                end: end.unwrap_or(usize::MAX),
+                len: self.len,
+            }),
+        }
+    }
+
+    /// Copies `buf.len()` bytes from `offset` into `buf`, from the calling
+    /// thread's replica's copies where it has them. Fails only for a range
+    /// outside the region.
+    #[inline]
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), PagesError> {
+        self.read_from(self.set.current(), offset, buf)
+    }
+
+    /// As [`read`](Self::read), through replica `replica` (panics if out
+    /// of range).
+    pub fn read_from(
+        &self,
+        replica: usize,
+        offset: usize,
+        buf: &mut [u8],
+    ) -> Result<(), PagesError> {
+        let base = buf.as_mut_ptr();
+        self.visit_from(replica, offset, buf.len(), |at, bytes| {
+            // SAFETY: `visit` hands out runs that tile `offset..offset +
+            // len` exactly, so `at - offset + bytes.len() <= buf.len()`;
+            // the source is a live page of the region, not `buf`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(at - offset), bytes.len())
+            }
+        })
+    }
+
+    /// Calls `f(offset, bytes)` for consecutive runs of the range, each
+    /// within one page, without copying: `bytes` is the local copy or the
+    /// master.
+    pub fn visit(
+        &self,
+        offset: usize,
+        len: usize,
+        f: impl FnMut(usize, &[u8]),
+    ) -> Result<(), PagesError> {
+        self.visit_from(self.set.current(), offset, len, f)
+    }
+
+    /// As [`visit`](Self::visit), through replica `replica`.
+    pub fn visit_from(
+        &self,
+        replica: usize,
+        offset: usize,
+        len: usize,
+        mut f: impl FnMut(usize, &[u8]),
+    ) -> Result<(), PagesError> {
+        self.check_range(offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let rep = &self.replicas[replica];
+        let guard = epoch::pin();
+        let (mut local, mut remote) = (0u64, 0u64);
+        let mut at = offset;
+        let end = offset + len;
+        while at < end {
+            let page = at >> self.shift;
+            let within = at & (self.page - 1);
+            let run = (self.page - within).min(end - at);
+            // Acquire pairs with the Release that published the copy or
+            // master: its bytes are visible.
+            let copy = rep.copies[page].load(Ordering::Acquire);
+            let source = if !copy.is_null() {
+                local += 1;
+                let referenced = &rep.referenced[page];
+                if !referenced.load(Ordering::Relaxed) {
+                    referenced.store(true, Ordering::Relaxed);
+                }
+                copy
+            } else {
+                remote += 1;
+                self.masters[page].load(Ordering::Acquire)
+            };
+            // SAFETY: a published copy or master stays valid while the
+            // epoch guard is held (it is retired only through `guard.defer`
+            // after being unpublished); `within + run <= page size`.
+            let bytes = unsafe { std::slice::from_raw_parts(source.add(within), run) };
+            f(at, bytes);
+            if copy.is_null() {
+                self.note_remote(replica, page, &guard);
+            }
+            at += run;
+        }
+        let counters = &rep.reads[thread_index() % READ_SLOTS];
+        if local > 0 {
+            counters.local.fetch_add(local, Ordering::Relaxed);
+        }
+        if remote > 0 {
+            counters.remote.fetch_add(remote, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A page was read from the master: maybe it is time for a copy.
+    #[inline]
+    fn note_remote(&self, replica: usize, page: usize, guard: &Guard) {
+        let rep = &self.replicas[replica];
+        let misses = rep.misses[page].fetch_add(1, Ordering::Relaxed) + 1;
+        if misses >= self.options.copy_after {
+            self.make_copy(replica, page, guard);
+        }
+    }
+
+    #[cold]
+    fn make_copy(&self, replica: usize, page: usize, guard: &Guard) {
+        let rep = &self.replicas[replica];
+        let lock = &self.locks[page];
+        // Never wait in a read: if a writer or another copier holds the
+        // page, a later read tries again.
+        if lock
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        if rep.copies[page].load(Ordering::Relaxed).is_null() {
+            match self.take_slot(replica, guard) {
+                Some(slot) => {
+                    // Under the page lock the master cannot change.
+                    let master = self.masters[page].load(Ordering::Acquire);
+                    // SAFETY: `slot` is a free page-sized slot of this
+                    // replica's pool that no one else holds; `master` is a
+                    // live page.
+                    unsafe { std::ptr::copy_nonoverlapping(master, slot as *mut u8, self.page) };
+                    rep.referenced[page].store(true, Ordering::Relaxed);
+                    rep.misses[page].store(0, Ordering::Relaxed);
+                    rep.live.fetch_add(1, Ordering::Relaxed);
+                    rep.made.fetch_add(1, Ordering::Relaxed);
+                    // Release pairs with the readers' Acquire.
+                    rep.copies[page].store(slot as *mut u8, Ordering::Release);
+                }
+                None => {
+                    rep.failed.fetch_add(1, Ordering::Relaxed);
+                    // Try again after as many remote reads.
+                    rep.misses[page].store(0, Ordering::Relaxed);
+                }
+            }
+        }
+        lock.store(false, Ordering::Release);
+    }
+
+    /// A slot for a new copy on `replica`'s node, within the budgets and
+    /// the watermark; evicts a cold copy (for a later copy) when there is
+    /// none.
+    fn take_slot(&self, replica: usize, guard: &Guard) -> Option<usize> {
+        let rep = &self.replicas[replica];
+        let pool = &rep.pool;
+        let mut inner = pool.lock();
+        if let Some(slot) = inner.free.pop() {
+            return Some(slot);
+        }
+        pool.check_watermark(&mut inner, self.options.min_free_bytes);
+        let room = self.budget_room(replica);
+        if !inner.pressure && room > 0 {
+            if let Some(slot) = pool.revive(&mut inner) {
+                return Some(slot);
+            }
+            let pages = self.options.chunk_pages.min(room);
+            if pool.grow(&mut inner, pages).is_ok() {
+                return inner.free.pop();
+            }
+        }
+        // At a limit: make room for later copies by evicting cold ones (a
+        // chunk's worth under memory pressure, one otherwise).
+        let want = if inner.pressure {
+            self.options.chunk_pages
+        } else {
+            1
+        };
+        self.evict_cold(replica, &mut inner, want, guard);
+        None
+    }
+
+    /// Pages of copy memory `replica` may still add.
+    fn budget_room(&self, replica: usize) -> usize {
+        let page = self.page as u64;
+        let mut room = u64::MAX;
+        if let Some(budget) = self.options.budget_per_replica {
+            let resident = self.replicas[replica].pool.resident.load(Ordering::Relaxed) as u64;
+            room = room.min((budget / page).saturating_sub(resident));
+        }
+        if let Some(budget) = self.options.budget_total {
+            let resident: u64 = self
+                .replicas
+                .iter()
+                .map(|r| r.pool.resident.load(Ordering::Relaxed) as u64)
+                .sum();
+            room = room.min((budget / page).saturating_sub(resident));
+        }
+        room.min(usize::MAX as u64) as usize
+    }
+
+    /// Evicts up to `want` copies of `replica` not read since the clock
+    /// last passed them (clearing the referenced bits it passes).
+    fn evict_cold(
+        &self,
+        replica: usize,
+        inner: &mut PoolInner,
+        want: usize,
+        guard: &Guard,
+    ) -> usize {
+        let rep = &self.replicas[replica];
+        let pages = self.masters.len();
+        let mut evicted = 0;
+        for _ in 0..2 * pages {
+            if evicted == want {
+                break;
+            }
+            let page = inner.hand % pages;
+            inner.hand = (page + 1) % pages;
+            if rep.copies[page].load(Ordering::Relaxed).is_null() {
+                continue;
+            }
+            if rep.referenced[page].swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            let copy = rep.copies[page].swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !copy.is_null() {
+                rep.live.fetch_sub(1, Ordering::Relaxed);
+                rep.evicted.fetch_add(1, Ordering::Relaxed);
+                self.retire(&rep.pool, copy, guard);
+                evicted += 1;
+            }
+        }
+        evicted
+    }
+
+    /// Hands an unpublished page to the epoch collector, which returns it
+    /// to `pool` once no reader can hold it.
+    fn retire(&self, pool: &Arc<Pool>, page: *mut u8, guard: &Guard) {
+        let pool = Arc::clone(pool);
+        let slot = Slot(page as usize);
+        guard.defer(move || pool.reclaim(slot.0));
+    }
+
+    /// Writes `data` at `offset`: each page touched gets a new master
+    /// (copy-on-write) and loses its local copies. Fails, changing
+    /// nothing, for a range outside the region or when no memory can be
+    /// had for the new masters.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), PagesError> {
+        self.check_range(offset, data.len())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let first = offset >> self.shift;
+        let last = (offset + data.len() - 1) >> self.shift;
+        // Lock the pages in order (no deadlock between writers).
+        for page in first..=last {
+            let mut backoff = Backoff::new();
+            while self.locks[page]
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                backoff.snooze();
+            }
+        }
+        let unlock = || {
+            for page in first..=last {
+                self.locks[page].store(false, Ordering::Release);
+            }
+        };
+        // All the new masters first, so a failure changes nothing.
+        let mut fresh = Vec::with_capacity(last - first + 1);
+        {
+            let mut inner = self.master_pool.lock();
+            for _ in first..=last {
+                if inner.free.is_empty() {
+                    let grow = (last - first + 1).max(self.options.chunk_pages);
+                    if let Err(err) = self.master_pool.grow(&mut inner, grow) {
+                        inner.free.extend(fresh);
+                        drop(inner);
+                        unlock();
+                        return Err(err.into());
+                    }
+                }
+                fresh.push(inner.free.pop().expect("just grown"));
+            }
+        }
+        let guard = epoch::pin();
+        for (page, new) in (first..=last).zip(fresh) {
+            let old = self.masters[page].load(Ordering::Relaxed);
+            let new = new as *mut u8;
+            let page_start = page << self.shift;
+            let from = offset.max(page_start);
+            let to = (offset + data.len()).min(page_start + self.page);
+            // SAFETY: `new` is a free slot of the master pool owned by this
+            // write; `old` is the live master (the page lock keeps it);
+            // `from - page_start .. to - page_start` lies within the page.
+            unsafe {
+                std::ptr::copy_nonoverlapping(old, new, self.page);
+                std::ptr::copy_nonoverlapping(
+                    data.as_ptr().add(from - offset),
+                    new.add(from - page_start),
+                    to - from,
+                );
+            }
+            // Release pairs with readers' Acquire.
+            self.masters[page].store(new, Ordering::Release);
+            self.retire(&self.master_pool, old, &guard);
+            for rep in self.replicas.iter() {
+                let copy = rep.copies[page].swap(std::ptr::null_mut(), Ordering::AcqRel);
+                rep.misses[page].store(0, Ordering::Relaxed);
+                if !copy.is_null() {
+                    rep.live.fetch_sub(1, Ordering::Relaxed);
+                    rep.collapsed.fetch_add(1, Ordering::Relaxed);
+                    self.retire(&rep.pool, copy, &guard);
+                }
+            }
+        }
+        drop(guard);
+        unlock();
+        Ok(())
+    }
+
+    /// Evicts every local copy (their memory is reused or given back once
+    /// readers have left): a manual trim, e.g. before a memory-hungry phase.
+    pub fn drop_copies(&self) {
+        let guard = epoch::pin();
+        for rep in self.replicas.iter() {
+            for copy in rep.copies.iter() {
+                let copy = copy.swap(std::ptr::null_mut(), Ordering::AcqRel);
+                if !copy.is_null() {
+                    rep.live.fetch_sub(1, Ordering::Relaxed);
+                    rep.evicted.fetch_add(1, Ordering::Relaxed);
+                    self.retire(&rep.pool, copy, &guard);
+                }
+            }
+        }
+    }
+
+    /// Statistics per replica, in replica order.
+    pub fn stats(&self) -> Vec<PagesStats> {
+        self.replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| PagesStats {
+                replica: i,
+                node: r.node,
+                local_reads: r
+                    .reads
+                    .iter()
+                    .map(|c| c.local.load(Ordering::Relaxed))
+                    .sum(),
+                remote_reads: r
+                    .reads
+                    .iter()
+                    .map(|c| c.remote.load(Ordering::Relaxed))
+                    .sum(),
+                copies: r.live.load(Ordering::Relaxed) as u64,
+                copies_made: r.made.load(Ordering::Relaxed),
+                evicted: r.evicted.load(Ordering::Relaxed),
+                collapsed: r.collapsed.load(Ordering::Relaxed),
+                reclaimed: r.pool.reclaimed.load(Ordering::Relaxed),
+                copy_failures: r.failed.load(Ordering::Relaxed),
+                resident_bytes: (r.pool.resident.load(Ordering::Relaxed) * self.page) as u64,
+            })
+            .collect()
+    }
+
+    /// Where each replica's local copies are, in replica order: with a set
+    /// made from nodes, replica `i`'s copies should all be on
+    /// `replica_set().node(i)`.
+    pub fn replica_pages(&self) -> Result<Vec<PageHistogram>, LocateError> {
+        let _guard = epoch::pin();
+        self.replicas
+            .iter()
+            .map(|r| {
+                let copies: Vec<*const u8> = r
+                    .copies
+                    .iter()
+                    .map(|c| c.load(Ordering::Acquire) as *const u8)
+                    .filter(|c| !c.is_null())
+                    .collect();
+                locate::locate_pages(&copies)
+            })
+            .collect()
+    }
+
+    /// Where the master's pages are.
+    pub fn master_pages(&self) -> Result<PageHistogram, LocateError> {
+        let _guard = epoch::pin();
+        let masters: Vec<*const u8> = self
+            .masters
+            .iter()
+            .map(|m| m.load(Ordering::Acquire) as *const u8)
+            .collect();
+        locate::locate_pages(&masters)
+    }
+}
+
+/// What one replica of a [`ReplicatedPages`] region has done, in pages.
+///
+/// ```
+/// use numalab::replicated::{PagesOptions, ReplicaSet, ReplicatedPages};
+/// let region = ReplicatedPages::new(&[1u8; 8192], ReplicaSet::system()?,
+///     PagesOptions::default().copy_after(1))?;
+/// let mut buf = [0u8; 8192];
+/// region.read(0, &mut buf)?; // remote: copies both pages
+/// region.read(0, &mut buf)?; // local
+/// let s = &region.stats()[region.replica_set().current()];
+/// assert_eq!((s.remote_reads, s.local_reads, s.copies), (2, 2, 2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PagesStats {
+    /// Replica index.
+    pub replica: usize,
+    /// The node its copies are bound to.
+    pub node: u32,
+    /// Page reads served from a local copy.
+    pub local_reads: u64,
+    /// Page reads served from the master.
+    pub remote_reads: u64,
+    /// Local copies now.
+    pub copies: u64,
+    /// Local copies made.
+    pub copies_made: u64,
+    /// Copies evicted (cold, under a budget or memory pressure, or by
+    /// [`ReplicatedPages::drop_copies`]).
+    pub evicted: u64,
+    /// Copies dropped because their page was written.
+    pub collapsed: u64,
+    /// Dropped copies whose memory has been reclaimed (no reader left).
+    pub reclaimed: u64,
+    /// Copies that could not be made (budget, watermark, allocation).
+    pub copy_failures: u64,
+    /// Bytes of copy memory resident on the replica's node.
+    pub resident_bytes: u64,
+}

@@ -1,0 +1,130 @@
+//! The atomics, cells, locks and spin-waiting the replication protocols
+//! use, in one module so that the `loom` model checker can replace them
+//! (build with `RUSTFLAGS="--cfg loom"`; see `tests` in `log.rs` and
+//! `broadcast.rs`). Nothing else in `replicated` names `std::sync::atomic`
+//! or `std::cell::UnsafeCell`.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
+
+pub(crate) use crossbeam_utils::CachePadded;
+
+/// An `UnsafeCell` with loom's closure API: under loom every access is
+/// checked against the others for data races; otherwise it compiles to the
+/// plain pointer.
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(
+    #[cfg(loom)] loom::cell::UnsafeCell<T>,
+    #[cfg(not(loom))] std::cell::UnsafeCell<T>,
+);
+
+impl<T> UnsafeCell<T> {
+    pub(crate) fn new(value: T) -> Self {
+        #[cfg(loom)]
+        return UnsafeCell(loom::cell::UnsafeCell::new(value));
+        #[cfg(not(loom))]
+        UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Runs `f` with a pointer for reading; the caller's protocol must rule
+    /// out a concurrent `with_mut`.
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        #[cfg(loom)]
+        return self.0.with(f);
+        #[cfg(not(loom))]
+        f(self.0.get())
+    }
+
+    /// Runs `f` with a pointer for writing; the caller's protocol must rule
+    /// out any concurrent access.
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        #[cfg(loom)]
+        return self.0.with_mut(f);
+        #[cfg(not(loom))]
+        f(self.0.get())
+    }
+}
+
+/// Waiting for another thread: spins briefly, then yields the CPU, so a
+/// waiter never starves the thread it waits for on a loaded machine
+/// (under loom, every wait is a yield, which loom requires).
+#[derive(Debug, Default)]
+pub(crate) struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff { step: 0 }
+    }
+
+    pub(crate) fn snooze(&mut self) {
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        #[cfg(not(loom))]
+        {
+            if self.step < 6 {
+                for _ in 0..(1u32 << self.step) {
+                    std::hint::spin_loop();
+                }
+                self.step += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Locks a mutex; a panic while it was held cannot leave the protected
+/// state half-changed here (writes abort on panic), so poisoning is
+/// ignored.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    #[cfg(loom)]
+    return mutex.lock().unwrap();
+    #[cfg(not(loom))]
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Aborts the process if dropped during a panic: a write that panics
+/// half-way through one replica would leave the replicas disagreeing, and
+/// the locks it holds would stop every other thread.
+pub(crate) struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("numalab: a write to a replicated value panicked; replicas would disagree, aborting");
+            std::process::abort();
+        }
+    }
+}
+
+/// A small number unique to the calling thread (0, 1, 2, … in order of
+/// first use), used to spread threads over reader and request slots. Not
+/// part of any protocol: two threads sharing a slot is correct, only
+/// slower. (This counter is the one atomic outside the model on purpose.)
+pub(crate) fn thread_index() -> usize {
+    use std::cell::Cell;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX.with(|index| {
+        let mut i = index.get();
+        if i == usize::MAX {
+            i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            index.set(i);
+        }
+        i
+    })
+}
