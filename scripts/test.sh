@@ -37,3 +37,7 @@ cargo test -p numalab-emu --locked
 step "loom models of the ring's index protocol"
 RUSTFLAGS="--cfg loom" cargo test -p numalab --release --lib --locked \
   --target-dir target/loom ring::protocol::loom_models
+
+step "loom models of the replication protocols"
+RUSTFLAGS="--cfg loom" cargo test -p numalab --lib --release --locked \
+    --target-dir target/loom replicated::models

@@ -20,6 +20,8 @@ pub mod units;
 
 pub use buffer::{BufferError, BufferOptions, HugePages, NodeBuffer};
 pub use policy::{InterleaveWeights, MemPolicy, PolicyError, RangeMode, Support};
-pub use replicated::{Mode, ReplicaSet, Replicated, ReplicatedPages};
+#[cfg(not(loom))]
+pub use replicated::ReplicatedPages;
+pub use replicated::{Mode, ReplicaSet, Replicated};
 pub use sets::{CpuSet, NodeSet, ParseSetError};
 pub use topology::{NodeInventory, SpecError, Topology, TopologyError};

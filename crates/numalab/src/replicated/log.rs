@@ -29,8 +29,8 @@
 use std::sync::Arc;
 
 use super::sync::{
-    thread_index, AbortOnUnwind, AtomicBool, AtomicU8, AtomicUsize, Backoff, CachePadded, Ordering,
-    UnsafeCell,
+    seqcst_for_loom, thread_index, AbortOnUnwind, AtomicBool, AtomicU8, AtomicUsize, Backoff,
+    CachePadded, Ordering, UnsafeCell,
 };
 use super::Replica;
 
@@ -153,6 +153,7 @@ impl<T> Log<T> {
     pub(crate) fn sync_for_read(&self, r: usize, data: &[Replica<T>]) {
         // Pairs with replay's `fetch_max` (SeqCst): a write that returned
         // before this load is below `target`.
+        seqcst_for_loom();
         let target = self.ctail.load(Ordering::SeqCst);
         if self.replicas[r].ltail.load(Ordering::Acquire) < target {
             self.catch_up(r, target, data);
@@ -375,6 +376,7 @@ impl<T> Log<T> {
             // Before the write lock is released: a reader that sees these
             // writes also sees ctail past them (see the module doc).
             self.ctail.fetch_max(upto, Ordering::SeqCst);
+            seqcst_for_loom();
         }
         data[q]
             .counters

@@ -47,6 +47,7 @@
 mod broadcast;
 mod locality;
 mod log;
+#[cfg(not(loom))]
 mod pages;
 mod rwlock;
 mod storage;
@@ -62,6 +63,7 @@ use crate::policy::MemPolicy;
 use crate::sets::NodeSet;
 
 pub use locality::{set_thread_replica, ReplicaSet, ReplicaSetError, MAX_REPLICAS};
+#[cfg(not(loom))]
 pub use pages::{PagesError, PagesOptions, PagesStats, ReplicatedPages};
 
 use rwlock::ReplicaLock;
@@ -628,5 +630,7 @@ pub struct ReplicaStats {
 
 #[cfg(all(test, not(loom)))]
 mod linearizability;
+#[cfg(all(test, loom))]
+mod models;
 #[cfg(all(test, not(loom)))]
 mod tests;

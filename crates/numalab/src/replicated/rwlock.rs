@@ -18,7 +18,9 @@
 //! off, or the writer's (4) sees (1) and waits for the matching exit, whose
 //! `Release` the writer's load acquires.
 
-use super::sync::{thread_index, AtomicBool, AtomicU64, Backoff, CachePadded, Ordering};
+use super::sync::{
+    seqcst_for_loom, thread_index, AtomicBool, AtomicU64, Backoff, CachePadded, Ordering,
+};
 
 #[derive(Debug, Default)]
 struct ReaderSlot {
@@ -54,6 +56,7 @@ impl ReplicaLock {
         loop {
             // (1): pairs with the writer's (4).
             slot.enters.fetch_add(1, Ordering::SeqCst);
+            seqcst_for_loom();
             // (2): pairs with the writer's (3); an acquire of the writer's
             // unlock, so the reader sees every write before it.
             if !self.writer.load(Ordering::SeqCst) {
@@ -79,6 +82,7 @@ impl ReplicaLock {
     pub(crate) fn lock_exclusive(&self) {
         // (3)
         self.writer.store(true, Ordering::SeqCst);
+        seqcst_for_loom();
         for slot in self.slots.iter() {
             let mut backoff = Backoff::new();
             loop {

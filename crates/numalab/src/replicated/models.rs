@@ -1,0 +1,184 @@
+//! Model checks of the replication protocols with `loom`, which runs each
+//! test under every interleaving of its threads' atomic operations (up to
+//! a preemption bound) and reports data races on replica memory:
+//!
+//! ```sh
+//! RUSTFLAGS="--cfg loom" cargo test -p numalab --lib --release \
+//!     --target-dir target/loom replicated::models
+//! ```
+//!
+//! (`scripts/test.sh` runs them.) Replica sets here are unchecked
+//! emulated sets: two replicas, both on node 0.
+
+use loom::sync::Arc;
+use loom::thread;
+
+use super::*;
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(f);
+}
+
+fn value(options: ReplicatedOptions) -> Arc<Replicated<u64>> {
+    Arc::new(Replicated::from_fn(ReplicaSet::unchecked(vec![0, 0]), options, |_, _| 0).unwrap())
+}
+
+fn log_options(entries: usize) -> ReplicatedOptions {
+    ReplicatedOptions::new(Mode::Log)
+        .log_entries(entries)
+        .request_slots(1)
+        .reader_slots(1)
+}
+
+/// A write on one replica and reads of both replicas on another thread:
+/// once a read has seen the write, a later read on the other replica must
+/// too (the property a broadcast that released replicas one by one, or a
+/// log that raised `ctail` after unlocking, would break).
+fn reads_never_go_back(options: ReplicatedOptions) {
+    model(move || {
+        let v = value(options.clone());
+        let writer = {
+            let v = v.clone();
+            thread::spawn(move || {
+                v.write_from(0, |x| {
+                    *x += 1;
+                    *x
+                })
+            })
+        };
+        let first = v.read_from(0, |x| *x);
+        let second = v.read_from(1, |x| *x);
+        assert!(
+            second >= first,
+            "read {first} on replica 0, then {second} on replica 1"
+        );
+        assert_eq!(writer.join().unwrap(), 1);
+        assert_eq!(v.read_from(1, |x| *x), 1);
+        assert_eq!(v.read_from(0, |x| *x), 1);
+    });
+}
+
+#[test]
+fn log_reads_never_go_back() {
+    reads_never_go_back(log_options(2));
+}
+
+#[test]
+fn broadcast_reads_never_go_back() {
+    reads_never_go_back(ReplicatedOptions::new(Mode::Broadcast).reader_slots(1));
+}
+
+/// Writers on both replicas at once: each sees a distinct previous value
+/// (the log orders them), and both replicas end equal.
+#[test]
+fn log_concurrent_writers_are_ordered() {
+    model(|| {
+        let v = value(log_options(2));
+        let other = {
+            let v = v.clone();
+            thread::spawn(move || {
+                v.write_from(1, |x| {
+                    *x += 1;
+                    *x
+                })
+            })
+        };
+        let mine = v.write_from(0, |x| {
+            *x += 1;
+            *x
+        });
+        let theirs = other.join().unwrap();
+        let mut seen = [mine, theirs];
+        seen.sort();
+        assert_eq!(seen, [1, 2]);
+        assert_eq!(v.read_from(0, |x| *x), 2);
+        assert_eq!(v.read_from(1, |x| *x), 2);
+    });
+}
+
+/// A log of two entries and three writes from replica 0 while replica 1
+/// reads: the writer must help replica 1 forward (or the reader catch up)
+/// to reuse the log, and no entry may be overwritten before replica 1 has
+/// applied it.
+#[test]
+fn log_full_lagging_replica_is_helped() {
+    model(|| {
+        let v = value(log_options(2));
+        let reader = {
+            let v = v.clone();
+            thread::spawn(move || v.read_from(1, |x| *x))
+        };
+        for _ in 0..3 {
+            v.write_from(0, |x| *x += 1);
+        }
+        let seen = reader.join().unwrap();
+        assert!(seen <= 3);
+        assert_eq!(v.read_from(1, |x| *x), 3);
+    });
+}
+
+/// Two writers on the same replica: one may combine the other's request
+/// (flat combining), and each gets its own result.
+#[test]
+fn log_flat_combining_returns_each_result() {
+    model(|| {
+        let v = Arc::new(
+            Replicated::from_fn(
+                ReplicaSet::unchecked(vec![0, 0]),
+                ReplicatedOptions::new(Mode::Log)
+                    .log_entries(4)
+                    .request_slots(2)
+                    .reader_slots(1),
+                |_, _| Vec::<u32>::new(),
+            )
+            .unwrap(),
+        );
+        let other = {
+            let v = v.clone();
+            thread::spawn(move || {
+                v.write_from(0, |x| {
+                    x.push(1);
+                    x.len()
+                })
+            })
+        };
+        let mine = v.write_from(0, |x| {
+            x.push(2);
+            x.len()
+        });
+        let theirs = other.join().unwrap();
+        assert_ne!(mine, theirs);
+        let order = v.read_from(1, |x| x.clone());
+        assert_eq!(order.len(), 2);
+        // Each writer's result is its position in the log's order.
+        assert_eq!(order[mine - 1], 2);
+        assert_eq!(order[theirs - 1], 1);
+    });
+}
+
+/// The per-replica reader-writer lock alone: a reader and a writer never
+/// overlap (loom reports a data race on the cell otherwise).
+#[test]
+fn replica_lock_excludes_writers() {
+    use super::sync::UnsafeCell;
+    model(|| {
+        let lock = Arc::new((ReplicaLock::new(2), UnsafeCell::new(0u64)));
+        let reader = {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                let _guard = lock.0.read();
+                // SAFETY: the read guard excludes the writer.
+                lock.1.with(|p| unsafe { *p })
+            })
+        };
+        lock.0.lock_exclusive();
+        // SAFETY: the exclusive lock excludes readers.
+        lock.1.with_mut(|p| unsafe { *p = 1 });
+        lock.0.unlock_exclusive();
+        let seen = reader.join().unwrap();
+        assert!(seen == 0 || seen == 1);
+        assert_eq!(lock.0.reads(), 1);
+    });
+}
