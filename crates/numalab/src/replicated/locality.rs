@@ -139,7 +139,7 @@ impl ReplicaSet {
     }
 
     /// A set that is not checked against the machine (model tests).
-    #[cfg(any(test, loom))]
+    #[cfg(all(test, loom))]
     pub(crate) fn unchecked(nodes: Vec<u32>) -> ReplicaSet {
         ReplicaSet {
             nodes,
