@@ -1,1 +1,449 @@
-fn main() {}
+//! Speed of replicated memory, as ratios against references measured in
+//! the same run:
+//!
+//! 1. the read path: `Replicated<T>::read` against a plain unsynchronised
+//!    read of the same data (1 and 2 threads; target ≥ 0.9);
+//! 2. a shared hash map under read/write mixes: numalab's log and
+//!    broadcast modes against `std::sync::RwLock`, `parking_lot::RwLock`
+//!    and `node-replication` 0.1.1 (write ratios 0, 0.1 %, 1 %, 10 %);
+//! 3. `ReplicatedPages` reads of local copies against a plain `memcpy` of
+//!    the same bytes (target ≥ 0.9).
+//!
+//! ```sh
+//! cargo bench -p numalab --bench replicated            # full run, a few minutes
+//! cargo bench -p numalab --bench replicated -- --quick # shorter cells
+//! cargo bench -p numalab --bench replicated -- read    # one section: read, map or pages
+//! ```
+//!
+//! Variants of one cell run interleaved (A B C, A B C, …) and each figure
+//! is the median of the repeats, so drift in the machine's load hits every
+//! variant alike. Threads are pinned one per CPU.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use node_replication::{Dispatch, Log as NrLog, Replica as NrReplica};
+use numalab::replicated::{Mode, PagesOptions, ReplicaSet, Replicated, ReplicatedPages};
+use numalab::{affinity, CpuSet, MemPolicy, NodeBuffer, NodeSet};
+
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    #[inline(always)]
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+struct Bench {
+    repeats: usize,
+    scale: f64,
+    cpus: Vec<u32>,
+}
+
+impl Bench {
+    /// Runs `body(thread, ops)` on `threads` pinned threads from a common
+    /// start; returns million operations per second over all threads.
+    fn run(&self, threads: usize, ops: u64, body: &(dyn Fn(usize, u64) + Sync)) -> f64 {
+        let barrier = Barrier::new(threads + 1);
+        let ops = ((ops as f64 * self.scale) as u64).max(1);
+        let elapsed = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let barrier = &barrier;
+                    let cpu = self.cpus[t % self.cpus.len()];
+                    s.spawn(move || {
+                        let _ = affinity::bind_thread_to_cpus(&CpuSet::single(cpu));
+                        barrier.wait();
+                        let start = Instant::now();
+                        body(t, ops);
+                        start.elapsed()
+                    })
+                })
+                .collect();
+            barrier.wait();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .max()
+                .unwrap()
+        });
+        (threads as u64 * ops) as f64 / elapsed.as_secs_f64() / 1e6
+    }
+
+    /// Measures every variant `repeats` times, interleaved; returns the
+    /// median Mops/s of each.
+    fn compare(
+        &self,
+        threads: usize,
+        ops: u64,
+        variants: &[&(dyn Fn(usize, u64) + Sync)],
+    ) -> Vec<f64> {
+        // One untimed pass warms caches and page tables.
+        for v in variants {
+            self.run(threads, ops / 10 + 1, *v);
+        }
+        let mut samples = vec![Vec::new(); variants.len()];
+        for _ in 0..self.repeats {
+            for (i, v) in variants.iter().enumerate() {
+                samples[i].push(self.run(threads, ops, *v));
+            }
+        }
+        samples
+            .into_iter()
+            .map(|mut s| {
+                s.sort_by(f64::total_cmp);
+                s[s.len() / 2]
+            })
+            .collect()
+    }
+}
+
+// --- node-replication 0.1.1 baseline ---------------------------------------
+
+#[derive(Default)]
+struct NrMap(HashMap<u64, u64>);
+
+#[derive(Debug, Clone, PartialEq)]
+struct Get(u64);
+
+#[derive(Debug, Clone, PartialEq)]
+struct Put(u64, u64);
+
+impl Dispatch for NrMap {
+    type ReadOperation = Get;
+    type WriteOperation = Put;
+    type Response = Option<u64>;
+
+    fn dispatch(&self, op: Get) -> Option<u64> {
+        self.0.get(&op.0).copied()
+    }
+
+    fn dispatch_mut(&mut self, op: Put) -> Option<u64> {
+        self.0.insert(op.0, op.1)
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+/// A pointer the benchmark threads share (read-only).
+struct Shared<T>(*const T);
+// SAFETY: only used to read data that no thread writes during the reads.
+unsafe impl<T: Sync> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    fn get(&self) -> *const T {
+        self.0
+    }
+}
+
+/// One read workload: plain, log and broadcast reads of the same data.
+fn read_row<T: Clone + Send + Sync>(
+    bench: &Bench,
+    name: &str,
+    data: T,
+    ops: u64,
+    read: impl Fn(&T, u64) -> u64 + Sync,
+) {
+    let set = ReplicaSet::system().unwrap();
+    let log = Replicated::with_set(data.clone(), set.clone(), Mode::Log).unwrap();
+    let broadcast = Replicated::with_set(data, set, Mode::Broadcast).unwrap();
+    // The plain reads go to the log replica's own memory (same pages, same
+    // page size, same node), bypassing the lock: only the read path
+    // differs.
+    let replica: *const T = log.read(|d| d as *const T);
+    let replica = Shared(replica);
+    let plain_body = |t: usize, ops: u64| {
+        let mut rng = Rng::new(t as u64 + 1);
+        let mut sum = 0u64;
+        // SAFETY: nothing writes to `log` in this section, and it outlives
+        // the threads reading it.
+        let data = black_box(unsafe { &*replica.get() });
+        for _ in 0..ops {
+            sum = sum.wrapping_add(read(data, rng.next()));
+        }
+        black_box(sum);
+    };
+    let replicated_body = |v: &Replicated<T>, t: usize, ops: u64| {
+        let mut rng = Rng::new(t as u64 + 1);
+        let mut sum = 0u64;
+        for _ in 0..ops {
+            let x = rng.next();
+            sum = sum.wrapping_add(v.read(|d| read(d, x)));
+        }
+        black_box(sum);
+    };
+    let handle_body = |t: usize, ops: u64| {
+        let mut rng = Rng::new(t as u64 + 1);
+        let mut sum = 0u64;
+        let reader = log.reader();
+        for _ in 0..ops {
+            let x = rng.next();
+            sum = sum.wrapping_add(reader.read(|d| read(d, x)));
+        }
+        black_box(sum);
+    };
+    let log_body = |t: usize, ops: u64| replicated_body(&log, t, ops);
+    let broadcast_body = |t: usize, ops: u64| replicated_body(&broadcast, t, ops);
+    for threads in [1, 2] {
+        let r = bench.compare(
+            threads,
+            ops,
+            &[&plain_body, &log_body, &broadcast_body, &handle_body],
+        );
+        // Extra time per read on one thread, in ns.
+        let overhead = threads as f64 * 1e3 / r[1] - threads as f64 * 1e3 / r[0];
+        println!(
+            "| {name} | {threads} | {:.1} | {:.1} | **{:.2}** | {:.1} | **{:.2}** | {:.1} | **{:.2}** | {:.1} |",
+            r[0],
+            r[1],
+            r[1] / r[0],
+            r[2],
+            r[2] / r[0],
+            r[3],
+            r[3] / r[0],
+            overhead
+        );
+    }
+}
+
+fn read_path(bench: &Bench) {
+    println!("\n## 1. Read path: Replicated<T>::read vs a plain unsynchronised read");
+    println!("(ratio = replicated / plain, same data, same closure)\n");
+    println!(
+        "| read | threads | plain Mops/s | log Mops/s | log ratio | broadcast Mops/s | broadcast ratio | log Reader Mops/s | Reader ratio | extra ns/read (log) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    // A lookup in a hash map larger than the caches: the typical
+    // read-mostly shared structure.
+    const KEYS: u64 = 1 << 20;
+    let map: HashMap<u64, u64> = (0..KEYS).map(|k| (k, k)).collect();
+    read_row(bench, "HashMap get, 1 Mi keys", map, 2_000_000, |m, x| {
+        m.get(&(x % KEYS)).copied().unwrap_or(0)
+    });
+    // Independent random loads from 64 MiB: the plain loop keeps several
+    // cache misses in flight, so every instruction added per read shows.
+    let big: Vec<u64> = (0..8u64 << 20).collect();
+    read_row(bench, "random u64 of 64 MiB", big, 4_000_000, |v, x| {
+        v[(x & ((8 << 20) - 1)) as usize]
+    });
+    // In L1: the fixed cost of the read path.
+    let small: Vec<u64> = (0..512u64).collect();
+    read_row(bench, "random u64 of 4 KiB", small, 40_000_000, |v, x| {
+        v[(x & 511) as usize]
+    });
+}
+
+fn hash_map(bench: &Bench) {
+    const KEYS: u64 = 1 << 20;
+    println!("\n## 2. Shared HashMap<u64, u64> (1 Mi keys): Mops/s and ratios");
+    println!("(each op a get, or with the write ratio a put of an existing key)\n");
+    println!(
+        "| writes | threads | std RwLock | parking_lot | NR 0.1.1 | numalab log | numalab broadcast | log/std | log/parking_lot | log/NR | broadcast/std |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let initial: HashMap<u64, u64> = (0..KEYS).map(|k| (k, k)).collect();
+    let std_lock = std::sync::RwLock::new(initial.clone());
+    let pl_lock = parking_lot::RwLock::new(initial.clone());
+    let nr_log = Arc::new(NrLog::<Put>::new(32 << 20));
+    let nr = NrReplica::with_data(&nr_log, NrMap(initial.clone()));
+    let log = Replicated::new(initial.clone(), Mode::Log).unwrap();
+    let broadcast = Replicated::new(initial, Mode::Broadcast).unwrap();
+    for (label, per_million) in [
+        ("0", 0u64),
+        ("0.1%", 1_000),
+        ("1%", 10_000),
+        ("10%", 100_000),
+    ] {
+        for threads in [1, 2] {
+            let op = |rng: &mut Rng| {
+                let x = rng.next();
+                (x % 1_000_000 < per_million, (x >> 20) % KEYS)
+            };
+            let std_body = |t: usize, ops: u64| {
+                let mut rng = Rng::new(t as u64 + 7);
+                let mut sum = 0u64;
+                for _ in 0..ops {
+                    let (write, key) = op(&mut rng);
+                    if write {
+                        std_lock.write().unwrap().insert(key, sum);
+                    } else {
+                        sum = sum
+                            .wrapping_add(std_lock.read().unwrap().get(&key).copied().unwrap_or(0));
+                    }
+                }
+                black_box(sum);
+            };
+            let pl_body = |t: usize, ops: u64| {
+                let mut rng = Rng::new(t as u64 + 7);
+                let mut sum = 0u64;
+                for _ in 0..ops {
+                    let (write, key) = op(&mut rng);
+                    if write {
+                        pl_lock.write().insert(key, sum);
+                    } else {
+                        sum = sum.wrapping_add(pl_lock.read().get(&key).copied().unwrap_or(0));
+                    }
+                }
+                black_box(sum);
+            };
+            let nr_body = |t: usize, ops: u64| {
+                let token = nr.register().expect("a thread slot in the NR replica");
+                let mut rng = Rng::new(t as u64 + 7);
+                let mut sum = 0u64;
+                for _ in 0..ops {
+                    let (write, key) = op(&mut rng);
+                    if write {
+                        let _ = nr.execute_mut(Put(key, sum), token);
+                    } else {
+                        sum = sum.wrapping_add(nr.execute(Get(key), token).unwrap_or(0));
+                    }
+                }
+                black_box(sum);
+            };
+            let ours = |map: &Replicated<HashMap<u64, u64>>, t: usize, ops: u64| {
+                let mut rng = Rng::new(t as u64 + 7);
+                let mut sum = 0u64;
+                for _ in 0..ops {
+                    let (write, key) = op(&mut rng);
+                    if write {
+                        let value = sum;
+                        map.write(move |m| m.insert(key, value));
+                    } else {
+                        sum = sum.wrapping_add(map.read(|m| m.get(&key).copied().unwrap_or(0)));
+                    }
+                }
+                black_box(sum);
+            };
+            let log_body = |t: usize, ops: u64| ours(&log, t, ops);
+            let broadcast_body = |t: usize, ops: u64| ours(&broadcast, t, ops);
+            let r = bench.compare(
+                threads,
+                2_000_000,
+                &[&std_body, &pl_body, &nr_body, &log_body, &broadcast_body],
+            );
+            println!(
+                "| {label} | {threads} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.2}** | {:.2} | **{:.2}** | {:.2} |",
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[3] / r[0],
+                r[3] / r[1],
+                r[3] / r[2],
+                r[4] / r[0]
+            );
+        }
+    }
+}
+
+fn pages(bench: &Bench) {
+    const LEN: usize = 64 << 20;
+    println!("\n## 3. ReplicatedPages: reads of local copies vs a plain memcpy");
+    println!("(random page-aligned reads from a 64 MiB region into a private buffer)\n");
+    println!(
+        "| read size | threads | memcpy GB/s | ReplicatedPages GB/s | ratio | local page reads |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let mut plain = NodeBuffer::new(LEN, MemPolicy::Bind(NodeSet::single(0))).unwrap();
+    plain.as_mut_slice().copy_from_slice(&data);
+    let set = ReplicaSet::system().unwrap();
+    let region =
+        ReplicatedPages::new(&data, set.clone(), PagesOptions::default().copy_after(1)).unwrap();
+    drop(data);
+    // Make every replica's copies: read everything once through each.
+    let mut scratch = vec![0u8; LEN];
+    for r in 0..set.len() {
+        region.read_from(r, 0, &mut scratch).unwrap();
+    }
+    drop(scratch);
+    let page = region.page_size();
+    for (size, ops) in [(4096usize, 400_000u64), (64 << 10, 40_000)] {
+        let slots = (LEN - size) / page;
+        let before: u64 = region.stats().iter().map(|s| s.remote_reads).sum();
+        let local_before: u64 = region.stats().iter().map(|s| s.local_reads).sum();
+        let memcpy_body = |t: usize, ops: u64| {
+            let mut rng = Rng::new(t as u64 + 3);
+            let mut buf = vec![0u8; size];
+            let src = black_box(plain.as_slice());
+            for _ in 0..ops {
+                let at = (rng.next() as usize % slots) * page;
+                buf.copy_from_slice(&src[at..at + size]);
+                black_box(&mut buf);
+            }
+        };
+        let pages_body = |t: usize, ops: u64| {
+            let mut rng = Rng::new(t as u64 + 3);
+            let mut buf = vec![0u8; size];
+            for _ in 0..ops {
+                let at = (rng.next() as usize % slots) * page;
+                region.read(at, &mut buf).unwrap();
+                black_box(&mut buf);
+            }
+        };
+        for threads in [1, 2] {
+            let r = bench.compare(threads, ops, &[&memcpy_body, &pages_body]);
+            let gbs = |mops: f64| mops * 1e6 * size as f64 / 1e9;
+            let remote: u64 = region.stats().iter().map(|s| s.remote_reads).sum::<u64>() - before;
+            let local: u64 =
+                region.stats().iter().map(|s| s.local_reads).sum::<u64>() - local_before;
+            println!(
+                "| {} KiB | {threads} | {:.2} | {:.2} | **{:.2}** | {:.1}% |",
+                size >> 10,
+                gbs(r[0]),
+                gbs(r[1]),
+                r[1] / r[0],
+                100.0 * local as f64 / (local + remote).max(1) as f64
+            );
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let cpus: Vec<u32> = affinity::thread_cpus().unwrap().iter().collect();
+    let bench = Bench {
+        repeats: if quick { 3 } else { 7 },
+        scale: if quick { 0.25 } else { 1.0 },
+        cpus,
+    };
+    let topology = numalab::NodeInventory::live();
+    println!("# numalab replicated-memory benchmark");
+    println!(
+        "\n{} CPU(s) {:?}, {} NUMA node(s) with memory, {} repeats per cell (median), {}",
+        bench.cpus.len(),
+        bench.cpus,
+        topology.with_memory.len(),
+        bench.repeats,
+        if quick { "--quick" } else { "full" }
+    );
+    // Optional section names (read, map, pages) run only those.
+    let only: Vec<&str> = args[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted = |name: &str| only.is_empty() || only.contains(&name);
+    if wanted("read") {
+        read_path(&bench);
+    }
+    if wanted("map") {
+        hash_map(&bench);
+    }
+    if wanted("pages") {
+        pages(&bench);
+    }
+}

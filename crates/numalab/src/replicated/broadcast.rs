@@ -1,6 +1,6 @@
 //! Broadcast mode: a write takes the writers' lock, takes every replica's
-//! lock for writing (in replica order), applies itself to each, and
-//! releases them all. Readers take only their own replica's reader lock.
+//! lock for writing (all at once: one heavy barrier), applies itself to
+//! each, and releases them all. Readers take only their own replica's reader lock.
 //!
 //! Holding every replica while applying makes a write atomic across
 //! replicas (linearizable): no reader can see the new value on one replica
@@ -30,7 +30,7 @@ impl Broadcast {
         data: &[Replica<T>],
     ) -> R {
         let _writers = lock(&self.writers);
-        let mut held: Vec<_> = data.iter().map(Replica::exclusive).collect();
+        let mut held = super::exclusive_all(data);
         let _abort = AbortOnUnwind;
         let mut result = None;
         for (i, replica) in held.iter_mut().enumerate() {

@@ -171,6 +171,9 @@ impl ReplicaSet {
     /// CPU number refreshed every few dozen calls and a table lookup.
     #[inline]
     pub fn current(&self) -> usize {
+        if self.nodes.len() == 1 {
+            return 0;
+        }
         match &self.map {
             ThreadMap::Cpus(table) => {
                 let cpu = cached_cpu() as usize;

@@ -149,7 +149,7 @@ impl<T> Log<T> {
     }
 
     /// Before a read on replica `r`: makes it include every completed write.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn sync_for_read(&self, r: usize, data: &[Replica<T>]) {
         // Pairs with replay's `fetch_max` (SeqCst): a write that returned
         // before this load is below `target`.

@@ -120,9 +120,10 @@ pub struct ReplicatedOptions {
     /// at least twice `request_slots`). A replica may fall this many
     /// writes behind before writers help it forward.
     pub log_entries: usize,
-    /// Reader slots per replica (rounded up to a power of two): threads
-    /// beyond this many per replica share slots, which is correct but
-    /// makes their reads contend.
+    /// Reader slots per replica: the first this many threads alive each
+    /// own a slot and read without atomic read-modify-writes; threads
+    /// beyond share one slot, which is correct but makes their reads
+    /// contend.
     pub reader_slots: usize,
     /// Pending-write slots per replica for flat combining (log mode).
     pub request_slots: usize,
@@ -208,7 +209,12 @@ pub(crate) struct Replica<T> {
 impl<T> Replica<T> {
     #[inline]
     fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        let _guard = self.lock.read();
+        self.read_in(self.lock.slot_of_thread(), f)
+    }
+
+    #[inline(always)]
+    fn read_in<R>(&self, slot: Option<usize>, f: impl FnOnce(&T) -> R) -> R {
+        let _guard = self.lock.read_in(slot);
         self.access.with(|_| {
             // SAFETY: the read guard keeps writers out until it drops.
             f(unsafe { &*self.data.as_ptr() })
@@ -221,6 +227,16 @@ impl<T> Replica<T> {
         self.lock.lock_exclusive();
         Exclusive { replica: self }
     }
+}
+
+/// Takes every replica for writing at once. The caller must be the only
+/// writer of all of them (the broadcast writers' lock).
+fn exclusive_all<T>(replicas: &[Replica<T>]) -> Vec<Exclusive<'_, T>> {
+    ReplicaLock::lock_exclusive_all(replicas.iter().map(|r| &r.lock));
+    replicas
+        .iter()
+        .map(|replica| Exclusive { replica })
+        .collect()
 }
 
 /// A replica held for writing; released on drop.
@@ -395,13 +411,42 @@ impl<T> Replicated<T> {
     /// As [`read`](Self::read), on replica `replica` whatever node the
     /// thread runs on: to measure remote reads, or to drive emulated
     /// replicas. Panics if `replica` is out of range.
-    #[inline]
+    #[inline(always)]
     pub fn read_from<R>(&self, replica: usize, f: impl FnOnce(&T) -> R) -> R {
         let r = &self.replicas[replica];
         if let Engine::Log(log) = &self.engine {
             log.sync_for_read(replica, &self.replicas);
         }
         r.read(f)
+    }
+
+    /// A handle for many reads from the calling thread: it looks up the
+    /// thread's replica and reader slot once, so each
+    /// [`Reader::read`] does only the read itself (for hot loops). The
+    /// handle stays on the replica it was made for; make a new one now
+    /// and then (per batch or task) so a thread that moved to another
+    /// node reads locally again. It cannot leave the thread.
+    ///
+    /// ```
+    /// use numalab::replicated::{Mode, Replicated};
+    /// let table = Replicated::new(vec![1u32; 4096], Mode::Log)?;
+    /// let reader = table.reader();
+    /// let sum: u64 = (0..4096).map(|i| reader.read(|t| t[i] as u64)).sum();
+    /// assert_eq!(sum, 4096);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reader(&self) -> Reader<'_, T> {
+        self.reader_on(self.set.current())
+    }
+
+    /// A [`Reader`] on replica `replica` (panics if out of range).
+    pub fn reader_on(&self, replica: usize) -> Reader<'_, T> {
+        Reader {
+            value: self,
+            replica,
+            slot: self.replicas[replica].lock.slot_of_thread(),
+            _not_send: std::marker::PhantomData,
+        }
     }
 
     /// Applies `op` to every replica and returns the result it gave on the
@@ -521,6 +566,42 @@ impl<T> Replicated<T> {
                 locate::locate(ptr, len, sample)
             })
             .collect()
+    }
+}
+
+/// Reads from one thread on one replica, with the lookups done once: see
+/// [`Replicated::reader`].
+pub struct Reader<'a, T> {
+    value: &'a Replicated<T>,
+    replica: usize,
+    /// The reader slot this thread owns, if any (why the handle must stay
+    /// on its thread).
+    slot: Option<usize>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl<T> fmt::Debug for Reader<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader")
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Reader<'_, T> {
+    /// Runs `f` on the handle's replica, as [`Replicated::read`].
+    #[inline]
+    pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        let value = self.value;
+        if let Engine::Log(log) = &value.engine {
+            log.sync_for_read(self.replica, &value.replicas);
+        }
+        value.replicas[self.replica].read_in(self.slot, f)
+    }
+
+    /// The replica it reads.
+    pub fn replica(&self) -> usize {
+        self.replica
     }
 }
 

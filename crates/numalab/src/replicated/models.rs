@@ -168,7 +168,7 @@ fn replica_lock_excludes_writers() {
         let reader = {
             let lock = lock.clone();
             thread::spawn(move || {
-                let _guard = lock.0.read();
+                let _guard = lock.0.read_in(lock.0.slot_of_thread());
                 // SAFETY: the read guard excludes the writer.
                 lock.1.with(|p| unsafe { *p })
             })
@@ -180,5 +180,31 @@ fn replica_lock_excludes_writers() {
         let seen = reader.join().unwrap();
         assert!(seen == 0 || seen == 1);
         assert_eq!(lock.0.reads(), 1);
+    });
+}
+
+/// A reader without an owned slot (the main thread took the only one)
+/// against a writer using the asymmetric barrier.
+#[test]
+fn replica_lock_shared_slot_excludes_writers() {
+    use super::sync::UnsafeCell;
+    model(|| {
+        let lock = Arc::new((ReplicaLock::new(1), UnsafeCell::new(0u64)));
+        // Takes owned slot 0 for the main thread.
+        drop(lock.0.read_in(lock.0.slot_of_thread()));
+        let reader = {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                let _guard = lock.0.read_in(lock.0.slot_of_thread());
+                // SAFETY: the read guard excludes the writer.
+                lock.1.with(|p| unsafe { *p })
+            })
+        };
+        lock.0.lock_exclusive();
+        // SAFETY: the exclusive lock excludes readers.
+        lock.1.with_mut(|p| unsafe { *p = 1 });
+        lock.0.unlock_exclusive();
+        assert!(reader.join().unwrap() <= 1);
+        assert_eq!(lock.0.reads(), 2);
     });
 }

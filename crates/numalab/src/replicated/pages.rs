@@ -32,7 +32,7 @@ use crossbeam_epoch::{self as epoch, Guard};
 use serde::{Deserialize, Serialize};
 
 use super::locality::ReplicaSet;
-use super::sync::{thread_index, Backoff, CachePadded};
+use super::sync::{thread_slot, Backoff, CachePadded};
 use crate::buffer::{BufferError, NodeBuffer};
 use crate::locate::{self, LocateError, PageHistogram, Sample};
 use crate::policy::MemPolicy;
@@ -307,7 +307,8 @@ struct ReadCounters {
     remote: AtomicU64,
 }
 
-const READ_SLOTS: usize = 16;
+/// Read counters owned by the first threads (the last slot is shared).
+const READ_SLOTS: usize = 64;
 
 struct PagesReplica {
     node: u32,
@@ -478,7 +479,7 @@ impl ReplicatedPages {
                         MemPolicy::Bind(NodeSet::single(node)),
                         page,
                     )),
-                    reads: (0..READ_SLOTS).map(|_| CachePadded::default()).collect(),
+                    reads: (0..=READ_SLOTS).map(|_| CachePadded::default()).collect(),
                     live: AtomicUsize::new(0),
                     made: AtomicU64::new(0),
                     evicted: AtomicU64::new(0),
@@ -615,11 +616,18 @@ impl ReplicatedPages {
             }
             at += run;
         }
-        let counters = &rep.reads[thread_index() % READ_SLOTS];
-        if local > 0 {
+        // Threads with an owned slot count with plain stores; the others
+        // share the last slot.
+        let id = thread_slot();
+        if id < READ_SLOTS {
+            let counters = &rep.reads[id];
+            let add =
+                |c: &AtomicU64, n: u64| c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+            add(&counters.local, local);
+            add(&counters.remote, remote);
+        } else {
+            let counters = &rep.reads[READ_SLOTS];
             counters.local.fetch_add(local, Ordering::Relaxed);
-        }
-        if remote > 0 {
             counters.remote.fetch_add(remote, Ordering::Relaxed);
         }
         Ok(())

@@ -143,3 +143,120 @@ pub(crate) fn seqcst_for_loom() {
     #[cfg(loom)]
     loom::sync::atomic::fence(Ordering::SeqCst);
 }
+
+/// A small number unique among the threads alive now, reused after a
+/// thread exits (0, 1, 2, … lowest free first): a thread whose id is below
+/// a lock's slot count owns that reader slot alone, so it may update it
+/// with plain stores instead of read-modify-writes.
+pub(crate) fn thread_slot() -> usize {
+    #[cfg(loom)]
+    {
+        // Under loom, ids must be the same in every execution of a model:
+        // count model threads in a per-execution static.
+        loom::lazy_static! {
+            static ref NEXT: AtomicUsize = AtomicUsize::new(0);
+        }
+        loom::thread_local! {
+            static ID: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+        }
+        ID.with(|id| *id)
+    }
+    #[cfg(not(loom))]
+    {
+        // The id lives in a `const` thread-local (no lazy-init check on the
+        // hot path); a second, lazily registered one returns it to the free
+        // list when the thread exits.
+        thread_local! {
+            static ID: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+        }
+        let id = ID.with(std::cell::Cell::get);
+        if id != usize::MAX {
+            return id;
+        }
+        assign_thread_slot(|id| ID.with(|cell| cell.set(id)))
+    }
+}
+
+#[cfg(not(loom))]
+#[cold]
+fn assign_thread_slot(store: impl Fn(usize)) -> usize {
+    struct Release(usize);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            free_ids()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(self.0);
+        }
+    }
+    fn free_ids() -> &'static std::sync::Mutex<Vec<usize>> {
+        static FREE: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+        &FREE
+    }
+    thread_local! {
+        static RELEASE: std::cell::Cell<Option<Release>> = const { std::cell::Cell::new(None) };
+    }
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let id = {
+        let mut free = free_ids().lock().unwrap_or_else(|p| p.into_inner());
+        let lowest = free
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, id)| **id)
+            .map(|(i, _)| i);
+        match lowest {
+            Some(i) => free.swap_remove(i),
+            None => NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    };
+    // During thread teardown the release guard may be gone already: then
+    // the id is simply not reused.
+    let _ = RELEASE.try_with(|cell| cell.set(Some(Release(id))));
+    store(id);
+    id
+}
+
+/// Whether [`heavy_barrier`] works here (the kernel has `membarrier`
+/// private expedited and this process is registered for it). Probed once.
+pub(crate) fn asymmetric_barriers() -> bool {
+    #[cfg(loom)]
+    return true;
+    #[cfg(not(loom))]
+    {
+        static PROBE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *PROBE.get_or_init(|| {
+            crate::sys::linux::membarrier_register_private_expedited().is_ok()
+                && crate::sys::linux::membarrier_private_expedited().is_ok()
+        })
+    }
+}
+
+/// The light side of an asymmetric fence, for readers: a compiler fence,
+/// free at run time. Paired with [`heavy_barrier`] it orders like two
+/// `SeqCst` fences (and under loom it is one).
+#[inline(always)]
+pub(crate) fn light_barrier() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+    #[cfg(not(loom))]
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+}
+
+/// The heavy side of an asymmetric fence, for writers:
+/// `membarrier(PRIVATE_EXPEDITED)` makes every running thread of the
+/// process execute a full barrier (a few microseconds). Only call it when
+/// [`asymmetric_barriers`] said yes.
+pub(crate) fn heavy_barrier() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(Ordering::SeqCst);
+    #[cfg(not(loom))]
+    {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if crate::sys::linux::membarrier_private_expedited().is_err() {
+            // Registered at probe time, so this cannot fail; if it ever
+            // did, readers could be missed: stop rather than corrupt.
+            eprintln!("numalab: membarrier failed after a successful probe, aborting");
+            std::process::abort();
+        }
+    }
+}

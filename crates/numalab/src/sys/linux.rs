@@ -246,6 +246,35 @@ pub fn current_cpu() -> u32 {
     }
 }
 
+// membarrier(2) commands (include/uapi/linux/membarrier.h), Linux 4.14.
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: i32 = 1 << 4;
+
+/// `membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)`: allows this
+/// process to use [`membarrier_private_expedited`].
+pub fn membarrier_register_private_expedited() -> io::Result<()> {
+    // SAFETY: membarrier takes no pointers.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+            0,
+            0,
+        )
+    })?;
+    Ok(())
+}
+
+/// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: when it returns, every
+/// thread of this process that was running has executed a full memory
+/// barrier (the heavy side of an asymmetric fence; the light side is a
+/// compiler fence).
+pub fn membarrier_private_expedited() -> io::Result<()> {
+    // SAFETY: membarrier takes no pointers.
+    check(unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) })?;
+    Ok(())
+}
+
 /// The base page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
