@@ -15,9 +15,10 @@
 //! cargo bench -p numalab --bench replicated -- read    # one section: read, map or pages
 //! ```
 //!
-//! Variants of one cell run interleaved (A B C, A B C, …) and each figure
-//! is the median of the repeats, so drift in the machine's load hits every
-//! variant alike. Threads are pinned one per CPU.
+//! Variants of one cell run in rounds (A B C, B C A, C A B, …); a rate is
+//! the median over the rounds and a ratio the median of the ratios taken
+//! within each round, so drift in the machine's load hits every variant
+//! alike. Threads are pinned one per CPU.
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -81,30 +82,43 @@ impl Bench {
         (threads as u64 * ops) as f64 / elapsed.as_secs_f64() / 1e6
     }
 
-    /// Measures every variant `repeats` times, interleaved; returns the
-    /// median Mops/s of each.
+    /// Measures every variant `repeats` times in rounds (each round runs
+    /// every variant once, in a rotated order); returns each variant's
+    /// median Mops/s and its median ratio to variant 0 over the rounds.
+    /// Ratios taken within a round compare runs seconds apart, which keeps
+    /// them meaningful on a machine whose load drifts.
     fn compare(
         &self,
         threads: usize,
         ops: u64,
         variants: &[&(dyn Fn(usize, u64) + Sync)],
-    ) -> Vec<f64> {
+    ) -> Vec<(f64, f64)> {
         // One untimed pass warms caches and page tables.
         for v in variants {
             self.run(threads, ops / 10 + 1, *v);
         }
-        let mut samples = vec![Vec::new(); variants.len()];
-        for _ in 0..self.repeats {
-            for (i, v) in variants.iter().enumerate() {
-                samples[i].push(self.run(threads, ops, *v));
+        let n = variants.len();
+        let mut samples = vec![Vec::new(); n];
+        let mut ratios = vec![Vec::new(); n];
+        for round in 0..self.repeats {
+            let mut this = vec![0.0; n];
+            for k in 0..n {
+                let i = (round + k) % n;
+                this[i] = self.run(threads, ops, variants[i]);
+            }
+            for i in 0..n {
+                samples[i].push(this[i]);
+                ratios[i].push(this[i] / this[0]);
             }
         }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
         samples
             .into_iter()
-            .map(|mut s| {
-                s.sort_by(f64::total_cmp);
-                s[s.len() / 2]
-            })
+            .zip(ratios)
+            .map(|(s, r)| (median(s), median(r)))
             .collect()
     }
 }
@@ -202,17 +216,10 @@ fn read_row<T: Clone + Send + Sync>(
             &[&plain_body, &log_body, &broadcast_body, &handle_body],
         );
         // Extra time per read on one thread, in ns.
-        let overhead = threads as f64 * 1e3 / r[1] - threads as f64 * 1e3 / r[0];
+        let overhead = threads as f64 * 1e3 / r[1].0 - threads as f64 * 1e3 / r[0].0;
         println!(
             "| {name} | {threads} | {:.1} | {:.1} | **{:.2}** | {:.1} | **{:.2}** | {:.1} | **{:.2}** | {:.1} |",
-            r[0],
-            r[1],
-            r[1] / r[0],
-            r[2],
-            r[2] / r[0],
-            r[3],
-            r[3] / r[0],
-            overhead
+            r[0].0, r[1].0, r[1].1, r[2].0, r[2].1, r[3].0, r[3].1, overhead
         );
     }
 }
@@ -329,20 +336,22 @@ fn hash_map(bench: &Bench) {
             let broadcast_body = |t: usize, ops: u64| ours(&broadcast, t, ops);
             let r = bench.compare(
                 threads,
-                2_000_000,
+                1_000_000,
                 &[&std_body, &pl_body, &nr_body, &log_body, &broadcast_body],
             );
+            // Ratios against NR and parking_lot from the same rounds.
+            let vs = |i: usize, j: usize| r[i].1 / r[j].1;
             println!(
                 "| {label} | {threads} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.2}** | {:.2} | **{:.2}** | {:.2} |",
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[3] / r[0],
-                r[3] / r[1],
-                r[3] / r[2],
-                r[4] / r[0]
+                r[0].0,
+                r[1].0,
+                r[2].0,
+                r[3].0,
+                r[4].0,
+                r[3].1,
+                vs(3, 1),
+                vs(3, 2),
+                r[4].1
             );
         }
     }
@@ -395,7 +404,7 @@ fn pages(bench: &Bench) {
         };
         for threads in [1, 2] {
             let r = bench.compare(threads, ops, &[&memcpy_body, &pages_body]);
-            let gbs = |mops: f64| mops * 1e6 * size as f64 / 1e9;
+            let gbs = |mops: (f64, f64)| mops.0 * 1e6 * size as f64 / 1e9;
             let remote: u64 = region.stats().iter().map(|s| s.remote_reads).sum::<u64>() - before;
             let local: u64 =
                 region.stats().iter().map(|s| s.local_reads).sum::<u64>() - local_before;
@@ -404,7 +413,7 @@ fn pages(bench: &Bench) {
                 size >> 10,
                 gbs(r[0]),
                 gbs(r[1]),
-                r[1] / r[0],
+                r[1].1,
                 100.0 * local as f64 / (local + remote).max(1) as f64
             );
         }
@@ -416,14 +425,14 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let cpus: Vec<u32> = affinity::thread_cpus().unwrap().iter().collect();
     let bench = Bench {
-        repeats: if quick { 3 } else { 7 },
-        scale: if quick { 0.25 } else { 1.0 },
+        repeats: if quick { 3 } else { 11 },
+        scale: if quick { 0.25 } else { 0.5 },
         cpus,
     };
     let topology = numalab::NodeInventory::live();
     println!("# numalab replicated-memory benchmark");
     println!(
-        "\n{} CPU(s) {:?}, {} NUMA node(s) with memory, {} repeats per cell (median), {}",
+        "\n{} CPU(s) {:?}, {} NUMA node(s) with memory, {} rounds per cell (medians), {}",
         bench.cpus.len(),
         bench.cpus,
         topology.with_memory.len(),

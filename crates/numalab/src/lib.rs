@@ -1,7 +1,8 @@
 //! numalab: place memory and threads on NUMA nodes, and check where pages
 //! really landed.
 #![warn(missing_docs)]
-// Under `--cfg loom` only the ring's index protocol is built and tested.
+// Model-checking builds (`--cfg loom`) build only what the ring's and the
+// replication protocols' models use.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 pub mod affinity;

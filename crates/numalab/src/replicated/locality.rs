@@ -10,6 +10,11 @@ use crate::sys::{linux, procfs};
 use crate::topology::{NodeInventory, SpecError};
 
 /// Why a replica set could not be made.
+///
+/// ```
+/// use numalab::replicated::{ReplicaSet, ReplicaSetError};
+/// assert!(matches!(ReplicaSet::emulated(vec![]), Err(ReplicaSetError::Empty)));
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplicaSetError {

@@ -358,9 +358,9 @@ impl<T> Log<T> {
                 while entry.seq.load(Ordering::Acquire) != position + 1 {
                     backoff.snooze();
                 }
-                // SAFETY: the entry is published and cannot be overwritten
-                // before this replica's ltail passes it.
                 entry.op.with(|cell| {
+                    // SAFETY: the entry is published and cannot be
+                    // overwritten before this replica's ltail passes it.
                     let (op, origin, slot) = unsafe { (*cell).as_ref() }.expect("published");
                     if *origin as usize == q {
                         exclusive.apply(|d| op.apply_and_keep(d));

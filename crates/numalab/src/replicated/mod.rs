@@ -71,6 +71,13 @@ use storage::NodeBox;
 use sync::{AtomicU64, CachePadded, Ordering, UnsafeCell};
 
 /// How a [`Replicated`] value keeps its replicas consistent.
+///
+/// ```
+/// use numalab::replicated::Mode;
+/// let mode: Mode = "broadcast".parse()?; // as an experiment file spells it
+/// assert_eq!(mode, Mode::Broadcast);
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
@@ -167,6 +174,13 @@ impl From<Mode> for ReplicatedOptions {
 }
 
 /// Why a replicated value could not be made.
+///
+/// ```
+/// use numalab::replicated::{Mode, ReplicaSet, Replicated, ReplicatedError};
+/// // Replica memory on a node this machine does not have.
+/// let err = ReplicaSet::emulated(vec![0, 99]).map_err(ReplicatedError::from).unwrap_err();
+/// assert!(err.to_string().contains("node 99 does not exist"), "{err}");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplicatedError {
@@ -262,6 +276,9 @@ impl<T> Drop for Exclusive<'_, T> {
     }
 }
 
+// One engine per value, never moved after construction; keeping the log's
+// cache-padded counters inline saves reads a pointer indirection.
+#[allow(clippy::large_enum_variant)]
 enum Engine<T> {
     Log(log::Log<T>),
     Broadcast(broadcast::Broadcast),
@@ -571,6 +588,15 @@ impl<T> Replicated<T> {
 
 /// Reads from one thread on one replica, with the lookups done once: see
 /// [`Replicated::reader`].
+///
+/// ```
+/// use numalab::replicated::{Mode, Replicated};
+/// let v = Replicated::new([3u8; 64], Mode::Broadcast)?;
+/// let reader = v.reader_on(0);
+/// assert_eq!(reader.read(|a| a[63]), 3);
+/// assert_eq!(reader.replica(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Reader<'a, T> {
     value: &'a Replicated<T>,
     replica: usize,
@@ -607,6 +633,16 @@ impl<T> Reader<'_, T> {
 
 /// A replica's byte region, for code that works on raw memory (the
 /// experiment engine's kernels, `locate`).
+///
+/// ```
+/// use numalab::replicated::{Mode, ReplicaSet, Replicated};
+/// let region = Replicated::bytes(ReplicaSet::system()?, Mode::Broadcast, b"abc")?;
+/// let first = region.regions()[0];
+/// // SAFETY: no write runs while the slice is used.
+/// let bytes = unsafe { std::slice::from_raw_parts(first.ptr, first.len) };
+/// assert_eq!(bytes, b"abc");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaRegion {
     /// The replica.

@@ -150,6 +150,15 @@ impl PagesOptions {
 }
 
 /// Why a [`ReplicatedPages`] operation failed.
+///
+/// ```
+/// use numalab::replicated::{PagesError, PagesOptions, ReplicaSet, ReplicatedPages};
+/// let region = ReplicatedPages::new(&[0u8; 100], ReplicaSet::system()?, PagesOptions::default())?;
+/// let err = region.read(96, &mut [0u8; 8]).unwrap_err();
+/// assert!(matches!(err, PagesError::OutOfRange { .. }));
+/// assert_eq!(err.to_string(), "bytes 96..104 are outside the region of 100 bytes");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PagesError {
