@@ -9,6 +9,12 @@
 //!
 //! (`scripts/test.sh` runs them.) Replica sets here are unchecked
 //! emulated sets: two replicas, both on node 0.
+//!
+//! Limit: loom cannot model `membarrier(2)`, so the asymmetric fence is
+//! modelled as a `SeqCst` fence on each side (as liburcu and folly reason
+//! about it). The models check the protocols built on it, but not the
+//! readers' re-check of the lock's `fast` flag, which matters only when
+//! the light side is no fence at all; that step is argued in `rwlock.rs`.
 
 use loom::sync::Arc;
 use loom::thread;
@@ -173,12 +179,16 @@ fn replica_lock_excludes_writers() {
                 lock.1.with(|p| unsafe { *p })
             })
         };
-        lock.0.lock_exclusive();
-        // SAFETY: the exclusive lock excludes readers.
-        lock.1.with_mut(|p| unsafe { *p = 1 });
-        lock.0.unlock_exclusive();
+        // Three writes: the second switches readers to the fenced entry,
+        // the third is the first without the heavy barrier.
+        for value in 1..=3 {
+            lock.0.lock_exclusive();
+            // SAFETY: the exclusive lock excludes readers.
+            lock.1.with_mut(|p| unsafe { *p = value });
+            lock.0.unlock_exclusive();
+        }
         let seen = reader.join().unwrap();
-        assert!(seen == 0 || seen == 1);
+        assert!(seen <= 3);
         assert_eq!(lock.0.reads(), 1);
     });
 }

@@ -24,15 +24,17 @@
 
 use std::fmt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_epoch::{self as epoch, Guard};
 use serde::{Deserialize, Serialize};
 
 use super::locality::ReplicaSet;
-use super::sync::{thread_slot, Backoff, CachePadded};
+use super::sync::{
+    thread_slot, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Backoff, CachePadded,
+    Mutex, Ordering,
+};
 use crate::buffer::{BufferError, NodeBuffer};
 use crate::locate::{self, LocateError, PageHistogram, Sample};
 use crate::policy::MemPolicy;

@@ -1,41 +1,57 @@
 //! The per-replica reader-writer lock: readers of one replica never write
-//! a cache line another reader writes, and on Linux ≥ 4.14 they execute no
-//! atomic read-modify-write and no fence either, so a read costs a few
-//! plain loads and stores and does not stall the memory accesses around
-//! it. (A distributed reader indicator, as in NR's and Calciu et al.'s
-//! NUMA-aware reader-writer locks, made asymmetric with `membarrier(2)` as
-//! in liburcu and folly.)
+//! a cache line another reader writes, and while writes are rare they
+//! execute no atomic read-modify-write and no fence either, so a read
+//! costs a few plain loads and stores. (A distributed reader indicator, as
+//! in NR's and Calciu et al.'s NUMA-aware reader-writer locks, made
+//! asymmetric with `membarrier(2)` as in liburcu and folly.)
 //!
 //! Each reader slot keeps two monotonic counters, `enters` and `exits`; a
 //! reader is inside while its `enters` increment is not matched by an
-//! `exits` one. The counters double as the read statistics.
+//! `exits` one. The counters double as the read statistics. A thread whose
+//! [`thread_slot`] id is below the slot count owns that slot alone and
+//! updates it with plain stores; other threads share one slot and use
+//! read-modify-writes.
 //!
-//! **Owned slots.** A thread whose [`thread_slot`] id is below the slot
-//! count owns that slot alone and updates it with plain stores. Entering:
-//! store `enters + 1`, a light barrier (compiler fence), load `writer`
-//! (`Acquire`): if set, leave (`exits + 1`, `Release`) and wait. The writer
-//! stores `writer = true`, then runs the heavy barrier (`membarrier`: every
-//! running thread of the process executes a full fence), then waits until
-//! each slot's `exits` (`Acquire`), then `enters`, are equal. The barrier
-//! pair orders like two `SeqCst` fences: either the reader's load sees the
-//! flag, or the writer's loads see the reader's entry and wait for its
-//! exit, whose `Release` the writer acquires.
+//! **Entering an owned slot.** Store `enters + 1`, then a barrier, then
+//! load `writer` (`Acquire`): if set, leave (`exits + 1`, `Release`) and
+//! wait. The barrier depends on the lock's `fast` flag:
 //!
-//! **Shared slot.** Threads beyond the slot count, and every thread when
-//! `membarrier` is unavailable, share slots and use `SeqCst`
-//! read-modify-writes instead (a Dekker handshake with the writer's
-//! `SeqCst` store and loads).
+//! - fast (writes are rare): a light barrier (a compiler fence), and the
+//!   reader checks `fast` again after loading `writer`. Every writer that
+//!   may have fast readers runs the heavy barrier (`membarrier`: each
+//!   running thread of the process executes a full fence) between storing
+//!   `writer = true` and scanning the slots. Either a reader's loads come
+//!   after that fence on its CPU (so it sees `writer` set, or `fast`
+//!   cleared by an earlier writer, and backs off), or they and its entry
+//!   come before it (so the entry is visible to the scan).
+//! - slow (writes are frequent, so interrupting every reader's CPU per
+//!   write would cost them more than a fence per read): a `SeqCst` fence,
+//!   and the writer stores `writer` then runs a `SeqCst` fence before its
+//!   scan (a Dekker handshake).
 //!
-//! Why "exits, then enters, equal" suffices: every exit the writer's load
-//! counts has its entry before it (same thread, `Release`/`Acquire`), so
-//! the entries it then loads include them; equal counts mean the entries
-//! seen are exactly those whose exits were seen, so no reader counted as
-//! entered is still inside.
+//! Writers switch the flag (they are serialised, so they agree on it): to
+//! slow when a write follows the previous one within [`SLOW_BELOW`] (that
+//! write still runs the heavy barrier, for readers that saw fast), back to
+//! fast when one comes after more than [`FAST_ABOVE`] (set as it unlocks,
+//! so every later writer runs the heavy barrier).
+//!
+//! **Scanning.** For each slot the writer loads `exits` (`Acquire`), then
+//! `enters`, until they are equal: every exit it counts has its entry
+//! before it (same thread), so the entries it then loads include them, and
+//! equal counts mean no reader counted as entered is still inside.
+
+use std::time::Duration;
 
 use super::sync::{
-    asymmetric_barriers, heavy_barrier, light_barrier, seqcst_for_loom, thread_slot, AtomicBool,
-    AtomicU64, Backoff, CachePadded, Ordering,
+    asymmetric_barriers, fence, heavy_barrier, light_barrier, now_nanos, seqcst_for_loom,
+    thread_slot, AtomicBool, AtomicU64, Backoff, CachePadded, Ordering,
 };
+
+/// A write within this long of the previous one switches readers to the
+/// fence-per-read entry.
+pub(crate) const SLOW_BELOW: Duration = Duration::from_micros(100);
+/// A write this long after the previous one switches them back.
+pub(crate) const FAST_ABOVE: Duration = Duration::from_millis(1);
 
 #[derive(Debug, Default)]
 struct ReaderSlot {
@@ -44,13 +60,26 @@ struct ReaderSlot {
     retries: AtomicU64,
 }
 
+/// What readers load on every entry: kept on one line, written only by
+/// writers.
+#[derive(Debug)]
+struct Flags {
+    writer: AtomicBool,
+    /// Owned-slot readers may enter with the light barrier.
+    fast: AtomicBool,
+}
+
 /// A reader-writer lock with one reader slot per thread (up to the slot
 /// count). Writers must be serialised by the caller.
 #[derive(Debug)]
 pub(crate) struct ReplicaLock {
-    writer: CachePadded<AtomicBool>,
+    flags: CachePadded<Flags>,
     /// Owned slots may be used (the heavy barrier works here).
     asymmetric: bool,
+    /// When the last writer took the lock (writers only).
+    last_write: CachePadded<AtomicU64>,
+    /// Set `fast` when this write unlocks (writers only).
+    to_fast: AtomicBool,
     slots: Box<[CachePadded<ReaderSlot>]>,
     /// For threads without an owned slot.
     shared: CachePadded<ReaderSlot>,
@@ -59,9 +88,15 @@ pub(crate) struct ReplicaLock {
 impl ReplicaLock {
     /// A lock with `slots` owned reader slots.
     pub(crate) fn new(slots: usize) -> ReplicaLock {
+        let asymmetric = asymmetric_barriers();
         ReplicaLock {
-            writer: CachePadded::new(AtomicBool::new(false)),
-            asymmetric: asymmetric_barriers(),
+            flags: CachePadded::new(Flags {
+                writer: AtomicBool::new(false),
+                fast: AtomicBool::new(asymmetric),
+            }),
+            asymmetric,
+            last_write: CachePadded::new(AtomicU64::new(0)),
+            to_fast: AtomicBool::new(false),
             slots: (0..slots.max(1)).map(|_| CachePadded::default()).collect(),
             shared: CachePadded::default(),
         }
@@ -75,22 +110,30 @@ impl ReplicaLock {
         (self.asymmetric && id < self.slots.len()).then_some(id)
     }
 
-    /// As [`read`](Self::read), with the calling thread's owned slot (from
-    /// [`slot_of_thread`](Self::slot_of_thread) on this thread) or `None`.
+    /// Enters as a reader with the calling thread's owned slot (from
+    /// [`slot_of_thread`](Self::slot_of_thread) on this thread) or `None`,
+    /// waiting while a writer holds the lock.
     #[inline(always)]
     pub(crate) fn read_in(&self, owned: Option<usize>) -> ReadGuard<'_> {
+        let flags = &*self.flags;
         if let Some(id) = owned {
             let slot = &self.slots[id];
             loop {
                 // Only this thread writes its slot's counters.
                 let enters = slot.enters.load(Ordering::Relaxed);
                 slot.enters.store(enters + 1, Ordering::Relaxed);
-                // Pairs with the writer's heavy barrier.
-                light_barrier();
-                // Acquire: pairs with `unlock_exclusive`, so the reader
-                // sees every write made under the lock.
-                if !self.writer.load(Ordering::Acquire) {
-                    return ReadGuard { slot, owned: true };
+                if flags.fast.load(Ordering::Relaxed) {
+                    light_barrier();
+                    // Acquire: pairs with `unlock_exclusive`, so the reader
+                    // sees every write made under the lock.
+                    if !flags.writer.load(Ordering::Acquire) && flags.fast.load(Ordering::Relaxed) {
+                        return ReadGuard { slot, owned: true };
+                    }
+                } else {
+                    fence(Ordering::SeqCst);
+                    if !flags.writer.load(Ordering::Acquire) {
+                        return ReadGuard { slot, owned: true };
+                    }
                 }
                 self.back_off(slot, true);
             }
@@ -101,10 +144,10 @@ impl ReplicaLock {
                 &self.slots[thread_slot() % self.slots.len()]
             };
             loop {
-                // Pairs with the writer's SeqCst store and loads.
+                // Pairs with the writer's SeqCst store and fence.
                 slot.enters.fetch_add(1, Ordering::SeqCst);
                 seqcst_for_loom();
-                if !self.writer.load(Ordering::SeqCst) {
+                if !flags.writer.load(Ordering::SeqCst) {
                     return ReadGuard { slot, owned: false };
                 }
                 self.back_off(slot, false);
@@ -122,7 +165,7 @@ impl ReplicaLock {
         }
         leave(slot, owned);
         let mut backoff = Backoff::new();
-        while self.writer.load(Ordering::Acquire) {
+        while self.flags.writer.load(Ordering::Acquire) {
             backoff.snooze();
         }
     }
@@ -135,17 +178,32 @@ impl ReplicaLock {
 
     /// Takes several locks for writing at once (one heavy barrier for all).
     pub(crate) fn lock_exclusive_all<'a>(locks: impl Iterator<Item = &'a ReplicaLock> + Clone) {
-        let mut asymmetric = false;
+        let now = now_nanos();
+        let mut heavy = false;
         for lock in locks.clone() {
-            lock.writer.store(true, Ordering::SeqCst);
-            asymmetric |= lock.asymmetric;
+            lock.flags.writer.store(true, Ordering::SeqCst);
+            let previous = lock.last_write.swap(now, Ordering::Relaxed);
+            // The first write has no previous one: as if long ago.
+            let gap = match previous {
+                0 => u64::MAX,
+                previous => now.saturating_sub(previous),
+            };
+            if lock.flags.fast.load(Ordering::Relaxed) {
+                // Readers may be entering with the light barrier.
+                heavy = true;
+                if gap < SLOW_BELOW.as_nanos() as u64 {
+                    lock.flags.fast.store(false, Ordering::Relaxed);
+                }
+            } else if lock.asymmetric && gap > FAST_ABOVE.as_nanos() as u64 {
+                lock.to_fast.store(true, Ordering::Relaxed);
+            }
         }
-        seqcst_for_loom();
-        if asymmetric {
+        fence(Ordering::SeqCst);
+        if heavy {
             heavy_barrier();
         }
         for lock in locks {
-            for slot in lock.slots.iter().map(|s| &**s).chain([&*lock.shared]) {
+            for slot in lock.all_slots() {
                 let mut backoff = Backoff::new();
                 loop {
                     // Exits first, then enters (see the module doc);
@@ -164,7 +222,13 @@ impl ReplicaLock {
     /// Releases the lock; readers that see it see everything written
     /// before.
     pub(crate) fn unlock_exclusive(&self) {
-        self.writer.store(false, Ordering::Release);
+        let flags = &*self.flags;
+        if self.to_fast.swap(false, Ordering::Relaxed) {
+            // Before the release: the next writer sees it (writers are
+            // serialised) and runs the heavy barrier.
+            flags.fast.store(true, Ordering::Relaxed);
+        }
+        flags.writer.store(false, Ordering::Release);
     }
 
     fn all_slots(&self) -> impl Iterator<Item = &ReaderSlot> {

@@ -5,11 +5,15 @@
 //! or `std::cell::UnsafeCell`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
@@ -258,5 +262,23 @@ pub(crate) fn heavy_barrier() {
             eprintln!("numalab: membarrier failed after a successful probe, aborting");
             std::process::abort();
         }
+    }
+}
+
+/// Nanoseconds on a monotonic clock (since the first call, plus one: never
+/// 0), for writers judging how often writes come. Under loom, always 1
+/// (models must be deterministic): every write after the first then counts
+/// as frequent, so models see both reader entries.
+pub(crate) fn now_nanos() -> u64 {
+    #[cfg(loom)]
+    return 1;
+    #[cfg(not(loom))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos() as u64
+            + 1
     }
 }
