@@ -145,7 +145,7 @@ fn run(options: ReplicatedOptions, replicas: usize, threads: usize, ops: usize) 
                         rng ^= rng << 17;
                         let key = rng % KEYS;
                         let start = clock.fetch_add(1, Ordering::SeqCst);
-                        let kind = if rng % 3 == 0 {
+                        let kind = if rng.is_multiple_of(3) {
                             let value = ((t as u64) << 32) | i as u64;
                             let previous = map.write(move |m| m.insert(key, value));
                             Kind::Put { value, previous }
