@@ -35,7 +35,9 @@
 //! fast when one comes after more than [`FAST_ABOVE`] (set as it unlocks,
 //! so every later writer runs the heavy barrier).
 //!
-//! **Scanning.** For each slot the writer loads `exits` (`Acquire`), then
+//! **Scanning.** Writers scan only the owned slots threads have used (a
+//! thread's first read through its slot raises `used`, then fences), and
+//! the shared one. For each, the writer loads `exits` (`Acquire`), then
 //! `enters`, until they are equal: every exit it counts has its entry
 //! before it (same thread), so the entries it then loads include them, and
 //! equal counts mean no reader counted as entered is still inside.
@@ -44,7 +46,7 @@ use std::time::Duration;
 
 use super::sync::{
     asymmetric_barriers, fence, heavy_barrier, light_barrier, now_nanos, seqcst_for_loom,
-    thread_slot, AtomicBool, AtomicU64, Backoff, CachePadded, Ordering,
+    thread_slot, AtomicBool, AtomicU64, AtomicUsize, Backoff, CachePadded, Ordering,
 };
 
 /// A write within this long of the previous one switches readers to the
@@ -67,6 +69,8 @@ struct Flags {
     writer: AtomicBool,
     /// Owned-slot readers may enter with the light barrier.
     fast: AtomicBool,
+    /// Owned slots below this have been used; writers scan only those.
+    used: AtomicUsize,
 }
 
 /// A reader-writer lock with one reader slot per thread (up to the slot
@@ -93,6 +97,7 @@ impl ReplicaLock {
             flags: CachePadded::new(Flags {
                 writer: AtomicBool::new(false),
                 fast: AtomicBool::new(asymmetric),
+                used: AtomicUsize::new(0),
             }),
             asymmetric,
             last_write: CachePadded::new(AtomicU64::new(0)),
@@ -118,6 +123,9 @@ impl ReplicaLock {
         let flags = &*self.flags;
         if let Some(id) = owned {
             let slot = &self.slots[id];
+            if id >= flags.used.load(Ordering::Relaxed) {
+                self.first_use(id);
+            }
             loop {
                 // Only this thread writes its slot's counters.
                 let enters = slot.enters.load(Ordering::Relaxed);
@@ -153,6 +161,16 @@ impl ReplicaLock {
                 self.back_off(slot, false);
             }
         }
+    }
+
+    /// A thread's first read through its owned slot: makes writers scan
+    /// it. The fence pairs with the writer's fence between storing
+    /// `writer` and loading `used`: either the writer sees this slot, or
+    /// this thread's coming load of `writer` sees the writer.
+    #[cold]
+    fn first_use(&self, id: usize) {
+        self.flags.used.fetch_max(id + 1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
 
     #[cold]
@@ -203,7 +221,9 @@ impl ReplicaLock {
             heavy_barrier();
         }
         for lock in locks {
-            for slot in lock.all_slots() {
+            let used = lock.flags.used.load(Ordering::SeqCst);
+            let owned = lock.slots[..used.min(lock.slots.len())].iter();
+            for slot in owned.map(|s| &**s).chain([&*lock.shared]) {
                 let mut backoff = Backoff::new();
                 loop {
                     // Exits first, then enters (see the module doc);
