@@ -125,7 +125,9 @@ pub struct ReplicatedOptions {
     pub mode: Mode,
     /// Entries in the shared log (log mode; rounded up to a power of two,
     /// at least twice `request_slots`). A replica may fall this many
-    /// writes behind before writers help it forward.
+    /// writes behind before writers help it forward. A write's closure
+    /// (and what it captured) is dropped when its entry is reused, so up
+    /// to this many closures stay alive.
     pub log_entries: usize,
     /// Reader slots per replica: the first this many threads alive each
     /// own a slot and read without atomic read-modify-writes; threads
