@@ -2,7 +2,8 @@
 //! in the same run (`cargo bench -p numalab --bench ring`):
 //!
 //! * copy-in/copy-out throughput against a single-core `memcpy` of the
-//!   same volume between buffers larger than any cache;
+//!   same volume along the ring's copy-in path (a block-sized source into
+//!   a ring-sized area), pages faulted in before timing;
 //! * in place (writer fills blocks in the ring, reader reads them there)
 //!   against copy-in/copy-out;
 //! * against PSRDada when `PSRDADA_BIN` names a directory holding
@@ -40,23 +41,25 @@ fn pin(cpu: u32) {
     affinity::bind_thread_to_cpus(&CpuSet::single(cpu)).expect("pin to a CPU");
 }
 
-/// One thread copying `volume` bytes with `memcpy`, block by block, from
-/// a source to a destination too large for any cache (up to 1 GiB each,
-/// cycled when the volume is larger): a single core's memory-to-memory
-/// copy rate, the ring's reference.
+/// One thread copying `volume` bytes with `memcpy`, block by block, from a
+/// block-sized source into an area the size of the ring (8 blocks, cycled):
+/// the ring's copy-in path done by a single core, the ring's reference.
+/// Both buffers are written before the clock starts, so no page fault is
+/// timed.
 fn memcpy_reference(cpu: u32, block: usize, volume: u64) -> f64 {
     std::thread::scope(|s| {
         s.spawn(|| {
             pin(cpu);
-            let span = (volume.min(1 << 30) as usize) / block * block;
-            let source = vec![1u8; span];
+            let span = block * BLOCKS;
+            let source = vec![1u8; block];
             let mut destination = vec![0u8; span];
+            destination.fill(2);
+            std::hint::black_box(&mut destination);
             let start = Instant::now();
             let mut done = 0u64;
             let mut offset = 0;
             while done < volume {
-                destination[offset..offset + block]
-                    .copy_from_slice(&source[offset..offset + block]);
+                destination[offset..offset + block].copy_from_slice(&source);
                 std::hint::black_box(&mut destination);
                 offset = (offset + block) % span;
                 done += block as u64;
