@@ -5,12 +5,12 @@
 
 use std::fs;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use numalab::system::NodeMemory;
 use numalab::NodeSet;
 use serde_json::Value;
 
-use super::{Guest, Outcome, Ran};
+use super::{Guest, Outcome};
 
 const BALANCING: &str = "/proc/sys/kernel/numa_balancing";
 const MIB: u64 = 1 << 20;
@@ -62,16 +62,7 @@ fn plan(guest: &Guest) -> Result<Option<Plan>> {
 fn fill(guest: &Guest, flags: &[String]) -> Result<Value> {
     let mut args = vec!["fill", "--json"];
     args.extend(flags.iter().map(String::as_str));
-    let ran = guest.numalab(&args)?;
-    if ran.code != Some(0) {
-        bail!(
-            "numalab {} exited {:?}:\n{}",
-            args.join(" "),
-            ran.code,
-            ran.stderr
-        );
-    }
-    Ran::json_in(&ran.stdout)
+    guest.numalab_json(&args)
 }
 
 fn pages_on(doc: &Value, node: u32) -> u64 {

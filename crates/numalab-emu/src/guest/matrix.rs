@@ -4,7 +4,7 @@
 //! preset's SLIT distance and the HMAT values Linux publishes. Timings
 //! under TCG mean nothing and are not checked.
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use numalab::NodeSet;
 use serde_json::Value;
 
@@ -31,16 +31,7 @@ fn text(value: &Value) -> String {
 pub fn shape(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // On an emulated CPU --quick keeps its working sets small by itself.
     let args = ["matrix", "--quick", "--json"];
-    let ran = guest.numalab(&args)?;
-    if ran.code != Some(0) {
-        bail!(
-            "numalab {} exited {:?}:\n{}",
-            args.join(" "),
-            ran.code,
-            ran.stderr
-        );
-    }
-    let doc: Value = serde_json::from_str(&ran.stdout).context("reading numalab matrix --json")?;
+    let doc = guest.numalab_json(&args)?;
     let preset = &guest.preset;
     let (rows, cols) = (preset.cpu_nodes(), preset.node_ids());
     out.same("schema", "numalab.matrix", text(&doc["schema"]));

@@ -325,21 +325,28 @@ impl Guest {
         })
     }
 
+    /// Runs numalab with `args` (which ask for `--json`) and returns its
+    /// JSON document; a non-zero exit is an error carrying its output.
+    pub fn numalab_json(&self, args: &[&str]) -> Result<Value> {
+        let ran = self.numalab(args)?;
+        if ran.code != Some(0) {
+            bail!(
+                "numalab {} exited {:?}:\n{}{}",
+                args.join(" "),
+                ran.code,
+                ran.stdout,
+                ran.stderr
+            );
+        }
+        Ran::json_in(&ran.stdout)
+    }
+
     /// `numalab topo --json`, run once.
     pub fn topo_json(&self) -> Result<&Value> {
         if let Some(doc) = self.topo.get() {
             return Ok(doc);
         }
-        let ran = self.numalab(&["topo", "--json"])?;
-        if ran.code != Some(0) {
-            bail!(
-                "numalab topo --json failed ({:?}):\n{}",
-                ran.code,
-                ran.stderr
-            );
-        }
-        let doc: Value =
-            serde_json::from_str(&ran.stdout).context("reading numalab topo --json")?;
+        let doc = self.numalab_json(&["topo", "--json"])?;
         Ok(self.topo.get_or_init(|| doc))
     }
 

@@ -4,7 +4,7 @@
 //! only on CPUs of their nodes. Throughput under TCG means nothing and is
 //! not checked.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::Value;
 
 use super::{Guest, Outcome};
@@ -34,16 +34,7 @@ pub fn blog(guest: &Guest, out: &mut Outcome) -> Result<()> {
         "1M",
         "--json",
     ];
-    let ran = guest.numalab(&args)?;
-    if ran.code != Some(0) {
-        bail!(
-            "numalab {} exited {:?}:\n{}",
-            args.join(" "),
-            ran.code,
-            ran.stderr
-        );
-    }
-    let doc: Value = serde_json::from_str(&ran.stdout).context("reading numalab ring --json")?;
+    let doc = guest.numalab_json(&args)?;
     let cells = doc["cells"].as_array().context("no cells in the result")?;
     out.same("cells (8 single-stream, 4 two-stream)", 12, cells.len());
     for cell in cells {

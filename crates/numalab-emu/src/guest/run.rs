@@ -8,9 +8,8 @@
 
 use std::fs;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use numalab::NodeSet;
-use serde_json::Value;
 
 use super::{Guest, Outcome, Pages};
 
@@ -42,15 +41,7 @@ pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let all = guest.preset.node_ids();
     for policy in ["local", "remote", "interleave", "first-touch"] {
         let set = format!("memory.policy={policy}");
-        let ran = guest.numalab(&["run", &file, "--set", &set, "--json"])?;
-        if ran.code != Some(0) {
-            bail!(
-                "numalab run --set {set} exited {:?}:\n{}",
-                ran.code,
-                ran.stderr
-            );
-        }
-        let doc: Value = serde_json::from_str(&ran.stdout)?;
+        let doc = guest.numalab_json(&["run", &file, "--set", &set, "--json"])?;
         // Balanced over the CPU nodes: thread i on the i-th of them, where
         // it really ran.
         for (i, node) in cpu_nodes.iter().enumerate() {
