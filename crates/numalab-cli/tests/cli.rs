@@ -618,15 +618,104 @@ fn bad_experiments_are_refused_with_their_place() {
         "memory.policy=bind:0",
     ]);
     assert!(stderr(&out).contains("which has"), "{}", stderr(&out));
-    let out = numalab(&["run", &small(), "--set", "memory.policy=replicate"]);
+    let out = numalab(&["run", &small(), "--set", "memory.policy=replicate:0,63"]);
     assert!(
-        stderr(&out).contains("not available yet"),
+        stderr(&out).contains("memory.policy = \"replicate:0,63\": node 63 does not exist"),
+        "{}",
+        stderr(&out)
+    );
+    let out = numalab(&["run", &small(), "--set", "memory.replication=mirror"]);
+    assert!(
+        stderr(&out).contains("memory.replication") && stderr(&out).contains("copies"),
         "{}",
         stderr(&out)
     );
     let out = numalab(&["sweep", &file]);
     assert!(!out.status.success());
     assert_eq!(dir.files(), ["exp.toml"], "nothing written on failure");
+}
+
+#[test]
+fn small_examples_run_as_written() {
+    let dir = Scratch::new("examples");
+    let (_, memory_nodes) = sysfs_roles();
+    for name in ["deck-exp1-small", "deck-exp2-small"] {
+        let file = examples().join(format!("{name}.toml"));
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            text.starts_with("# ") && text.contains("numalab sweep examples/"),
+            "{name}: a comment header saying what it reproduces and how to run it"
+        );
+        let json = dir.path(&format!("{name}.json"));
+        let out = numalab(&["sweep", file.to_str().unwrap(), "--no-plot", "-o", &json]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let cells = doc["cells"].as_array().unwrap();
+        let mut mirror_copies = 0;
+        assert_eq!(
+            cells.len(),
+            if name.contains("exp1") { 12 } else { 6 },
+            "{name}"
+        );
+        for cell in cells {
+            let result = &cell["result"];
+            assert_eq!(result["interrupted"], false);
+            let repeats = result["repeats"].as_array().unwrap();
+            assert_eq!(repeats.len(), 3, "{name}");
+            for repeat in repeats {
+                let ops = result["experiment"]["access"]["ops"].as_u64().unwrap();
+                assert_eq!(
+                    repeat["ops"].as_u64(),
+                    Some(ops),
+                    "{name}: every operation done"
+                );
+            }
+            if result["experiment"]["memory"]["policy"] != "replicate" {
+                continue;
+            }
+            // Every copy of the mirror on its own node, each thread reading
+            // its node's copy.
+            let region = &result["regions"][0];
+            let copies = region["replicas"].as_array().unwrap();
+            assert!(!copies.is_empty(), "{name}: {region}");
+            mirror_copies = copies.len();
+            for copy in copies {
+                let node = copy["node"].to_string();
+                let found = copy["audit"]["found"]["per_node"].as_object().unwrap();
+                assert_eq!(found.len(), 1, "{copy}");
+                assert_eq!(found[&node].as_u64(), Some((64 << 20) / 4096), "{copy}");
+                assert_eq!(copy["as_requested"], true, "{copy}");
+            }
+            for thread in result["plan"]["threads"].as_array().unwrap() {
+                let copy = &copies[thread["replica"].as_u64().unwrap() as usize];
+                let node = thread["node"].as_u64().unwrap() as u32;
+                if memory_nodes.contains(&node) {
+                    assert_eq!(copy["node"], thread["node"], "{thread}");
+                }
+            }
+        }
+        if name.contains("exp2") {
+            // Every policy of Experiment 2 against local, for 1 and 2 threads.
+            let policies: Vec<&str> = doc["comparison"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["policy"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                policies,
+                ["replicate", "interleave", "replicate", "interleave"]
+            );
+            let cannot_help = doc["warnings"].as_array().unwrap().iter().any(|w| {
+                w["kind"] == "inconclusive"
+                    && w["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("replication cannot help on one node")
+            });
+            assert_eq!(cannot_help, mirror_copies == 1, "{}", doc["warnings"]);
+        }
+    }
 }
 
 #[test]

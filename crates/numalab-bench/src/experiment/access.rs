@@ -14,11 +14,28 @@
 //! `mov`s on x86-64): the races the experiment asks for are well defined.
 //! Sequential, strided and copy operations stay inside the thread's own
 //! share of the region and use the SIMD kernels.
+//!
+//! A replicated region (`memory.policy = "replicate"`) has one copy per
+//! node. With `memory.replication = "copies"` a thread reads its own copy
+//! (under its own copy's stripe lock with `sync = "rwlock"`) and a write
+//! stores to every copy: with locks, it takes the stripe's lock on every
+//! copy in copy order, stores to every copy, then releases them all, so no
+//! reader ever finds two copies disagreeing under their locks and writers
+//! never deadlock; without locks the stores race as unsynchronised
+//! threads' would. What a sampled operation times is all of that: a read
+//! is its lock, load and unlock on one copy; a write is every lock, every
+//! store and every unlock. With `broadcast` or `log`, every operation is
+//! a call into [`numalab::replicated::Replicated`] (a read through the
+//! thread's `Reader` of its copy, a write through `write_from`), and the
+//! library's protocol is what is timed.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use std::time::{Duration, Instant};
+
+use numalab::replicated::Replicated;
+use numalab::NodeBuffer;
 
 use super::clock::Clock;
 use super::rwlock::StripeLock;
@@ -46,11 +63,27 @@ unsafe impl Send for RegionPtr {}
 // SAFETY: as above.
 unsafe impl Sync for RegionPtr {}
 
+/// A replicated region whose reads and writes go through the library
+/// (`memory.replication = "broadcast" | "log"`), and the copy a thread
+/// uses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Library<'a> {
+    /// The region.
+    pub value: &'a Replicated<NodeBuffer>,
+    /// The thread's copy: it reads it and issues its writes from it.
+    pub replica: usize,
+}
+
 /// What one thread does in one run.
 #[derive(Debug)]
 pub(crate) struct Job<'a> {
-    /// Its region.
+    /// Its region (with `replicate`, its own copy).
     pub region: RegionPtr,
+    /// With `replicate` and `replication = "copies"`: every copy of the
+    /// region, in copy order (writes go to all of them); empty otherwise.
+    pub copies: &'a [RegionPtr],
+    /// With `replication = "broadcast" | "log"`: the library's region.
+    pub library: Option<Library<'a>>,
     /// Its own share of the region (byte offsets).
     pub share: Range<usize>,
     /// The pattern.
@@ -171,26 +204,42 @@ pub(crate) fn perform(job: &Job<'_>, rng: &mut Rng, samples: &mut Samples) -> Do
             samples,
             sample_every,
         };
-        match (job.pattern, job.locked) {
-            (Pattern::Random, locked) => {
-                let mixed = job.mix.writes > 0;
-                let (j, s) = (job, &mut state);
-                match (locked, mixed, job.op_size) {
-                    (false, false, 64) => random_chunk::<false, false, 64>(j, rng, n, s),
-                    (false, false, 128) => random_chunk::<false, false, 128>(j, rng, n, s),
-                    (false, false, _) => random_chunk::<false, false, 0>(j, rng, n, s),
-                    (false, true, 64) => random_chunk::<false, true, 64>(j, rng, n, s),
-                    (false, true, 128) => random_chunk::<false, true, 128>(j, rng, n, s),
-                    (false, true, _) => random_chunk::<false, true, 0>(j, rng, n, s),
-                    (true, false, _) => random_chunk::<true, false, 0>(j, rng, n, s),
-                    (true, true, _) => random_chunk::<true, true, 0>(j, rng, n, s),
+        // Writes to a region with several copies go to all of them.
+        let copies = job.copies.len() > 1;
+        if let Some(library) = job.library {
+            library_chunk(job, library, rng, n, &mut state);
+        } else if copies && job.pattern == Pattern::Random && job.mix.writes > 0 {
+            let (j, s) = (job, &mut state);
+            match (job.locked, job.op_size) {
+                (false, 64) => random_copies_chunk::<false, 64>(j, rng, n, s),
+                (false, 128) => random_copies_chunk::<false, 128>(j, rng, n, s),
+                (false, _) => random_copies_chunk::<false, 0>(j, rng, n, s),
+                (true, _) => random_copies_chunk::<true, 0>(j, rng, n, s),
+            }
+        } else {
+            match (job.pattern, job.locked) {
+                (Pattern::Random, locked) => {
+                    let mixed = job.mix.writes > 0;
+                    let (j, s) = (job, &mut state);
+                    match (locked, mixed, job.op_size) {
+                        (false, false, 64) => random_chunk::<false, false, 64>(j, rng, n, s),
+                        (false, false, 128) => random_chunk::<false, false, 128>(j, rng, n, s),
+                        (false, false, _) => random_chunk::<false, false, 0>(j, rng, n, s),
+                        (false, true, 64) => random_chunk::<false, true, 64>(j, rng, n, s),
+                        (false, true, 128) => random_chunk::<false, true, 128>(j, rng, n, s),
+                        (false, true, _) => random_chunk::<false, true, 0>(j, rng, n, s),
+                        (true, false, _) => random_chunk::<true, false, 0>(j, rng, n, s),
+                        (true, true, _) => random_chunk::<true, true, 0>(j, rng, n, s),
+                    }
                 }
+                (Pattern::Sequential, locked) => {
+                    walk_chunk(job, job.op_size, locked, n, &mut state)
+                }
+                (Pattern::Strided(stride), locked) => {
+                    walk_chunk(job, stride as usize, locked, n, &mut state)
+                }
+                (Pattern::Copy, _) => copy_chunk(job, n, &mut state),
             }
-            (Pattern::Sequential, locked) => walk_chunk(job, job.op_size, locked, n, &mut state),
-            (Pattern::Strided(stride), locked) => {
-                walk_chunk(job, stride as usize, locked, n, &mut state)
-            }
-            (Pattern::Copy, _) => copy_chunk(job, n, &mut state),
         }
         steps += n;
         job.progress.fetch_add(n * per_step, Ordering::Relaxed);
@@ -394,6 +443,266 @@ fn random_chunk<const LOCKED: bool, const MIXED: bool, const SIZE: usize>(
     state.done.bytes += n * op_size as u64;
 }
 
+/// One write of `op_size` bytes at `offset` to every copy: with `LOCKED`,
+/// under stripe `stripe`'s lock of every copy, all taken (in copy order)
+/// before the first store and released after the last.
+///
+/// # Safety
+/// `offset + op_size` is within every copy, 8-byte aligned; with
+/// `LOCKED`, every copy has more than `stripe` live locks.
+#[inline(always)]
+unsafe fn write_copies<const LOCKED: bool>(
+    copies: &[RegionPtr],
+    offset: usize,
+    op_size: usize,
+    value: u64,
+    stripe: usize,
+) {
+    if LOCKED {
+        for copy in copies {
+            // SAFETY: a live lock (caller).
+            unsafe { (*copy.locks.add(stripe)).write() };
+        }
+    }
+    for copy in copies {
+        // SAFETY: valid, aligned bytes of each copy (caller).
+        unsafe { shared::write(copy.base.add(offset), op_size, value) };
+    }
+    if LOCKED {
+        for copy in copies {
+            // SAFETY: as above.
+            unsafe { (*copy.locks.add(stripe)).write_unlock() };
+        }
+    }
+}
+
+/// One random operation on a replicated region: a read of the thread's
+/// own copy, or a write to every copy. Returns the read's checksum.
+///
+/// # Safety
+/// As [`random_op`] for the own copy and [`write_copies`] for all.
+#[inline(always)]
+unsafe fn random_copies_op<const LOCKED: bool>(
+    job: &Job<'_>,
+    offset: usize,
+    op_size: usize,
+    write: bool,
+    value: u64,
+    stripe: usize,
+) -> u64 {
+    if write {
+        // SAFETY: forwarded (caller).
+        unsafe { write_copies::<LOCKED>(job.copies, offset, op_size, value, stripe) };
+        0
+    } else {
+        let own = &job.region;
+        let lock = if LOCKED {
+            // SAFETY: stripe < the number of locks (caller).
+            unsafe { own.locks.add(stripe) }
+        } else {
+            std::ptr::null()
+        };
+        // SAFETY: forwarded (caller).
+        unsafe { random_op::<LOCKED>(own.base.add(offset), op_size, false, value, lock) }
+    }
+}
+
+/// A sampled [`random_copies_op`], timed.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn sampled_copies_op<const LOCKED: bool>(
+    job: &Job<'_>,
+    samples: &mut Samples,
+    offset: usize,
+    op_size: usize,
+    write: bool,
+    value: u64,
+    stripe: usize,
+) -> u64 {
+    let t0 = job.clock.start();
+    // SAFETY: forwarded from the caller's loop, which checked the slot.
+    let x = unsafe { random_copies_op::<LOCKED>(job, offset, op_size, write, value, stripe) };
+    let ticks = job.clock.stop().saturating_sub(t0);
+    if write {
+        samples.writes.push(ticks);
+    } else {
+        samples.reads.push(ticks);
+    }
+    x
+}
+
+/// `n` random operations on a replicated region with writes: as
+/// [`random_chunk`], reads from the thread's own copy, writes to all.
+fn random_copies_chunk<const LOCKED: bool, const SIZE: usize>(
+    job: &Job<'_>,
+    rng: &mut Rng,
+    n: u64,
+    state: &mut ChunkState<'_>,
+) {
+    let op_size = if SIZE > 0 { SIZE } else { job.op_size };
+    let slots = job.region.len / op_size;
+    let stripes = StripeMap::new(slots, job.region.stripes);
+    let mut local = rng.clone();
+    let mut schedule = *state.schedule;
+    let mut countdown = *state.countdown;
+    let sample_every = state.sample_every;
+    let mut sum = 0u64;
+    let mut writes = 0u64;
+    for _ in 0..n {
+        let write = schedule.next_is_write();
+        let slot = local.below(slots as u64) as usize;
+        let stripe = if LOCKED { stripes.stripe(slot) } else { 0 };
+        countdown -= 1;
+        if countdown == 0 {
+            countdown = sample_every;
+            sum ^= sampled_copies_op::<LOCKED>(
+                job,
+                state.samples,
+                slot * op_size,
+                op_size,
+                write,
+                slot as u64,
+                stripe,
+            );
+        } else {
+            // SAFETY: slot < slots, so the operation lies inside every copy
+            // (all have the region's length), op-size aligned; the stripe
+            // is below the number of locks, which every copy has.
+            sum ^= unsafe {
+                random_copies_op::<LOCKED>(job, slot * op_size, op_size, write, slot as u64, stripe)
+            };
+        }
+        writes += u64::from(write);
+    }
+    *rng = local;
+    *state.schedule = schedule;
+    *state.countdown = countdown;
+    state.done.checksum ^= sum;
+    state.done.writes += writes;
+    state.done.reads += n - writes;
+    state.done.bytes += n * op_size as u64;
+}
+
+/// `n` operations of any pattern through the library's replicated region:
+/// reads through the thread's [`Reader`](numalab::replicated::Reader) of
+/// its copy, writes (and copies, which read and write inside one write)
+/// through [`Replicated::write_from`], applied by the library to every
+/// copy. The data operations are the other loops' (`shared` for random
+/// operations, the SIMD kernels for sequential ones).
+fn library_chunk(
+    job: &Job<'_>,
+    library: Library<'_>,
+    rng: &mut Rng,
+    n: u64,
+    state: &mut ChunkState<'_>,
+) {
+    let reader = library.value.reader_on(library.replica);
+    let (op_size, isa, store) = (job.op_size, job.isa, job.store);
+    let slots = job.region.len / op_size;
+    let share = job.share.clone();
+    let stride = match job.pattern {
+        Pattern::Strided(stride) => stride as usize,
+        _ => op_size,
+    };
+    let mut pos = *state.cursor;
+    for _ in 0..n {
+        let sampled = state.sample_now();
+        let t0 = if sampled { job.clock.start() } else { 0 };
+        let write = match job.pattern {
+            Pattern::Random => {
+                let write = state.schedule.next_is_write();
+                let offset = rng.below(slots as u64) as usize * op_size;
+                let value = (offset / op_size) as u64;
+                if write {
+                    library
+                        .value
+                        .write_from(library.replica, move |b: &mut NodeBuffer| {
+                            // SAFETY: offset + op_size <= the region's length,
+                            // 8-byte aligned in a page-aligned buffer.
+                            unsafe { shared::write(b.as_mut_ptr().add(offset), op_size, value) }
+                        });
+                } else {
+                    state.done.checksum ^= reader.read(|b| {
+                        // SAFETY: as above.
+                        unsafe { shared::read(b.as_ptr().add(offset), op_size) }
+                    });
+                }
+                write
+            }
+            Pattern::Sequential | Pattern::Strided(_) => {
+                let write = state.schedule.next_is_write();
+                let last = share.len() - op_size;
+                let offset = share.start + pos.min(last);
+                pos += stride;
+                if pos > last {
+                    pos = 0;
+                }
+                if write {
+                    let byte = state.done.writes as u8;
+                    library
+                        .value
+                        .write_from(library.replica, move |b: &mut NodeBuffer| {
+                            let op = &mut b.as_mut_slice()[offset..offset + op_size];
+                            if op_size >= 256 {
+                                kernels::write(op, byte, isa, store);
+                            } else {
+                                op.fill(byte);
+                            }
+                        });
+                } else {
+                    state.done.checksum ^= reader.read(|b| {
+                        let op = &b.as_slice()[offset..offset + op_size];
+                        if op_size >= 256 {
+                            kernels::read(op, isa)
+                        } else {
+                            small_read(op)
+                        }
+                    });
+                }
+                write
+            }
+            Pattern::Copy => {
+                let half = share.len() / 2 / op_size * op_size;
+                if pos + op_size > half {
+                    pos = 0;
+                }
+                let (from, to) = (share.start + pos, share.start + half + pos);
+                pos += op_size;
+                library
+                    .value
+                    .write_from(library.replica, move |b: &mut NodeBuffer| {
+                        let (head, tail) = b.as_mut_slice().split_at_mut(to);
+                        let (src, dst) = (&head[from..from + op_size], &mut tail[..op_size]);
+                        if op_size >= 256 {
+                            kernels::copy(dst, src, isa, store);
+                        } else {
+                            dst.copy_from_slice(src);
+                        }
+                    });
+                state.done.reads += 1;
+                true
+            }
+        };
+        if sampled {
+            let ticks = job.clock.stop().saturating_sub(t0);
+            if write {
+                state.samples.writes.push(ticks);
+            } else {
+                state.samples.reads.push(ticks);
+            }
+        }
+        if write {
+            state.done.writes += 1;
+        } else {
+            state.done.reads += 1;
+        }
+    }
+    *state.cursor = pos;
+    let per_op = if job.pattern == Pattern::Copy { 2 } else { 1 };
+    state.done.bytes += per_op * n * op_size as u64;
+}
+
 mod shared {
     //! Loads and stores of memory other threads may write at the same
     //! time (the experiment's races are intended). On x86-64 they are
@@ -513,13 +822,18 @@ mod shared {
     }
 }
 
-/// The thread's own share as a slice.
-fn share_mut<'r>(job: &Job<'_>) -> &'r mut [u8] {
-    debug_assert!(job.share.end <= job.region.len);
+/// The thread's own share of `region` (one copy) as a slice.
+///
+/// # Safety
+/// No other reference to the share may be alive while the slice is (the
+/// loops below make one per operation, or one per chunk without copies).
+unsafe fn share_of<'r>(job: &Job<'_>, region: &RegionPtr) -> &'r mut [u8] {
+    debug_assert!(job.share.end <= region.len);
     // SAFETY: shares of one region are disjoint (the plan cuts them) and
-    // only their thread touches them with sequential patterns; the region
-    // outlives the run (RegionPtr's invariant).
-    unsafe { std::slice::from_raw_parts_mut(job.region.base.add(job.share.start), job.share.len()) }
+    // only their thread touches them with sequential patterns, in every
+    // copy; the region outlives the run (RegionPtr's invariant); the
+    // caller keeps the slice unique.
+    unsafe { std::slice::from_raw_parts_mut(region.base.add(job.share.start), job.share.len()) }
 }
 
 #[inline(always)]
@@ -531,43 +845,63 @@ fn small_read(op: &[u8]) -> u64 {
     x
 }
 
-/// Sequential and strided operations over the thread's share.
+#[inline(always)]
+fn write_op(op: &mut [u8], byte: u8, job: &Job<'_>) {
+    if op.len() >= 256 {
+        kernels::write(op, byte, job.isa, job.store);
+    } else {
+        op.fill(byte);
+    }
+}
+
+/// Sequential and strided operations over the thread's share. With
+/// several copies, reads are from the thread's own and a write stores to
+/// every copy, under the operation's lock of every copy when `locked`
+/// (all taken in copy order, then released).
 fn walk_chunk(job: &Job<'_>, stride: usize, locked: bool, n: u64, state: &mut ChunkState<'_>) {
-    let share = share_mut(job);
     let op_size = job.op_size;
-    let last = share.len() - op_size;
+    let len = job.share.len();
+    let last = len - op_size;
     let stripes = job.region.stripes.max(1);
     let slots_per_stripe = (job.region.len / op_size).div_ceil(stripes).max(1);
+    let copies: &[RegionPtr] = if job.copies.len() > 1 {
+        job.copies
+    } else {
+        std::slice::from_ref(&job.region)
+    };
     let mut pos = (*state.cursor).min(last);
     for _ in 0..n {
         let write = state.schedule.next_is_write();
         let sampled = state.sample_now();
         let t0 = if sampled { job.clock.start() } else { 0 };
-        let lock = locked.then(|| {
-            lock_of(
-                &job.region,
-                (job.share.start + pos) / op_size,
-                slots_per_stripe,
-            )
-        });
-        let op = &mut share[pos..pos + op_size];
+        let slot = (job.share.start + pos) / op_size;
         if write {
-            if let Some(lock) = lock {
-                lock.write();
+            let byte = state.done.writes as u8;
+            if locked {
+                for copy in copies {
+                    lock_of(copy, slot, slots_per_stripe).write();
+                }
             }
-            if op_size >= 256 {
-                kernels::write(op, state.done.writes as u8, job.isa, job.store);
-            } else {
-                op.fill(state.done.writes as u8);
+            for copy in copies {
+                // SAFETY: this operation's slice is the only live
+                // reference to the share of this copy.
+                let share = unsafe { share_of(job, copy) };
+                write_op(&mut share[pos..pos + op_size], byte, job);
             }
-            if let Some(lock) = lock {
-                lock.write_unlock();
+            if locked {
+                for copy in copies {
+                    lock_of(copy, slot, slots_per_stripe).write_unlock();
+                }
             }
             state.done.writes += 1;
         } else {
+            let lock = locked.then(|| lock_of(&job.region, slot, slots_per_stripe));
             if let Some(lock) = lock {
                 lock.read();
             }
+            // SAFETY: as above, for the thread's own copy.
+            let share = unsafe { share_of(job, &job.region) };
+            let op = &share[pos..pos + op_size];
             state.done.checksum ^= if op_size >= 256 {
                 kernels::read(op, job.isa)
             } else {
@@ -595,11 +929,20 @@ fn walk_chunk(job: &Job<'_>, stride: usize, locked: bool, n: u64, state: &mut Ch
     state.done.bytes += n * op_size as u64;
 }
 
-/// Copies of the first half of the share into the second half.
+/// Copies of the first half of the share into the second half: from the
+/// thread's own copy into every copy of a replicated region.
 fn copy_chunk(job: &Job<'_>, n: u64, state: &mut ChunkState<'_>) {
-    let share = share_mut(job);
     let op_size = job.op_size;
-    let half = share.len() / 2 / op_size * op_size;
+    let half = job.share.len() / 2 / op_size * op_size;
+    let others: &[RegionPtr] = if job.copies.len() > 1 {
+        job.copies
+    } else {
+        &[]
+    };
+    // SAFETY: the only live reference to the thread's share of its own
+    // copy until the end of the chunk (other copies are reached through
+    // their own pointers, never this one).
+    let share = unsafe { share_of(job, &job.region) };
     let (src, rest) = share.split_at_mut(half);
     let dst = &mut rest[..half];
     let mut pos = *state.cursor;
@@ -607,11 +950,20 @@ fn copy_chunk(job: &Job<'_>, n: u64, state: &mut ChunkState<'_>) {
         if pos + op_size > half {
             pos = 0;
         }
-        let (from, to) = (&src[pos..pos + op_size], &mut dst[pos..pos + op_size]);
-        if op_size >= 256 {
-            kernels::copy(to, from, job.isa, job.store);
-        } else {
-            to.copy_from_slice(from);
+        let from = &src[pos..pos + op_size];
+        let copy = |to: &mut [u8]| {
+            if op_size >= 256 {
+                kernels::copy(to, from, job.isa, job.store);
+            } else {
+                to.copy_from_slice(from);
+            }
+        };
+        copy(&mut dst[pos..pos + op_size]);
+        for other in others.iter().filter(|c| c.base != job.region.base) {
+            let at = job.share.start + half + pos;
+            // SAFETY: the thread's share of another copy, which only this
+            // thread touches; `at + op_size` lies within it.
+            copy(unsafe { std::slice::from_raw_parts_mut(other.base.add(at), op_size) });
         }
         pos += op_size;
     }
@@ -655,6 +1007,8 @@ mod tests {
     ) -> Job<'a> {
         Job {
             region,
+            copies: &[],
+            library: None,
             share: 0..region.len,
             pattern,
             op_size,
@@ -736,6 +1090,171 @@ mod tests {
                 if !(8192..40960).contains(&byte) {
                     assert_eq!(a, b, "{pattern} wrote outside its share at {byte}");
                 }
+            }
+        }
+    }
+
+    /// Copies of one region, each with its own stripe locks.
+    struct Copies {
+        memories: Vec<Memory>,
+        locks: Vec<Vec<StripeLock>>,
+    }
+
+    impl Copies {
+        fn new(copies: usize, bytes: usize, stripes: usize) -> Copies {
+            Copies {
+                memories: (0..copies).map(|_| Memory::new(bytes)).collect(),
+                locks: (0..copies)
+                    .map(|_| (0..stripes).map(|_| StripeLock::default()).collect())
+                    .collect(),
+            }
+        }
+        fn regions(&mut self) -> Vec<RegionPtr> {
+            self.memories
+                .iter_mut()
+                .zip(&self.locks)
+                .map(|(m, l)| m.region(l))
+                .collect()
+        }
+        fn all_equal(&self) -> bool {
+            self.memories.windows(2).all(|w| w[0].words == w[1].words)
+        }
+    }
+
+    #[test]
+    fn writes_to_copies_keep_them_identical() {
+        let deps = deps();
+        for (pattern, op, locked) in [
+            (Pattern::Random, 64, true),
+            (Pattern::Random, 128, false),
+            (Pattern::Random, 72, false),
+            (Pattern::Sequential, 64, true),
+            (Pattern::Sequential, 512, false),
+            (Pattern::Strided(4096), 256, true),
+            (Pattern::Copy, 128, false),
+        ] {
+            let mut copies = Copies::new(3, 1 << 16, if locked { 8 } else { 1 });
+            if pattern == Pattern::Copy {
+                // Something to copy, the same in every copy.
+                for m in &mut copies.memories {
+                    m.words
+                        .iter_mut()
+                        .enumerate()
+                        .for_each(|(i, w)| *w = i as u64 + 1);
+                }
+            }
+            let before = copies.memories[0].words.clone();
+            let regions = copies.regions();
+            // Two threads, each reading its own copy (0 and 2), writing to
+            // all, over their own halves for the walking patterns.
+            std::thread::scope(|s| {
+                for (t, own) in [(0usize, 0usize), (1, 2)] {
+                    let (regions, deps) = (&regions, &deps);
+                    s.spawn(move || {
+                        let mut j = job(regions[own], pattern, op, "1:1", 4000, deps);
+                        j.copies = regions;
+                        j.locked = locked;
+                        j.share = t * (1 << 15)..(t + 1) * (1 << 15);
+                        let done =
+                            perform(&j, &mut Rng::new(t as u64 + 9), &mut Samples::default());
+                        assert_eq!(done.reads + done.writes, 4000, "{pattern}");
+                        assert_eq!(
+                            done.bytes,
+                            4000 * op as u64,
+                            "{pattern}: bytes = ops x op size"
+                        );
+                    });
+                }
+            });
+            assert_ne!(
+                copies.memories[1].words, before,
+                "{pattern}: writes reached copy 1, which no thread reads"
+            );
+            assert!(copies.all_equal(), "{pattern} {op}: the copies differ");
+            assert!(
+                copies
+                    .locks
+                    .iter()
+                    .flatten()
+                    .all(|l| format!("{l:?}").contains("state: 0")),
+                "{pattern}: every lock released"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_come_from_the_threads_own_copy() {
+        let deps = deps();
+        let mut copies = Copies::new(2, 1 << 14, 4);
+        copies.memories[1].words.fill(0x0101_0101_0101_0101);
+        let regions = copies.regions();
+        let mut j = job(regions[1], Pattern::Random, 8, "1:0", 1, &deps);
+        j.copies = &regions;
+        let done = perform(&j, &mut Rng::new(1), &mut Samples::default());
+        assert_eq!(done.checksum, 0x0101_0101_0101_0101, "one word of copy 1");
+        let mut j = job(regions[0], Pattern::Random, 8, "1:0", 1, &deps);
+        j.copies = &regions;
+        assert_eq!(
+            perform(&j, &mut Rng::new(1), &mut Samples::default()).checksum,
+            0
+        );
+    }
+
+    #[test]
+    fn library_modes_apply_every_write_to_every_replica() {
+        use numalab::replicated::{Mode, ReplicaSet};
+        let deps = deps();
+        for mode in [Mode::Broadcast, Mode::Log] {
+            for (pattern, op) in [
+                (Pattern::Random, 64),
+                (Pattern::Sequential, 256),
+                (Pattern::Copy, 128),
+            ] {
+                // Three replicas on this machine's node 0.
+                let set = ReplicaSet::emulated(vec![0, 0, 0]).unwrap();
+                let initial: Vec<u8> = (0..1 << 15).map(|i| (i % 251) as u8 + 1).collect();
+                let value = Replicated::bytes(set, mode, &initial).unwrap();
+                let region = value.regions()[0];
+                let region = RegionPtr {
+                    base: region.ptr.cast_mut(),
+                    len: region.len,
+                    locks: std::ptr::null(),
+                    stripes: 1,
+                };
+                std::thread::scope(|s| {
+                    for t in 0..2usize {
+                        let (value, deps) = (&value, &deps);
+                        s.spawn(move || {
+                            let mut j = job(region, pattern, op, "1:1", 2000, deps);
+                            j.library = Some(Library {
+                                value,
+                                replica: 2 * t,
+                            });
+                            j.share = t * (1 << 14)..(t + 1) * (1 << 14);
+                            let mut samples = Samples::default();
+                            let done = perform(&j, &mut Rng::new(t as u64), &mut samples);
+                            assert_eq!(done.reads + done.writes, 2000, "{mode} {pattern}");
+                            assert_eq!(done.bytes, 2000 * op as u64);
+                            if pattern != Pattern::Copy {
+                                assert_eq!(samples.reads.len() + samples.writes.len(), 2000 / 16);
+                            }
+                        });
+                    }
+                });
+                value.sync();
+                let bytes: Vec<Vec<u8>> = value
+                    .regions()
+                    .iter()
+                    // SAFETY: no write runs now.
+                    .map(|r| unsafe { std::slice::from_raw_parts(r.ptr, r.len) }.to_vec())
+                    .collect();
+                assert_ne!(bytes[1], initial, "{mode} {pattern}: replica 1 written");
+                assert!(
+                    bytes.windows(2).all(|w| w[0] == w[1]),
+                    "{mode} {pattern}: replicas differ"
+                );
+                let writes: u64 = value.stats().iter().map(|s| s.writes).sum();
+                assert_eq!(writes, 2000, "{mode} {pattern}: half the operations wrote");
             }
         }
     }

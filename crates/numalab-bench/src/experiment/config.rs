@@ -13,7 +13,8 @@ use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::values::{
-    ByteSize, IsaChoice, Pattern, PolicySpec, ReadWrite, Seconds, Sharing, Sync, ThreadPlacement,
+    ByteSize, IsaChoice, Pattern, PolicySpec, ReadWrite, Replication, Seconds, Sharing, Sync,
+    ThreadPlacement,
 };
 use crate::kernels::{Mix, Store};
 
@@ -113,6 +114,9 @@ pub struct Memory {
     /// Page size backing the regions.
     #[serde(default)]
     pub huge_pages: numalab::HugePages,
+    /// With `policy = "replicate"`: how writes keep the copies identical.
+    #[serde(default)]
+    pub replication: Replication,
 }
 
 fn default_size() -> ByteSize {
@@ -126,6 +130,7 @@ impl Default for Memory {
             policy: PolicySpec::Local,
             sharing: Sharing::PerNode,
             huge_pages: numalab::HugePages::None,
+            replication: Replication::Copies,
         }
     }
 }
@@ -284,9 +289,10 @@ pub const KEYS: &[Key] = &[
     Key { path: "threads.placement", default: "balanced", values: "balanced | ratio:3:1 | nodes:0,1 | cpus:0-5,12-17", meaning: "balanced: even split over the nodes with CPUs; ratio: split over those nodes in id order in this ratio (the deck's unbalanced runs); nodes: even split over these nodes; cpus: exactly these CPUs in order. Within a node, one CPU per core first, then SMT siblings" },
     Key { path: "threads.oversubscribe", default: "false", values: "bool", meaning: "allow more threads than CPUs (they share CPUs; otherwise such a plan is refused)" },
     Key { path: "memory.size", default: "256MiB", values: "150MiB, 1G, 64K, 4096 (binary units, as everywhere in numalab)", meaning: "bytes per region" },
-    Key { path: "memory.policy", default: "local", values: "local | remote | first-touch | interleave[:NODES] | weighted-interleave:0=3,1=1 | bind:N | preferred:N | preferred-many:NODES | default", meaning: "local: each region bound to its threads' node; remote: to the nearest other node; first-touch: no policy, each thread faults in its own share; the rest are the kernel's policies as numactl spells them. `replicate` is reserved for per-node replicas (not available yet)" },
+    Key { path: "memory.policy", default: "local", values: "local | remote | first-touch | replicate[:NODES] | interleave[:NODES] | weighted-interleave:0=3,1=1 | bind:N | preferred:N | preferred-many:NODES | default", meaning: "local: each region bound to its threads' node; remote: to the nearest other node; first-touch: no policy, each thread faults in its own share; replicate: a copy of each region bound to every node with CPUs (or to NODES), each thread reading its own node's copy (or the nearest), every write going to all copies (see memory.replication); the rest are the kernel's policies as numactl spells them" },
     Key { path: "memory.sharing", default: "per-node", values: "shared | per-node | per-thread", meaning: "one region for all threads, one per node with threads (the deck's 2 x 150 MB), or one per thread" },
     Key { path: "memory.huge_pages", default: "none", values: "none | thp | 2M", meaning: "base pages, transparent huge pages (madvised, 2 MiB-aligned) or explicit 2 MiB pages from the hugetlb pool" },
+    Key { path: "memory.replication", default: "copies", values: "copies | broadcast | log", meaning: "with replicate: copies: the engine stores every write to every copy, with sync = rwlock under the stripe's lock on every copy (taken in copy order, all held during the write; readers take only their own copy's lock: the deck's Experiment 2), with sync = none without locks; broadcast, log: every read and write goes through numalab::replicated::Replicated in that mode, whose own locks guard the copies (access.sync and lock_stripes do not apply). Ignored by the other policies" },
     Key { path: "access.pattern", default: "random", values: "random | sequential | strided:BYTES | copy", meaning: "random: uniform op-size-aligned offsets over the whole region; sequential/strided: each thread walks its own share; copy: each thread copies the first half of its share into the second" },
     Key { path: "access.op_size", default: "64", values: "bytes, multiple of 8", meaning: "bytes per read or write (the deck's RW_SIZE)" },
     Key { path: "access.read_write", default: "1:0 (copy: 1:1)", values: "R:W", meaning: "reads to writes, interleaved exactly (2:1 is R R W R R W ...)" },
@@ -883,8 +889,16 @@ mod tests {
         let err = parse("[memory]\nsize = \"12 parsecs\"\n").unwrap_err();
         assert!(err.message.contains("invalid size"), "{}", err.message);
 
-        let err = parse("[memory]\npolicy = \"replicate\"\n").unwrap_err();
-        assert!(err.message.contains("not available yet"), "{}", err.message);
+        let exp = parse("[memory]\npolicy = \"replicate\"\nreplication = \"log\"\n").unwrap();
+        assert_eq!(exp.memory.policy, PolicySpec::Replicate(None));
+        assert_eq!(exp.memory.replication, Replication::Log);
+        let err = parse("[memory]\nreplication = \"gossip\"\n").unwrap_err();
+        assert_eq!(err.location.as_ref().unwrap().line, 2);
+        assert!(
+            err.message.contains("copies") && err.message.contains("log"),
+            "{}",
+            err.message
+        );
     }
 
     #[test]

@@ -10,21 +10,22 @@ use std::time::Instant;
 
 use numalab::affinity::BindError;
 use numalab::audit::audit;
-use numalab::locate::Sample;
+use numalab::locate::{PageHistogram, Sample};
+use numalab::replicated::{Mode, ReplicaSet, Replicated, ReplicatedError};
 use numalab::system::Environment;
 use numalab::{
     BufferError, BufferOptions, InterleaveWeights, MemPolicy, NodeBuffer, NodeSet, PolicyError,
     Topology,
 };
 
-use super::access::{self, Done, Job, RegionPtr, Samples};
+use super::access::{self, Done, Job, Library, RegionPtr, Samples};
 use super::clock::Clock;
 use super::config::Experiment;
 use super::counters::{Available, ThreadCounters};
 use super::plan::{Plan, PlanError};
 use super::result::{
-    figures, thread_figures, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat, RunResult,
-    ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
+    figures, thread_figures, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat,
+    ReplicaCheck, RunResult, ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
 };
 use super::rwlock::StripeLock;
 use super::values::Sync;
@@ -50,6 +51,16 @@ pub enum ExecuteError {
         policy: String,
         /// Why.
         source: BufferError,
+    },
+    /// A replicated region could not be made.
+    #[error("region {region} (replicated on nodes {nodes}): {source}")]
+    Replicated {
+        /// Region number.
+        region: usize,
+        /// The nodes of its copies.
+        nodes: NodeSet,
+        /// Why.
+        source: ReplicatedError,
     },
     /// Weighted-interleave weights could not be installed.
     #[error("memory.policy = \"{policy}\": {source}")]
@@ -103,21 +114,54 @@ impl Control {
 
 /// A region's memory and its locks.
 struct Region {
-    buffer: NodeBuffer,
-    locks: Option<NodeBuffer>,
+    memory: Memory,
+    /// With `sync = "rwlock"`: the stripe locks, one array per copy (each
+    /// on its copy's node); empty otherwise.
+    locks: Vec<NodeBuffer>,
     stripes: usize,
 }
 
+/// One buffer, or one copy per node (`replicate`).
+enum Memory {
+    Plain(NodeBuffer),
+    Replicated(Box<Replicated<NodeBuffer>>),
+}
+
 impl Region {
+    /// The region as the access loops see it, one entry per copy (one for
+    /// a region that is not replicated).
+    fn copies(&self) -> Vec<RegionPtr> {
+        let bases: Vec<(*const u8, usize)> = match &self.memory {
+            Memory::Plain(buffer) => vec![(buffer.as_ptr(), buffer.len())],
+            Memory::Replicated(value) => value.regions().iter().map(|r| (r.ptr, r.len)).collect(),
+        };
+        bases
+            .into_iter()
+            .enumerate()
+            .map(|(i, (base, len))| RegionPtr {
+                base: base.cast_mut(),
+                len,
+                locks: self
+                    .locks
+                    .get(i)
+                    .map_or(std::ptr::null(), |l| l.as_ptr().cast::<StripeLock>()),
+                stripes: self.stripes,
+            })
+            .collect()
+    }
+
+    /// The first (or only) copy.
     fn ptr(&self) -> RegionPtr {
-        RegionPtr {
-            base: self.buffer.as_ptr().cast_mut(),
-            len: self.buffer.len(),
-            locks: self
-                .locks
-                .as_ref()
-                .map_or(std::ptr::null(), |l| l.as_ptr().cast::<StripeLock>()),
-            stripes: self.stripes,
+        self.copies()[0]
+    }
+
+    /// The library's replicated value, when reads and writes go through it.
+    fn library(&self, exp: &Experiment) -> Option<&Replicated<NodeBuffer>> {
+        match &self.memory {
+            Memory::Replicated(value) if exp.memory.replication.library_mode().is_some() => {
+                Some(value)
+            }
+            _ => None,
         }
     }
 }
@@ -178,7 +222,7 @@ pub fn execute_plan(
         warnings.push(Warning::new(WarningKind::NoPmu, note.clone()));
     }
     let clock = Clock::calibrate();
-    let loop_ns = loop_cost(exp, &clock);
+    let loop_ns = loop_cost(exp, &plan, &clock);
 
     let runs = exp.run.warmup + exp.run.repeats;
     let progress = &control.progress;
@@ -300,6 +344,9 @@ fn allocate(exp: &Experiment, plan: &Plan) -> Result<Vec<Region>, ExecuteError> 
     plan.regions
         .iter()
         .map(|r| {
+            if !r.replicas.is_empty() {
+                return allocate_replicated(exp, r, stripes);
+            }
             let error = |source| ExecuteError::Buffer {
                 region: r.region,
                 bytes: r.bytes,
@@ -329,8 +376,8 @@ fn allocate(exp: &Experiment, plan: &Plan) -> Result<Vec<Region>, ExecuteError> 
             // (an AtomicU32 of 0 each, 64-byte aligned in a page-aligned
             // mapping).
             Ok(Region {
-                buffer,
-                locks,
+                memory: Memory::Plain(buffer),
+                locks: locks.into_iter().collect(),
                 stripes: if exp.access.sync == Sync::Rwlock {
                     stripes
                 } else {
@@ -339,6 +386,70 @@ fn allocate(exp: &Experiment, plan: &Plan) -> Result<Vec<Region>, ExecuteError> 
             })
         })
         .collect()
+}
+
+/// A replicated region: one prefaulted copy bound to each of its nodes,
+/// held by the library's [`Replicated`] (through which reads and writes go
+/// with `replication = "broadcast" | "log"`), and with `replication =
+/// "copies"` and `sync = "rwlock"` one array of stripe locks per copy, on
+/// the copy's node.
+fn allocate_replicated(
+    exp: &Experiment,
+    r: &super::plan::RegionPlan,
+    stripes: usize,
+) -> Result<Region, ExecuteError> {
+    let buffer_error = |node: u32, source| ExecuteError::Buffer {
+        region: r.region,
+        bytes: r.bytes,
+        policy: format!("{} (its copy on node {node})", r.requested),
+        source,
+    };
+    let bind = |node: u32| MemPolicy::Bind(NodeSet::single(node));
+    let mut buffers = Vec::with_capacity(r.replicas.len());
+    for &node in &r.replicas {
+        let options = BufferOptions::new(bind(node))
+            .huge_pages(r.huge_pages)
+            .prefault(true);
+        let buffer = NodeBuffer::with_options(r.bytes as usize, options)
+            .map_err(|e| buffer_error(node, e))?;
+        buffers.push(Some(buffer));
+    }
+    let nodes: NodeSet = r.replicas.iter().copied().collect();
+    let replicated_error = |source| ExecuteError::Replicated {
+        region: r.region,
+        nodes: nodes.clone(),
+        source,
+    };
+    let set = ReplicaSet::on_nodes(&nodes).map_err(|e| replicated_error(e.into()))?;
+    // The mode only matters when the library applies the writes; with
+    // `copies` the engine does, through the copies' addresses.
+    let mode = exp
+        .memory
+        .replication
+        .library_mode()
+        .unwrap_or(Mode::Broadcast);
+    let value = Replicated::from_fn(set, mode, |replica, _| {
+        buffers[replica].take().expect("one buffer per copy")
+    })
+    .map_err(replicated_error)?;
+    let locked = exp.access.sync == Sync::Rwlock && exp.memory.replication.library_mode().is_none();
+    let mut locks = Vec::new();
+    if locked {
+        for &node in &r.replicas {
+            // Zeroed: unlocked StripeLocks, as above.
+            let lock = NodeBuffer::with_options(
+                stripes * std::mem::size_of::<StripeLock>(),
+                BufferOptions::new(bind(node)),
+            )
+            .map_err(|e| buffer_error(node, e))?;
+            locks.push(lock);
+        }
+    }
+    Ok(Region {
+        memory: Memory::Replicated(Box::new(value)),
+        locks,
+        stripes: if locked { stripes } else { 1 },
+    })
 }
 
 /// With `first-touch`, each thread faults in its own share, on its CPU.
@@ -377,7 +488,13 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
         .zip(regions)
         .map(|(r, region)| {
             let thread_nodes: NodeSet = r.threads.iter().map(|&t| plan.threads[t].node).collect();
-            let found = region.buffer.locate(Sample::All).unwrap_or_default();
+            if !r.replicas.is_empty() {
+                return check_replicated(plan, r, region, thread_nodes);
+            }
+            let found = match &region.memory {
+                Memory::Plain(buffer) => buffer.locate(Sample::All).unwrap_or_default(),
+                Memory::Replicated(_) => PageHistogram::default(),
+            };
             let check = audit(&r.policy, &thread_nodes, &found);
             let (as_requested, note) = if r.first_touch {
                 // Each share on its own thread's node.
@@ -431,9 +548,79 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                 audit: check,
                 as_requested,
                 note,
+                replicas: Vec::new(),
             }
         })
         .collect()
+}
+
+/// Where each copy of a replicated region is: every page of copy `i` on
+/// its own node, none missing.
+fn check_replicated(
+    plan: &Plan,
+    r: &super::plan::RegionPlan,
+    region: &Region,
+    thread_nodes: NodeSet,
+) -> RegionCheck {
+    let mut all = PageHistogram::default();
+    let mut replicas = Vec::with_capacity(r.replicas.len());
+    for (i, (copy, &node)) in region.copies().iter().zip(&r.replicas).enumerate() {
+        let found = numalab::locate::locate(copy.base, copy.len, Sample::All).unwrap_or_default();
+        let readers: NodeSet = r
+            .threads
+            .iter()
+            .map(|&t| &plan.threads[t])
+            .filter(|t| t.replica == Some(i))
+            .map(|t| t.node)
+            .collect();
+        let check = audit(&MemPolicy::Bind(NodeSet::single(node)), &readers, &found);
+        let off = found.present() - found.on_node(node);
+        let missing = found.not_present + found.unknown;
+        let as_requested = check.is_match() && off == 0 && missing == 0 && found.present() > 0;
+        let note = if as_requested {
+            format!("copy {i} on its node: {}", check.note)
+        } else {
+            format!("copy {i} asked on node {node}, but {off} of {} present pages are elsewhere and {missing} missing; found {found}", found.present())
+        };
+        all.merge(&found);
+        replicas.push(ReplicaCheck {
+            replica: i,
+            node,
+            thread_nodes: readers,
+            audit: check,
+            as_requested,
+            note,
+        });
+    }
+    let check = audit(&r.policy, &thread_nodes, &all);
+    let strays: Vec<&str> = replicas
+        .iter()
+        .filter(|c| !c.as_requested)
+        .map(|c| c.note.as_str())
+        .collect();
+    let (as_requested, note) = if strays.is_empty() {
+        (
+            true,
+            format!(
+                "replicate: {} cop{}, each on its own node ({all})",
+                replicas.len(),
+                if replicas.len() == 1 { "y" } else { "ies" }
+            ),
+        )
+    } else {
+        (false, format!("replicate: {}", strays.join("; ")))
+    };
+    RegionCheck {
+        region: r.region,
+        bytes: r.bytes,
+        requested: r.requested.clone(),
+        policy: r.policy.to_string(),
+        thread_nodes,
+        audit: check,
+        as_requested,
+        note,
+        replicas,
+    }
 }
 
 /// One thread's state, made on its CPU before the start.
@@ -455,7 +642,9 @@ fn one_run(
     index: usize,
 ) -> Result<Repeat, ExecuteError> {
     let access = &exp.access;
-    let ptrs: Vec<RegionPtr> = regions.iter().map(Region::ptr).collect();
+    let copies: Vec<Vec<RegionPtr>> = regions.iter().map(Region::copies).collect();
+    let libraries: Vec<Option<&Replicated<NodeBuffer>>> =
+        regions.iter().map(|r| r.library(exp)).collect();
     let isa = access.isa.resolve();
     let mix = access.mix();
     let capacity = |ops: Option<u64>| match (ops, access.latency_sample) {
@@ -483,8 +672,16 @@ fn one_run(
         },
         |i, state: &mut ThreadState| {
             let t = &plan.threads[i];
+            let replica = t.replica.unwrap_or(0);
+            let library = libraries[t.region].map(|value| Library { value, replica });
             let job = Job {
-                region: ptrs[t.region],
+                region: copies[t.region][replica],
+                copies: if library.is_none() {
+                    &copies[t.region]
+                } else {
+                    &[]
+                },
+                library,
                 share: t.share_offset as usize..(t.share_offset + t.share_len) as usize,
                 pattern: access.pattern,
                 op_size: access.op_size.0 as usize,
@@ -494,7 +691,7 @@ fn one_run(
                 sample_every: u64::from(access.latency_sample),
                 ops: t.ops,
                 duration: access.duration.map(|d| d.0),
-                locked: access.sync == Sync::Rwlock,
+                locked: access.sync == Sync::Rwlock && library.is_none(),
                 clock,
                 stop: &control.stop,
                 progress: &control.progress.ops_done,
@@ -573,27 +770,47 @@ struct DoneWithSamples {
 
 /// The access loop's cost per operation on a buffer that fits in the L1
 /// cache: what it costs without waiting for memory. `None` when the
-/// operations are too large for that (over 4 KiB).
-fn loop_cost(exp: &Experiment, clock: &Clock) -> Option<f64> {
+/// operations are too large for that (over 4 KiB). A replicated region's
+/// loop runs over as many copies as the plan has (with `replication =
+/// "copies"`); with `broadcast` or `log` it is the engine's loop around
+/// the library's calls, measured on one copy without them: the library's
+/// own cost is what those runs measure.
+fn loop_cost(exp: &Experiment, plan: &Plan, clock: &Clock) -> Option<f64> {
     let op = exp.access.op_size.0 as usize;
     if op > 4096 {
         return None;
     }
-    let bytes = (16 << 10).max(4 * op);
-    let mut words = vec![0u64; bytes / 8];
-    let locks: Vec<StripeLock> = (0..exp.access.lock_stripes.clamp(1, 1024))
-        .map(|_| StripeLock::default())
-        .collect();
-    let region = RegionPtr {
-        base: words.as_mut_ptr().cast(),
-        len: bytes,
-        locks: locks.as_ptr(),
-        stripes: locks.len(),
+    let library = exp.memory.replication.library_mode().is_some();
+    let copies = match plan.regions.first() {
+        Some(r) if !library => r.replicas.len().max(1),
+        _ => 1,
     };
+    let locked = exp.access.sync == Sync::Rwlock && !library;
+    let bytes = (16 << 10).max(4 * op);
+    let mut words: Vec<Vec<u64>> = (0..copies).map(|_| vec![0u64; bytes / 8]).collect();
+    let locks: Vec<Vec<StripeLock>> = (0..copies)
+        .map(|_| {
+            (0..exp.access.lock_stripes.clamp(1, 1024))
+                .map(|_| StripeLock::default())
+                .collect()
+        })
+        .collect();
+    let ptrs: Vec<RegionPtr> = words
+        .iter_mut()
+        .zip(&locks)
+        .map(|(words, locks)| RegionPtr {
+            base: words.as_mut_ptr().cast(),
+            len: bytes,
+            locks: locks.as_ptr(),
+            stripes: locks.len(),
+        })
+        .collect();
     let (stop, progress) = (AtomicBool::new(false), AtomicU64::new(0));
     let ops = 200_000u64;
     let job = Job {
-        region,
+        region: ptrs[0],
+        copies: &ptrs,
+        library: None,
         share: 0..bytes,
         pattern: exp.access.pattern,
         op_size: op,
@@ -603,7 +820,7 @@ fn loop_cost(exp: &Experiment, clock: &Clock) -> Option<f64> {
         sample_every: u64::from(exp.access.latency_sample),
         ops: Some(ops),
         duration: None,
-        locked: exp.access.sync == Sync::Rwlock,
+        locked,
         clock,
         stop: &stop,
         progress: &progress,
@@ -764,6 +981,53 @@ mod tests {
         assert!(result.regions[0].as_requested, "{}", result.regions[0].note);
         assert_eq!(result.repeats[0].ops, 20_000);
         assert_eq!(result.repeats[0].writes, 10_000);
+    }
+
+    #[test]
+    fn replicate_runs_with_every_copy_checked_on_its_node() {
+        let n = cpus();
+        for (replication, sync) in [
+            ("copies", "rwlock"),
+            ("copies", "none"),
+            ("broadcast", "rwlock"),
+            ("log", "none"),
+        ] {
+            let result = run(&format!(
+                "[threads]\ncount = {n}\n[memory]\nsize = \"2MiB\"\npolicy = \"replicate\"\nsharing = \"shared\"\nreplication = \"{replication}\"\n[access]\nread_write = \"3:1\"\nsync = \"{sync}\"\nlock_stripes = 16\nops = 20_000\n[run]\nrepeats = 1\nwarmup = 0"
+            ));
+            let what = format!("{replication} {sync}");
+            let r = &result.repeats[0];
+            assert_eq!((r.ops, r.writes), (20_000, 5_000), "{what}");
+            let region = &result.regions[0];
+            let planned = &result.plan.regions[0].replicas;
+            assert_eq!(region.replicas.len(), planned.len(), "{what}");
+            for (copy, &node) in region.replicas.iter().zip(planned) {
+                assert_eq!(copy.node, node);
+                assert_eq!(copy.audit.found.on_node(node), 512, "{what}: {}", copy.note);
+                assert!(copy.as_requested, "{what}: {}", copy.note);
+            }
+            assert_eq!(region.audit.found.present(), 512 * planned.len() as u64);
+            assert!(region.as_requested, "{what}: {}", region.note);
+            assert!(
+                result.placement_as_requested(),
+                "{what}: {:?}",
+                result.warnings
+            );
+            for t in &result.threads {
+                let copy = result.plan.threads[t.thread].replica.unwrap();
+                assert_eq!(
+                    t.memory_nodes,
+                    planned[copy].to_string(),
+                    "the copy it read"
+                );
+            }
+            let one_copy = planned.len() == 1;
+            let says_so = result.warnings.iter().any(|w| {
+                w.kind == WarningKind::Inconclusive
+                    && w.message.contains("replication cannot help on one node")
+            });
+            assert_eq!(says_so, one_copy, "{what}: {:?}", result.warnings);
+        }
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub struct ThreadPlan {
     pub share_len: u64,
     /// Operations it performs per run (`None` when the run is timed).
     pub ops: Option<u64>,
+    /// With `replicate`: the copy of its region it reads (its node's, or
+    /// the nearest one); it writes to all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<usize>,
 }
 
 /// One memory region.
@@ -55,6 +59,12 @@ pub struct RegionPlan {
     pub threads: Vec<usize>,
     /// Page size backing it.
     pub huge_pages: HugePages,
+    /// With `replicate`: the node of each copy, in copy order (ascending
+    /// node ids), each a full copy of `bytes` bound to its node; empty
+    /// otherwise. `policy` is then `bind` to all of them and
+    /// `expected_nodes` their set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<u32>,
 }
 
 /// An experiment resolved against a topology.
@@ -242,6 +252,19 @@ impl Plan {
             }
         }
 
+        let replicas = match &exp.memory.policy {
+            PolicySpec::Replicate(nodes) => Some(replica_nodes(exp, topology, nodes.as_deref())?),
+            _ => None,
+        };
+        let replica_of: Vec<Option<usize>> = thread_nodes
+            .iter()
+            .map(|&node| {
+                replicas
+                    .as_ref()
+                    .map(|copies| nearest_replica(topology, copies, node))
+            })
+            .collect();
+
         let support = topology.is_this_system().then(Support::probe);
         let mut regions = Vec::with_capacity(groups.len());
         for (r, users) in groups.iter().enumerate() {
@@ -255,15 +278,18 @@ impl Plan {
                 .max_by_key(|(node, n)| (**n, std::cmp::Reverse(**node)))
                 .map_or(0, |(node, _)| *node);
             let user_nodes: NodeSet = count.keys().copied().collect();
-            let (policy, first_touch) = region_policy(
-                exp,
-                topology,
-                r,
-                home,
-                &user_nodes,
-                users.len(),
-                &mut warnings,
-            )?;
+            let (policy, first_touch) = match &replicas {
+                Some(copies) => (MemPolicy::Bind(copies.iter().copied().collect()), false),
+                None => region_policy(
+                    exp,
+                    topology,
+                    r,
+                    home,
+                    &user_nodes,
+                    users.len(),
+                    &mut warnings,
+                )?,
+            };
             if let Some(support) = &support {
                 support
                     .require(&policy)
@@ -288,10 +314,17 @@ impl Plan {
                 expected_nodes,
                 threads: users.clone(),
                 huge_pages: exp.memory.huge_pages,
+                replicas: replicas.clone().unwrap_or_default(),
             });
         }
+        if let Some(copies) = &replicas {
+            replication_notes(exp, copies, &regions, &replica_of, &mut warnings);
+        }
 
-        let threads = shares(exp, &cpus, &thread_nodes, &region_of, &groups)?;
+        let mut threads = shares(exp, &cpus, &thread_nodes, &region_of, &groups)?;
+        for (thread, replica) in threads.iter_mut().zip(&replica_of) {
+            thread.replica = *replica;
+        }
         check_memory(&regions, topology, free)?;
         Ok(Plan {
             threads,
@@ -492,6 +525,7 @@ fn region_policy(
     };
     let policy = match &exp.memory.policy {
         PolicySpec::FirstTouch => return Ok((MemPolicy::Default, true)),
+        PolicySpec::Replicate(_) => unreachable!("replicated regions are planned by their copies"),
         PolicySpec::Local => {
             let node = if memory_nodes.contains(home) {
                 home
@@ -567,6 +601,134 @@ fn region_policy(
     Ok((policy, false))
 }
 
+/// The nodes of a replicated region's copies, ascending: `nodes` as the
+/// experiment names them (`replicate:0,1`), else every node with CPUs this
+/// process may use — its own memory, or the nearest node with memory when
+/// it has none. Memory-only nodes (CXL, HBM) get no copy of their own: no
+/// thread runs there to read it.
+fn replica_nodes(
+    exp: &Experiment,
+    topology: &Topology,
+    nodes: Option<&str>,
+) -> Result<Vec<u32>, PlanError> {
+    let memory_nodes = topology
+        .nodes_with_memory()
+        .intersection(&topology.allowed_nodes);
+    let set = match nodes {
+        Some(list) => topology
+            .parse_nodes(list)
+            .and_then(|set| topology.check_memory_nodes(&set).map(|()| set))
+            .map_err(|source| PlanError::Spec {
+                key: "memory.policy",
+                value: exp.memory.policy.to_string(),
+                source,
+            })?,
+        None => {
+            let mut set = NodeSet::new();
+            for node in topology
+                .nodes_with_cpus()
+                .iter()
+                .filter(|&n| !node_cpus(topology, n).is_empty())
+            {
+                if memory_nodes.contains(node) {
+                    set.insert(node);
+                } else if let Some(nearest) = topology
+                    .nodes_by_distance(node)
+                    .into_iter()
+                    .find(|n| memory_nodes.contains(*n))
+                {
+                    set.insert(nearest);
+                }
+            }
+            set
+        }
+    };
+    if set.is_empty() {
+        return Err(PlanError::Layout(format!(
+            "memory.policy = \"{}\": no node with memory this process may use",
+            exp.memory.policy
+        )));
+    }
+    Ok(set.iter().collect())
+}
+
+/// The copy a thread on `node` reads: its node's, else the nearest by
+/// firmware distance (the lowest id on a tie or without distances).
+fn nearest_replica(topology: &Topology, copies: &[u32], node: u32) -> usize {
+    copies
+        .iter()
+        .position(|&n| n == node)
+        .or_else(|| {
+            topology
+                .nodes_by_distance(node)
+                .into_iter()
+                .find_map(|n| copies.iter().position(|&c| c == n))
+        })
+        .unwrap_or(0)
+}
+
+/// Says when a replicated experiment cannot show what mirroring gains:
+/// one copy (one node), or regions whose threads all read one copy.
+fn replication_notes(
+    exp: &Experiment,
+    copies: &[u32],
+    regions: &[RegionPlan],
+    replica_of: &[Option<usize>],
+    warnings: &mut Vec<Warning>,
+) {
+    let policy = &exp.memory.policy;
+    if copies.len() == 1 {
+        let why = match policy {
+            PolicySpec::Replicate(None) => {
+                " (the only node with CPUs and memory this process may use)"
+            }
+            _ => "",
+        };
+        warnings.push(Warning::new(
+            WarningKind::Inconclusive,
+            format!(
+                "memory.policy = \"{policy}\": one copy, on node {}{why}: every thread reads it as it would `local` memory, so replication cannot help on one node; these are local figures with the write path of a single copy",
+                copies[0]
+            ),
+        ));
+        return;
+    }
+    let read_from = |region: &RegionPlan| -> NodeSet {
+        region
+            .threads
+            .iter()
+            .filter_map(|&t| replica_of[t])
+            .map(|r| r as u32)
+            .collect()
+    };
+    if exp.memory.sharing != Sharing::Shared {
+        warnings.push(Warning::new(
+            WarningKind::Inconclusive,
+            format!(
+                "memory.policy = \"{policy}\" with memory.sharing = \"{}\": each region is read by one node's threads only, so its copies on the other nodes are written and never read; memory.sharing = \"shared\" mirrors one region for every thread (the deck's Experiment 2)",
+                exp.memory.sharing
+            ),
+        ));
+        return;
+    }
+    for region in regions {
+        let read = read_from(region);
+        if read.len() == 1 {
+            let copy = read.first().unwrap_or(0) as usize;
+            warnings.push(Warning::new(
+                WarningKind::Inconclusive,
+                format!(
+                    "memory.policy = \"{policy}\": every thread of region {} reads copy {copy} (node {}); its other {} cop{} are written and never read, so this cell shows what mirroring costs writes, not what it gains reads",
+                    region.region,
+                    copies[copy],
+                    copies.len() - 1,
+                    if copies.len() == 2 { "y" } else { "ies" },
+                ),
+            ));
+        }
+    }
+}
+
 /// Each thread's share of its region, and its operations.
 fn shares(
     exp: &Experiment,
@@ -618,6 +780,7 @@ fn shares(
             share_offset: start,
             share_len,
             ops,
+            replica: None,
         });
     }
     Ok(threads)
@@ -644,6 +807,13 @@ fn check_memory(
         } else {
             region.bytes
         };
+        if !region.replicas.is_empty() {
+            // A full copy on each of its nodes.
+            for &node in &region.replicas {
+                *on_node.entry(node).or_default() += bytes;
+            }
+            continue;
+        }
         match &region.policy {
             MemPolicy::Bind(nodes) if nodes.len() == 1 => {
                 *on_node.entry(nodes.first().unwrap_or(0)).or_default() += bytes;
@@ -1052,6 +1222,223 @@ mod tests {
         );
     }
 
+    fn xml(name: &str) -> Topology {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/topologies")
+            .join(name);
+        Topology::from_xml_file(path).unwrap()
+    }
+
+    fn inconclusive(plan: &Plan) -> Vec<&str> {
+        plan.warnings
+            .iter()
+            .filter(|w| w.kind == WarningKind::Inconclusive)
+            .map(|w| w.message.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn replicate_puts_a_copy_on_every_node_and_threads_read_their_own() {
+        for topo in [two(), four(), eight()] {
+            let n = topo.nodes.len();
+            let text = format!(
+                "[threads]\ncount = {}\n[memory]\nsize = \"4MiB\"\npolicy = \"replicate\"\nsharing = \"shared\"",
+                2 * n
+            );
+            let p = plan(&topo, &text);
+            let all: Vec<u32> = (0..n as u32).collect();
+            assert_eq!(p.regions.len(), 1);
+            let r = &p.regions[0];
+            assert_eq!(r.replicas, all, "{n} nodes: a copy on each");
+            assert_eq!(r.policy, MemPolicy::Bind(all.iter().copied().collect()));
+            assert_eq!(r.expected_nodes.len(), n);
+            assert_eq!(r.requested, "replicate");
+            for t in &p.threads {
+                let copy = t.replica.expect("every thread reads a copy");
+                assert_eq!(
+                    r.replicas[copy], t.node,
+                    "thread {} reads its node's copy",
+                    t.thread
+                );
+            }
+            assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+            // The copies are the same with fewer threads: the machine's
+            // mirror, whoever reads it.
+            let p = plan(
+                &topo,
+                &text.replace(&format!("count = {}", 2 * n), "count = 1"),
+            );
+            assert_eq!(p.regions[0].replicas, all);
+            assert_eq!(p.threads[0].replica, Some(0));
+            let notes = inconclusive(&p);
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            assert!(
+                notes[0].contains("every thread of region 0 reads copy 0"),
+                "{}",
+                notes[0]
+            );
+        }
+    }
+
+    #[test]
+    fn replicate_on_named_nodes_reads_the_nearest_copy() {
+        // 8 nodes with a SLIT (every remote node at 20): threads on nodes
+        // without a copy read the nearest, the lowest id on a tie.
+        let topo = xml("16amd64-4distances.xml");
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 8\n[memory]\nsize = \"1MiB\"\npolicy = \"replicate:2,5\"\nsharing = \"shared\"",
+        );
+        assert_eq!(p.regions[0].replicas, [2, 5]);
+        for t in &p.threads {
+            let expected = match t.node {
+                5 => 1,
+                _ => 0,
+            };
+            assert_eq!(t.replica, Some(expected), "thread on node {}", t.node);
+        }
+        // On the 4-node synthetic machine without distances: nearest by id.
+        let p = plan(
+            &four(),
+            "[threads]\ncount = 4\n[memory]\npolicy = \"replicate:1,3\"\nsize = \"1MiB\"\nsharing = \"shared\"",
+        );
+        let copies: Vec<Option<usize>> = p.threads.iter().map(|t| t.replica).collect();
+        assert_eq!(copies, [Some(0), Some(0), Some(0), Some(1)]);
+        let err = Plan::resolve(&exp("[memory]\npolicy = \"replicate:0,7\""), &four()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "memory.policy = \"replicate:0,7\": node 7 does not exist; this machine has nodes 0-3"
+        );
+    }
+
+    #[test]
+    fn replicate_leaves_memory_only_nodes_out_and_serves_memory_less_ones() {
+        // Node 0: CPUs and memory; node 1: memory only (CXL); node 2: CPUs
+        // without memory, nearest memory on node 1 (25 against 30).
+        let topo = xml("cpuless.xml");
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 2\n[memory]\nsize = \"1MiB\"\npolicy = \"replicate\"\nsharing = \"shared\"",
+        );
+        assert_eq!(p.regions[0].replicas, [0, 1]);
+        let by_node: Vec<(u32, Option<usize>)> =
+            p.threads.iter().map(|t| (t.node, t.replica)).collect();
+        assert_eq!(by_node, [(0, Some(0)), (2, Some(1))]);
+        // Knights Landing SNC4: four DRAM nodes with CPUs, four MCDRAM
+        // nodes without; a copy on each DRAM node only.
+        let topo = xml("64intel64-fakeKNL-SNC4-hybrid.xml");
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 4\n[memory]\nsize = \"1MiB\"\npolicy = \"replicate\"\nsharing = \"shared\"",
+        );
+        assert_eq!(p.regions[0].replicas, [0, 1, 2, 3]);
+        // Named explicitly, a memory-only node may hold a copy.
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 4\n[memory]\nsize = \"1MiB\"\npolicy = \"replicate:0-7\"\nsharing = \"shared\"",
+        );
+        assert_eq!(p.regions[0].replicas.len(), 8);
+    }
+
+    #[test]
+    fn replicate_on_one_node_says_it_cannot_help() {
+        let one = Topology::from_synthetic("numa:1 core:2 pu:1").unwrap();
+        let p = plan(
+            &one,
+            "[threads]\ncount = 2\n[memory]\npolicy = \"replicate\"\nsharing = \"shared\"\nsize = \"1MiB\"",
+        );
+        assert_eq!(p.regions[0].replicas, [0]);
+        assert!(p.threads.iter().all(|t| t.replica == Some(0)));
+        let notes = inconclusive(&p);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].contains("replication cannot help on one node"),
+            "{}",
+            notes[0]
+        );
+        assert!(
+            !p.warnings.iter().any(|w| w.kind == WarningKind::Placement),
+            "the pages are as asked: no placement warning"
+        );
+    }
+
+    #[test]
+    fn replicate_per_node_regions_are_mirrored_and_say_so() {
+        let p = plan(
+            &two(),
+            "[threads]\ncount = 4\n[memory]\npolicy = \"replicate\"\nsize = \"1MiB\"",
+        );
+        assert_eq!(p.regions.len(), 2);
+        assert!(p.regions.iter().all(|r| r.replicas == [0, 1]));
+        let notes = inconclusive(&p);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].contains("memory.sharing = \"per-node\""),
+            "{}",
+            notes[0]
+        );
+    }
+
+    #[test]
+    fn replicate_needs_a_full_copy_on_every_node() {
+        let topo = two();
+        let gib = 1u64 << 30;
+        let free = |node: u32| {
+            Some(NodeFree {
+                free: if node == 0 { 2 * gib } else { gib / 2 },
+                reclaimable: 0,
+                huge_2m: 0,
+            })
+        };
+        let fits = exp("[threads]\ncount = 2\n[memory]\nsize = \"256MiB\"\npolicy = \"replicate\"\nsharing = \"shared\"");
+        assert!(Plan::resolve_with(&fits, &topo, &free).is_ok());
+        // 1 GiB interleaved fits (512 MiB per node); mirrored it does not.
+        let big =
+            "[threads]\ncount = 2\n[memory]\nsize = \"1GiB\"\nsharing = \"shared\"\npolicy = ";
+        assert!(Plan::resolve_with(&exp(&format!("{big}\"interleave\"")), &topo, &free).is_ok());
+        let err =
+            Plan::resolve_with(&exp(&format!("{big}\"replicate\"")), &topo, &free).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the plan needs 1024.0 MiB on node 1, which has 512.0 MiB free; lower memory.size or threads.count, or choose other nodes"
+        );
+    }
+
+    #[test]
+    fn deck_experiment_2_plans_at_its_sizes_on_a_24_cpu_two_node_machine() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/deck-exp2-rwlock.toml");
+        let exp = Experiment::from_file(&path).unwrap();
+        let topo = Topology::from_synthetic("pack:2 numa:1 core:12 pu:1").unwrap();
+        let cells = exp.cells().unwrap();
+        assert_eq!(
+            cells.len(),
+            15,
+            "threads 2-24 x replicate, interleave, local"
+        );
+        for (settings, cell) in &cells {
+            let p = Plan::resolve(cell, &topo).unwrap_or_else(|e| panic!("{settings:?}: {e}"));
+            assert_eq!(p.regions.len(), 1, "one shared table");
+            let r = &p.regions[0];
+            assert_eq!(r.bytes, 300 << 20);
+            match r.requested.as_str() {
+                "replicate" => {
+                    assert_eq!(r.replicas, [0, 1], "a mirror on both nodes");
+                    for t in &p.threads {
+                        assert_eq!(r.replicas[t.replica.unwrap()], t.node);
+                    }
+                }
+                "interleave" => assert_eq!(r.policy.to_string(), "interleave:0-1"),
+                _ => assert_eq!(r.policy, MemPolicy::Bind(NodeSet::single(0))),
+            }
+            assert!(
+                inconclusive(&p).is_empty(),
+                "{settings:?}: {:?}",
+                p.warnings
+            );
+        }
+    }
+
     #[test]
     fn every_policy_and_split_resolves_on_2_4_and_8_nodes() {
         let wide = |d: &str| Topology::from_synthetic(d).unwrap();
@@ -1076,6 +1463,8 @@ mod tests {
                     "bind:1",
                     "preferred:1",
                     "weighted-interleave:0=2,1=1",
+                    "replicate",
+                    "replicate:0,1",
                 ] {
                     for sharing in ["shared", "per-node", "per-thread"] {
                         let text = format!("[threads]\ncount = 4\nplacement = \"{placement}\"\n[memory]\nsize = \"1MiB\"\npolicy = \"{policy}\"\nsharing = \"{sharing}\"");
@@ -1084,6 +1473,11 @@ mod tests {
                         for t in &p.threads {
                             assert_eq!(topo.cpu(t.cpu).unwrap().node, Some(t.node), "{text}");
                             assert!(p.regions[t.region].threads.contains(&t.thread));
+                            let replicas = &p.regions[t.region].replicas;
+                            match t.replica {
+                                Some(copy) => assert!(copy < replicas.len(), "{text}"),
+                                None => assert!(replicas.is_empty(), "{text}"),
+                            }
                         }
                         for r in &p.regions {
                             assert!(!r.expected_nodes.is_empty(), "{text}");

@@ -36,6 +36,9 @@ pub enum WarningKind {
     Overhead,
     /// Stopped before the end (Ctrl-C).
     Interrupted,
+    /// The run is as asked but cannot show what the experiment compares
+    /// on this machine (replication with one node).
+    Inconclusive,
 }
 
 /// Something every output shows beside the figures.
@@ -212,7 +215,29 @@ pub struct RegionCheck {
     /// Pages found against the kernel policy.
     pub audit: PlacementAudit,
     /// Whether the pages are what was *asked* for: the audit matches, and
-    /// `local` pages are on their threads' node, `remote` pages on another.
+    /// `local` pages are on their threads' node, `remote` pages on another,
+    /// every copy of a replicated region on its own node.
+    pub as_requested: bool,
+    /// One line for tables.
+    pub note: String,
+    /// With `replicate`: each copy's check, in copy order (the region's
+    /// `audit` is then of all copies' pages together).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaCheck>,
+}
+
+/// The placement check of one copy of a replicated region.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaCheck {
+    /// Copy number, from 0 (ascending node ids).
+    pub replica: usize,
+    /// The node it is bound to.
+    pub node: u32,
+    /// Nodes of the threads that read it.
+    pub thread_nodes: numalab::NodeSet,
+    /// Its pages against `bind` to its node.
+    pub audit: PlacementAudit,
+    /// Whether every page is on its node.
     pub as_requested: bool,
     /// One line for tables.
     pub note: String,
@@ -371,7 +396,12 @@ pub fn thread_figures(
                 memory_nodes: regions
                     .get(t.region)
                     .map(|r| {
-                        let nodes = r.audit.found.nodes();
+                        // A replicated region: the copy the thread read.
+                        let found = match t.replica.and_then(|i| r.replicas.get(i)) {
+                            Some(copy) => &copy.audit.found,
+                            None => &r.audit.found,
+                        };
+                        let nodes = found.nodes();
                         if nodes.is_empty() {
                             "-".to_owned()
                         } else {

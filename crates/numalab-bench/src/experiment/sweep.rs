@@ -168,6 +168,19 @@ pub fn run_sweep(
             format!("{noisy} of {n} cells were noisy (repeats varied by more than 5%)"),
         ));
     }
+    // What some cells cannot show (replication on one node): each reason once.
+    let mut inconclusive: Vec<&Warning> = Vec::new();
+    for w in cells
+        .iter()
+        .filter_map(|c| c.result.as_ref())
+        .flat_map(|r| r.warnings.iter())
+        .filter(|w| w.kind == WarningKind::Inconclusive)
+    {
+        if !inconclusive.iter().any(|i| i.message == w.message) {
+            inconclusive.push(w);
+        }
+    }
+    warnings.extend(inconclusive.into_iter().cloned());
     for kind in [WarningKind::NoPmu, WarningKind::Oversubscribed] {
         if let Some(w) = cells
             .iter()

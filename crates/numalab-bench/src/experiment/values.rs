@@ -230,7 +230,8 @@ text_serde!(
 /// use numalab_bench::experiment::PolicySpec;
 /// assert_eq!("remote".parse::<PolicySpec>()?, PolicySpec::Remote);
 /// assert_eq!("interleave".parse::<PolicySpec>()?.to_string(), "interleave");
-/// assert!("replicate".parse::<PolicySpec>().unwrap_err().contains("not available yet"));
+/// assert_eq!("replicate".parse::<PolicySpec>()?, PolicySpec::Replicate(None));
+/// assert_eq!("replicate:0,1".parse::<PolicySpec>()?.to_string(), "replicate:0,1");
 /// # Ok::<(), String>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -249,15 +250,13 @@ pub enum PolicySpec {
     /// `weighted-interleave:0=3,1=1`, `bind:1`, `preferred:1`,
     /// `preferred-many:0,2`, `default`.
     Kernel(String),
-    // `Replicate` (per-node copies of read-mostly pages, reads local,
-    // writes collapsing the copies) arrives with the library's
-    // `ReplicatedPages`: it is parsed below and refused until then.
+    /// One copy of each region per node (`replicate`: every node with
+    /// CPUs, or the nearest node with memory for one without;
+    /// `replicate:0,1`: these nodes), each bound to its node. Threads read
+    /// the copy of their node (or the nearest one); writes go to every
+    /// copy, as `memory.replication` says.
+    Replicate(Option<String>),
 }
-
-/// Why `replicate` is refused today.
-pub const REPLICATE_NOT_YET: &str = "memory.policy = \"replicate\" is not available yet: \
-     per-node replication (the library's ReplicatedPages) is still being built; \
-     compare local, remote, interleave, bind or first-touch meanwhile";
 
 impl FromStr for PolicySpec {
     type Err = String;
@@ -268,9 +267,23 @@ impl FromStr for PolicySpec {
             "local" => return Ok(PolicySpec::Local),
             "remote" => return Ok(PolicySpec::Remote),
             "first-touch" => return Ok(PolicySpec::FirstTouch),
-            "replicate" => return Err(REPLICATE_NOT_YET.to_owned()),
+            "replicate" => return Ok(PolicySpec::Replicate(None)),
             "interleave" => return Ok(PolicySpec::Kernel("interleave".into())),
             _ => {}
+        }
+        if let Some(list) = s.strip_prefix("replicate:") {
+            let list = list.trim();
+            if list.is_empty() {
+                return Err(format!(
+                    "invalid policy {s:?}: name the nodes, as in replicate:0,1, or write replicate"
+                ));
+            }
+            // Syntax only here, as for the kernel's policies.
+            list.replace("all", "0")
+                .replace('!', "")
+                .parse::<numalab::NodeSet>()
+                .map_err(|e| format!("invalid policy {s:?}: {e}"))?;
+            return Ok(PolicySpec::Replicate(Some(list.to_owned())));
         }
         match name {
             "interleave" | "weighted-interleave" | "bind" | "preferred" | "preferred-many"
@@ -286,8 +299,9 @@ impl FromStr for PolicySpec {
                 Ok(PolicySpec::Kernel(s.to_owned()))
             }
             _ => Err(format!(
-                "unknown memory policy {s:?}; expected local, remote, first-touch, interleave[:NODES], \
-                 weighted-interleave:0=3,1=1, bind:N, preferred:N, preferred-many:NODES or default"
+                "unknown memory policy {s:?}; expected local, remote, first-touch, replicate[:NODES], \
+                 interleave[:NODES], weighted-interleave:0=3,1=1, bind:N, preferred:N, \
+                 preferred-many:NODES or default"
             )),
         }
     }
@@ -300,6 +314,8 @@ impl fmt::Display for PolicySpec {
             PolicySpec::Remote => f.write_str("remote"),
             PolicySpec::FirstTouch => f.write_str("first-touch"),
             PolicySpec::Kernel(text) => f.write_str(text),
+            PolicySpec::Replicate(None) => f.write_str("replicate"),
+            PolicySpec::Replicate(Some(nodes)) => write!(f, "replicate:{nodes}"),
         }
     }
 }
@@ -308,6 +324,55 @@ text_serde!(
     PolicySpec,
     "a policy such as \"local\", \"remote\" or \"interleave\""
 );
+
+/// How the copies of a replicated region (`memory.policy = "replicate"`)
+/// are kept identical.
+///
+/// ```
+/// use numalab_bench::experiment::values::Replication;
+/// let r: Replication = toml::Value::String("log".into()).try_into()?;
+/// assert_eq!(r, Replication::Log);
+/// assert_eq!(Replication::Copies.to_string(), "copies");
+/// # Ok::<(), toml::de::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Replication {
+    /// The engine keeps the copies itself: a thread reads its own node's
+    /// copy; a write stores to every copy, under `access.sync`'s striped
+    /// locks (one set per copy, on its node: the deck's Experiment 2) or
+    /// with none.
+    #[default]
+    Copies,
+    /// Every read and write goes through [`numalab::replicated::Replicated`]
+    /// in broadcast mode (its own reader-writer locks; `access.sync` does
+    /// not apply).
+    Broadcast,
+    /// Through [`numalab::replicated::Replicated`] in log mode (node
+    /// replication).
+    Log,
+}
+
+impl Replication {
+    /// The library's mode, when the reads and writes go through it.
+    pub fn library_mode(self) -> Option<numalab::replicated::Mode> {
+        match self {
+            Replication::Copies => None,
+            Replication::Broadcast => Some(numalab::replicated::Mode::Broadcast),
+            Replication::Log => Some(numalab::replicated::Mode::Log),
+        }
+    }
+}
+
+impl fmt::Display for Replication {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Replication::Copies => "copies",
+            Replication::Broadcast => "broadcast",
+            Replication::Log => "log",
+        })
+    }
+}
 
 /// How many regions there are and who uses each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -562,11 +627,22 @@ mod tests {
             "preferred:0",
             "preferred-many:0,2",
             "default",
+            "replicate",
+            "replicate:0,1",
+            "replicate:all",
         ] {
             let p: PolicySpec = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
             assert_eq!(p.to_string(), text);
         }
-        for bad in ["near", "bind", "preferred:0,1", "local:1", "interleave:x"] {
+        for bad in [
+            "near",
+            "bind",
+            "preferred:0,1",
+            "local:1",
+            "interleave:x",
+            "replicate:",
+            "replicate:x",
+        ] {
             assert!(bad.parse::<PolicySpec>().is_err(), "{bad}");
         }
     }

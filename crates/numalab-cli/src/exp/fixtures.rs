@@ -84,6 +84,7 @@ pub fn run_of(exp: Experiment) -> RunResult {
                 as_requested: check.is_match(),
                 note: check.note.clone(),
                 audit: check,
+                replicas: Vec::new(),
             }
         })
         .collect();

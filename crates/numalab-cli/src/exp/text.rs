@@ -90,11 +90,20 @@ pub fn describe(exp: &Experiment, regions: usize) -> String {
         (None, Some(d)) => format!("{d} per thread"),
         (None, None) => String::new(),
     };
-    let sync = match a.sync {
-        numalab_bench::experiment::values::Sync::None => String::new(),
-        numalab_bench::experiment::values::Sync::Rwlock => {
-            format!(", under {} RW locks per region", a.lock_stripes)
-        }
+    use numalab_bench::experiment::values::{PolicySpec, Replication, Sync};
+    let replicated = matches!(exp.memory.policy, PolicySpec::Replicate(_));
+    let sync = match (replicated, exp.memory.replication, a.sync) {
+        (true, Replication::Broadcast | Replication::Log, _) => format!(
+            ", through numalab::replicated ({} mode, its own locks)",
+            exp.memory.replication
+        ),
+        (true, Replication::Copies, Sync::Rwlock) => format!(
+            ", every write to all copies, under {} RW locks per copy",
+            a.lock_stripes
+        ),
+        (true, Replication::Copies, Sync::None) => ", every write to all copies, no locks".into(),
+        (false, _, Sync::None) => String::new(),
+        (false, _, Sync::Rwlock) => format!(", under {} RW locks per region", a.lock_stripes),
     };
     format!(
         "{} thread(s) ({}), {} x {} {} region(s), {}, {} {} ops, R:W {}, {}{}; {} repeat(s) after {} warm-up(s)",
@@ -235,16 +244,35 @@ pub fn run_report(r: &RunResult, style: Style) -> String {
         .map(String::from)
         .to_vec(),
     );
+    let yes = |ok: bool| if ok { "yes" } else { "NO" }.to_owned();
     for c in &r.regions {
-        regions.add_row(vec![
-            c.region.to_string(),
-            human_bytes(c.bytes),
-            c.thread_nodes.to_string(),
-            c.requested.clone(),
-            c.policy.clone(),
-            c.audit.found.to_string(),
-            if c.as_requested { "yes" } else { "NO" }.to_owned(),
-        ]);
+        if c.replicas.is_empty() {
+            regions.add_row(vec![
+                c.region.to_string(),
+                human_bytes(c.bytes),
+                c.thread_nodes.to_string(),
+                c.requested.clone(),
+                c.policy.clone(),
+                c.audit.found.to_string(),
+                yes(c.as_requested),
+            ]);
+        }
+        // A replicated region: a row per copy, each checked on its node.
+        for copy in &c.replicas {
+            regions.add_row(vec![
+                format!("{} copy {}", c.region, copy.replica),
+                human_bytes(c.bytes),
+                if copy.thread_nodes.is_empty() {
+                    "-".to_owned()
+                } else {
+                    copy.thread_nodes.to_string()
+                },
+                c.requested.clone(),
+                copy.audit.policy.to_string(),
+                copy.audit.found.to_string(),
+                yes(copy.as_requested),
+            ]);
+        }
     }
     out.push_str(&style.render(&regions));
     out.push('\n');
