@@ -27,6 +27,7 @@ pub mod buffer;
 pub mod exec;
 pub mod fill;
 pub mod matrix;
+pub mod replicated;
 pub mod ring;
 pub mod run;
 pub mod topo;
@@ -152,6 +153,11 @@ pub const CHECKS: &[Check] = &[
         name: "run.placement",
         about: "numalab run --json: threads on their planned nodes; local, remote, interleave, first-touch pages where asked",
         run: run::placement,
+    },
+    Check {
+        name: "replicated.placement",
+        about: "Replicated<T> and ReplicatedPages on ReplicaSet::system(): replicas on their nodes, reads local, a budget limits copies; numalab run with replicate",
+        run: replicated::placement,
     },
     Check {
         name: "ring.blog",

@@ -1,0 +1,403 @@
+//! Replicated memory on real nodes: every replica's pages on its own node,
+//! reads from each CPU node served by that node's replica, copies limited
+//! by a budget, and the experiment engine's `replicate` policy placing a
+//! copy on every node with CPUs.
+//!
+//! `ReplicaSet::system()` makes one replica per node with memory that the
+//! process may use, memory-only (CPU-less) nodes included, in node order;
+//! its thread map sends each CPU node's threads to their own node's
+//! replica, so a memory-only node's replica is written (and holds its
+//! copies) but never read by `read`, only through `read_from`. The
+//! engine's `replicate` instead places copies on the nodes with CPUs
+//! only. (Timings inside TCG mean nothing; the placement is the kernel's
+//! and real.)
+
+use std::fs;
+
+use anyhow::{bail, Result};
+use numalab::locate::{self, PageHistogram, Sample};
+use numalab::replicated::{Mode, PagesOptions, ReplicaSet, Replicated, ReplicatedPages};
+use serde_json::Value;
+
+use super::{Guest, Outcome, Pages};
+
+const PAGE: usize = 4096;
+
+/// Records that every present page of `found` is on `node`, and that
+/// `expected` pages (or, with `None`, some) are present.
+fn all_on(
+    out: &mut Outcome,
+    what: impl Into<String>,
+    node: u32,
+    expected: Option<u64>,
+    found: &PageHistogram,
+) {
+    let present = found.present();
+    let missing = found.not_present + found.unknown;
+    let count_ok = expected.map_or(present > 0, |n| present == n);
+    out.check(
+        what,
+        match expected {
+            Some(n) => format!("all {n} on node{node}"),
+            None => format!("all on node{node}"),
+        },
+        if missing > 0 {
+            format!("{} (+{missing} not present)", Pages::found(found))
+        } else {
+            Pages::found(found).to_string()
+        },
+        found.on_node(node) == present && count_ok && missing == 0,
+    );
+}
+
+/// The replica a thread on `node` should read: its node's (every CPU
+/// node of the presets has memory).
+fn replica_of(set: &ReplicaSet, node: u32) -> Option<usize> {
+    set.nodes().iter().position(|&n| n == node)
+}
+
+/// Library and engine replication on this preset.
+pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let preset = &guest.preset;
+    let cpu_nodes: Vec<u32> = preset.cpu_nodes().iter().collect();
+    let memory_only: Vec<u32> = preset.memory_only_nodes().iter().collect();
+    let set = ReplicaSet::system()?;
+    // Every node of the presets has memory: a replica on each, CPU-less
+    // ones included.
+    out.same(
+        "ReplicaSet::system() replica nodes",
+        format!("{:?}", preset.node_ids().iter().collect::<Vec<_>>()),
+        format!("{:?}", set.nodes()),
+    );
+
+    library_values(guest, out, &set, &cpu_nodes)?;
+    pages(guest, out, &set, &cpu_nodes, &memory_only)?;
+    budget(guest, out, &set, cpu_nodes[0])?;
+    engine(guest, out, &cpu_nodes)?;
+    Ok(())
+}
+
+/// `Replicated<T>`: the value's own pages, a `Vec`'s buffer and a byte
+/// region, each replica on its node; reads from each CPU node counted on
+/// that node's replica.
+fn library_values(
+    guest: &Guest,
+    out: &mut Outcome,
+    set: &ReplicaSet,
+    cpu_nodes: &[u32],
+) -> Result<()> {
+    let table = Replicated::with_set([7u64; 2048], set.clone(), Mode::Broadcast)?;
+    for (i, pages) in table.replica_pages(Sample::All)?.iter().enumerate() {
+        all_on(
+            out,
+            format!("Replicated<[u64; 2048]> replica {i} pages"),
+            set.node(i),
+            Some(4),
+            pages,
+        );
+    }
+    // Over 32 MiB, so glibc maps it fresh (never reused heap): each clone
+    // is made with the thread bound to its replica's node.
+    let words = (33 << 20) / 8;
+    let vector = Replicated::with_set(vec![1u64; words], set.clone(), Mode::Log)?;
+    let buffers = vector.replica_pages_of(Sample::All, |v| (v.as_ptr().cast(), v.len() * 8))?;
+    for (i, pages) in buffers.iter().enumerate() {
+        all_on(
+            out,
+            format!("Replicated<Vec<u64>> replica {i} buffer (33 MiB)"),
+            set.node(i),
+            None,
+            pages,
+        );
+    }
+    drop(vector);
+    let bytes = Replicated::bytes(set.clone(), Mode::Broadcast, &vec![3u8; 1 << 20])?;
+    for region in bytes.regions() {
+        let pages = locate::locate(region.ptr, region.len, Sample::All)?;
+        all_on(
+            out,
+            format!("Replicated::bytes replica {} region", region.replica),
+            region.node,
+            Some(256),
+            &pages,
+        );
+    }
+
+    // A thread pinned on each CPU node reads its node's replica.
+    for &node in cpu_nodes {
+        let (ran_on, (current, sum)) = guest.on_node(node, || {
+            (set.current(), table.read(|t| t.iter().sum::<u64>()))
+        })?;
+        out.same(
+            format!("a thread pinned on node {node} ran on"),
+            node,
+            ran_on,
+        );
+        out.same(
+            format!("set.current() on node {node}: the replica of"),
+            node,
+            set.nodes().get(current).copied().unwrap_or(u32::MAX),
+        );
+        out.same(format!("read on node {node}"), 7 * 2048, sum);
+    }
+    for stats in table.stats() {
+        let cpu_node = cpu_nodes.contains(&stats.node);
+        out.same(
+            format!(
+                "reads served by replica {} (node {})",
+                stats.replica, stats.node
+            ),
+            u64::from(cpu_node),
+            stats.reads,
+        );
+    }
+    Ok(())
+}
+
+/// `ReplicatedPages`: from a thread on each CPU node, the first read of
+/// every page is served by the master and copies it (`copy_after(1)`),
+/// the second is local; the copies are on the reading node. A
+/// memory-only node's replica gets copies only through `read_from`, and
+/// they land on it.
+fn pages(
+    guest: &Guest,
+    out: &mut Outcome,
+    set: &ReplicaSet,
+    cpu_nodes: &[u32],
+    memory_only: &[u32],
+) -> Result<()> {
+    const PAGES: usize = 64;
+    let data: Vec<u8> = (0..PAGES * PAGE).map(|i| (i % 251) as u8).collect();
+    let options = PagesOptions::default()
+        .copy_after(1)
+        .min_free_bytes(16 << 20);
+    let region = ReplicatedPages::new(&data, set.clone(), options)?;
+    for &node in cpu_nodes {
+        let (_, read) = guest.on_node(node, || -> Result<bool> {
+            let mut buf = vec![0u8; data.len()];
+            region.read(0, &mut buf)?;
+            region.read(0, &mut buf)?;
+            Ok(buf == data)
+        })?;
+        out.same(format!("bytes read on node {node}"), true, read?);
+        let Some(replica) = replica_of(set, node) else {
+            bail!("no replica on CPU node {node}");
+        };
+        let stats = &region.stats()[replica];
+        out.same(
+            format!("node {node}: (remote, local) page reads"),
+            format!("({PAGES}, {PAGES})"),
+            format!("({}, {})", stats.remote_reads, stats.local_reads),
+        );
+        out.same(format!("node {node}: copies"), PAGES, stats.copies);
+    }
+    for &node in memory_only {
+        let Some(replica) = replica_of(set, node) else {
+            bail!("no replica on memory-only node {node}");
+        };
+        let before = region.stats()[replica].copies;
+        out.same(
+            format!("memory-only node {node}: copies before read_from"),
+            0,
+            before,
+        );
+        let mut buf = vec![0u8; data.len()];
+        region.read_from(replica, 0, &mut buf)?;
+        region.read_from(replica, 0, &mut buf)?;
+        out.same(format!("memory-only node {node}: bytes"), true, buf == data);
+        out.same(
+            format!("memory-only node {node}: copies after read_from"),
+            PAGES,
+            region.stats()[replica].copies,
+        );
+    }
+    for (i, pages) in region.replica_pages()?.iter().enumerate() {
+        all_on(
+            out,
+            format!("ReplicatedPages replica {i} copies"),
+            set.node(i),
+            Some(PAGES as u64),
+            pages,
+        );
+    }
+    Ok(())
+}
+
+/// A budget of 4 pages per replica: reading 16 pages from one node copies
+/// the first 4, then the budget refuses copies (those reads are served by
+/// the master, and each refusal evicts a cold copy for a later one), so
+/// at most 4 copies and 4 pages of copy memory are ever there, on the
+/// node.
+fn budget(guest: &Guest, out: &mut Outcome, set: &ReplicaSet, node: u32) -> Result<()> {
+    const PAGES: usize = 16;
+    const BUDGET: u64 = 4;
+    let data = vec![9u8; PAGES * PAGE];
+    let options = PagesOptions::default()
+        .copy_after(1)
+        .budget_per_replica(Some(BUDGET * PAGE as u64))
+        .min_free_bytes(16 << 20);
+    let region = ReplicatedPages::new(&data, set.clone(), options)?;
+    let (_, read) = guest.on_node(node, || -> Result<bool> {
+        let mut buf = vec![0u8; data.len()];
+        region.read(0, &mut buf)?;
+        Ok(buf == data)
+    })?;
+    out.same("budget: bytes read", true, read?);
+    let Some(replica) = replica_of(set, node) else {
+        bail!("no replica on CPU node {node}");
+    };
+    let stats = &region.stats()[replica];
+    out.check(
+        "budget: copies made before the budget was reached",
+        format!(">= {BUDGET}"),
+        stats.copies_made,
+        stats.copies_made >= BUDGET,
+    );
+    out.check(
+        format!("budget {BUDGET} pages: copies on node {node} now"),
+        format!("<= {BUDGET}"),
+        stats.copies,
+        stats.copies <= BUDGET,
+    );
+    out.check(
+        "budget: copy memory resident",
+        format!("<= {} bytes", BUDGET * PAGE as u64),
+        stats.resident_bytes,
+        stats.resident_bytes <= BUDGET * PAGE as u64,
+    );
+    // Every page was read once, remotely: each read made a copy or was
+    // refused one.
+    out.same(
+        "budget: copies made + refused (one per page read)",
+        PAGES,
+        stats.copies_made + stats.copy_failures,
+    );
+    out.check(
+        "budget: copies refused",
+        "> 0",
+        stats.copy_failures,
+        stats.copy_failures > 0,
+    );
+    out.note(format!(
+        "budget: {} copies made, {} refused, {} evicted, {} left",
+        stats.copies_made, stats.copy_failures, stats.evicted, stats.copies
+    ));
+    let pages = &region.replica_pages()?[replica];
+    all_on(
+        out,
+        "budget: the copies' pages",
+        node,
+        Some(stats.copies),
+        pages,
+    );
+    Ok(())
+}
+
+/// `numalab run` of the deck's Experiment 2 miniature with `replicate`,
+/// one thread per CPU node, with the engine's copies and through the
+/// library's log mode: a copy on every CPU node (none on memory-only
+/// ones), each thread reading its node's copy, every copy's pages on its
+/// node.
+fn engine(guest: &Guest, out: &mut Outcome, cpu_nodes: &[u32]) -> Result<()> {
+    let file = std::env::temp_dir().join("emu-deck-exp2-small.toml");
+    fs::write(
+        &file,
+        include_str!("../../../../examples/deck-exp2-small.toml"),
+    )?;
+    let file = file.to_string_lossy().into_owned();
+    let threads = format!("threads.count={}", cpu_nodes.len());
+    let expected_nodes = format!("{cpu_nodes:?}");
+    for replication in ["copies", "log"] {
+        let mode = format!("memory.replication={replication}");
+        let args = [
+            "run",
+            &file,
+            "--set",
+            "memory.policy=replicate",
+            "--set",
+            &mode,
+            "--set",
+            &threads,
+            "--set",
+            "memory.size=4MiB",
+            "--set",
+            "access.ops=20000",
+            "--set",
+            "run.repeats=1",
+            "--set",
+            "run.warmup=0",
+            "--set",
+            "run.counters=false",
+            "--json",
+        ];
+        let doc = guest.numalab_json(&args)?;
+        let what = |s: &str| format!("run {replication}: {s}");
+        let plan_copies: Vec<u64> = doc["plan"]["regions"][0]["replicas"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_u64)
+            .collect();
+        out.same(
+            what("copies planned on"),
+            &expected_nodes,
+            format!("{plan_copies:?}"),
+        );
+        let copies = doc["regions"][0]["replicas"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        out.same(what("copies checked"), cpu_nodes.len(), copies.len());
+        for copy in &copies {
+            let node = copy["node"].as_u64().unwrap_or(u64::MAX) as u32;
+            let found = Pages(
+                copy["audit"]["found"]["per_node"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(n, c)| Some((n.parse().ok()?, c.as_u64()?)))
+                    .collect(),
+            );
+            out.same(
+                what(&format!("copy {} pages", copy["replica"])),
+                Pages::on(node, 1024),
+                &found,
+            );
+            out.same(
+                what(&format!("copy {} as_requested", copy["replica"])),
+                true,
+                &copy["as_requested"],
+            );
+        }
+        for (i, &node) in cpu_nodes.iter().enumerate() {
+            let thread = &doc["plan"]["threads"][i];
+            out.same(what(&format!("thread {i}'s node")), node, &thread["node"]);
+            let copy = thread["replica"].as_u64().unwrap_or(u64::MAX) as usize;
+            out.same(
+                what(&format!("thread {i} reads the copy on node")),
+                node,
+                plan_copies.get(copy).copied().unwrap_or(u64::MAX),
+            );
+            out.same(
+                what(&format!("thread {i} ran on node")),
+                node,
+                &doc["repeats"][0]["threads"][i]["node"],
+            );
+        }
+        let writes = doc["repeats"][0]["writes"].as_u64().unwrap_or(0);
+        out.same(what("writes (9:1 of 20000)"), 2000, writes);
+        let odd: Vec<&str> = doc["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|w| w["kind"] == "placement" || w["kind"] == "inconclusive")
+            .filter_map(|w| w["message"].as_str())
+            .collect();
+        out.same(
+            what("placement or inconclusive warnings"),
+            "[]",
+            format!("{odd:?}"),
+        );
+    }
+    Ok(())
+}
