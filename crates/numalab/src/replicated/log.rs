@@ -7,9 +7,12 @@
 //! replica's combiner lock collects every pending request, appends them to
 //! the log as one batch, replays the log on its replica up to the end of
 //! the batch, and hands each request its result (flat combining). Other
-//! replicas replay lazily: a read first compares its replica's `ltail`
-//! (entries applied) with the log's `ctail` (entries completed somewhere)
-//! and catches up if behind.
+//! replicas replay lazily: a replay that raises the log's `ctail`
+//! (entries completed somewhere) marks every replica whose `ltail`
+//! (entries applied) is below it stale, in its reader lock's state word;
+//! a read that finds the mark catches its replica up to `ctail` first.
+//! Reads of a current replica thus load nothing of the log: the lock's
+//! state word, which they load anyway, says all.
 //!
 //! Positions are logical and only grow; entry `i` lives in slot
 //! `i % capacity` and is published by storing `seq = i + 1` (`Release`)
@@ -21,10 +24,15 @@
 //! waiting for their threads: a replica that lags is helped forward.
 //!
 //! Linearizability: a write's position in the log is its order. A
-//! replay raises `ctail` before releasing the replica's write lock, so a
-//! reader that sees a write's effect sees (or a later read sees) `ctail`
-//! past it; a request is marked done only after that, so a read that
-//! starts after a write returns catches its replica up to include it.
+//! replay raises `ctail` and marks the lagging replicas stale before
+//! releasing the replica's write lock, so a reader that sees a write's
+//! effect finds every replica that lacks it marked (or caught up); a
+//! request is marked done only after that, so a read that starts after a
+//! write returns finds its replica marked and catches it up to include
+//! it. A mark is cleared only by a replay of that replica, under its
+//! write lock, when its `ltail` has reached `ctail`; a write completing
+//! meanwhile marks it again (`ctail` is raised before the marks, and the
+//! clearing replay looks at `ctail` after clearing).
 
 use std::sync::Arc;
 
@@ -148,31 +156,29 @@ impl<T> Log<T> {
         }
     }
 
-    /// Before a read on replica `r`: makes it include every completed write.
-    #[inline(always)]
-    pub(crate) fn sync_for_read(&self, r: usize, data: &[Replica<T>]) {
+    /// Brings replica `r` up to every write completed before the call
+    /// (`ctail` now), and settles its stale mark: called by a read that
+    /// found the replica marked stale, and by `Replicated::sync`.
+    #[cold]
+    pub(crate) fn catch_up(&self, r: usize, data: &[Replica<T>]) {
         // Pairs with replay's `fetch_max` (SeqCst): a write that returned
         // before this load is below `target`.
         seqcst_for_loom();
         let target = self.ctail.load(Ordering::SeqCst);
-        if self.replicas[r].ltail.load(Ordering::Acquire) < target {
-            self.catch_up(r, target, data);
-        }
-    }
-
-    #[cold]
-    fn catch_up(&self, r: usize, target: usize, data: &[Replica<T>]) {
         let mut backoff = Backoff::new();
-        while self.replicas[r].ltail.load(Ordering::Acquire) < target {
+        loop {
             if self.try_lock(r) {
                 // Entries below ctail are all written: no waiting on a
                 // writer that has reserved but not yet published.
                 self.replay(r, target, data);
                 self.unlock(r);
-            } else {
-                // Its combiner is replaying; it will pass `target`.
-                backoff.snooze();
+                return;
             }
+            // Its combiner is replaying; it will pass `target`.
+            if self.replicas[r].ltail.load(Ordering::Acquire) >= target {
+                return;
+            }
+            backoff.snooze();
         }
     }
 
@@ -339,14 +345,19 @@ impl<T> Log<T> {
     }
 
     /// Applies log positions `ltail..upto` to replica `q`, whose combiner
-    /// lock the caller holds; returns how many it applied.
+    /// lock the caller holds, and marks the other replicas that lag
+    /// `upto` stale; returns how many entries it applied. With nothing to
+    /// apply it still settles `q`'s stale mark (clears it if `q` has
+    /// every completed write).
     fn replay(&self, q: usize, upto: usize, data: &[Replica<T>]) -> usize {
         let log_replica = &self.replicas[q];
+        let lock = &data[q].lock;
         // Only the lock holder writes ltail.
         let from = log_replica.ltail.load(Ordering::Relaxed);
-        if from >= upto {
+        if from >= upto && !lock.is_stale() {
             return 0;
         }
+        let upto = upto.max(from);
         let mut done = Vec::new();
         {
             let mut exclusive = data[q].exclusive();
@@ -370,13 +381,29 @@ impl<T> Log<T> {
                     }
                 });
             }
-            // Release pairs with the Acquire loads of ltail (readers,
+            // Release pairs with the Acquire loads of ltail (`catch_up`,
             // `reserve`).
             log_replica.ltail.store(upto, Ordering::Release);
-            // Before the write lock is released: a reader that sees these
-            // writes also sees ctail past them (see the module doc).
+            // All before the write lock is released, so a reader that sees
+            // these writes here finds every lagging replica marked (see
+            // the module doc): ctail past them, then the marks.
             self.ctail.fetch_max(upto, Ordering::SeqCst);
             seqcst_for_loom();
+            for (p, other) in self.replicas.iter().enumerate() {
+                if p != q && other.ltail.load(Ordering::SeqCst) < upto {
+                    data[p].lock.set_stale();
+                }
+            }
+            // This replica is current, unless the log moved past `upto`
+            // meanwhile: then the mark cleared here may have been that
+            // write's, so mark again (readers are kept out while we hold
+            // the replica). A mark set after `is_stale` looked stays.
+            if lock.is_stale() {
+                lock.clear_stale();
+                if self.ctail.load(Ordering::SeqCst) > upto {
+                    lock.set_stale();
+                }
+            }
         }
         data[q]
             .counters

@@ -54,6 +54,7 @@ mod storage;
 mod sync;
 
 use std::fmt;
+use std::ptr::NonNull;
 
 use serde::{Deserialize, Serialize};
 
@@ -66,7 +67,7 @@ pub use locality::{set_thread_replica, ReplicaSet, ReplicaSetError, MAX_REPLICAS
 #[cfg(not(loom))]
 pub use pages::{PagesError, PagesOptions, PagesStats, ReplicatedPages};
 
-use rwlock::ReplicaLock;
+use rwlock::{ReadGuard, ReaderSlot, ReplicaLock, Stale};
 use storage::NodeBox;
 use sync::{AtomicU64, CachePadded, Ordering, UnsafeCell};
 
@@ -223,20 +224,6 @@ pub(crate) struct Replica<T> {
 }
 
 impl<T> Replica<T> {
-    #[inline]
-    fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        self.read_in(self.lock.slot_of_thread(), f)
-    }
-
-    #[inline(always)]
-    fn read_in<R>(&self, slot: Option<usize>, f: impl FnOnce(&T) -> R) -> R {
-        let _guard = self.lock.read_in(slot);
-        self.access.with(|_| {
-            // SAFETY: the read guard keeps writers out until it drops.
-            f(unsafe { &*self.data.as_ptr() })
-        })
-    }
-
     /// Takes the replica for writing. The caller must be its only writer
     /// (hold its combiner lock, or the broadcast writers' lock).
     fn exclusive(&self) -> Exclusive<'_, T> {
@@ -330,6 +317,8 @@ enum Engine<T> {
 pub struct Replicated<T> {
     set: ReplicaSet,
     replicas: Box<[Replica<T>]>,
+    /// The replica, when there is only one: reads need no lookup.
+    only: Option<NonNull<Replica<T>>>,
     engine: Engine<T>,
     mode: Mode,
 }
@@ -405,9 +394,14 @@ impl<T> Replicated<T> {
             )),
             Mode::Broadcast => Engine::Broadcast(broadcast::Broadcast::new()),
         };
+        let replicas = replicas.into_boxed_slice();
         Ok(Replicated {
+            only: match &*replicas {
+                [only] => Some(NonNull::from(only)),
+                _ => None,
+            },
             set,
-            replicas: replicas.into_boxed_slice(),
+            replicas,
             engine,
             mode: options.mode,
         })
@@ -424,7 +418,25 @@ impl<T> Replicated<T> {
     /// ```
     #[inline]
     pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        self.read_from(self.set.current(), f)
+        let r = match self.only {
+            // SAFETY: `only` points into `self.replicas`, a boxed slice
+            // that lives and stays in place as long as `self`.
+            Some(only) => unsafe { only.as_ref() },
+            None => {
+                let replica = self.set.current();
+                // SAFETY: `current()` is below the set's length (its CPU
+                // table holds replica indices; the other maps are taken
+                // modulo the length), and there is one replica per member
+                // of the set.
+                unsafe { self.replicas.get_unchecked(replica) }
+            }
+        };
+        self.read_replica(
+            r,
+            r.lock.owned_slot(sync::thread_slot()),
+            r.data.as_ptr(),
+            f,
+        )
     }
 
     /// As [`read`](Self::read), on replica `replica` whatever node the
@@ -433,10 +445,72 @@ impl<T> Replicated<T> {
     #[inline(always)]
     pub fn read_from<R>(&self, replica: usize, f: impl FnOnce(&T) -> R) -> R {
         let r = &self.replicas[replica];
-        if let Engine::Log(log) = &self.engine {
-            log.sync_for_read(replica, &self.replicas);
+        self.read_replica(
+            r,
+            r.lock.owned_slot(sync::thread_slot()),
+            r.data.as_ptr(),
+            f,
+        )
+    }
+
+    /// The read path: `slot` is the calling thread's owned slot in `r`'s
+    /// lock, if it has one. Only the fast entry (an owned slot, state
+    /// zero) and the closure are inlined; every other case is
+    /// [`enter_cold`](Self::enter_cold), which returns the same kind of
+    /// guard, so the closure is inlined once and what it captures need not
+    /// leave the registers.
+    #[inline(always)]
+    fn read_replica<R>(
+        &self,
+        r: &Replica<T>,
+        slot: Option<&ReaderSlot>,
+        data: *const T,
+        f: impl FnOnce(&T) -> R,
+    ) -> R {
+        let fast = match slot {
+            Some(slot) => r.lock.read_owned(slot),
+            None => None,
+        };
+        let guard = match fast {
+            Some(guard) => guard,
+            None => self.enter_cold(r, slot),
+        };
+        r.access.with(|_| {
+            // SAFETY: `data` is `r`'s value, and the read guard keeps
+            // writers out until it drops, after `f` returns.
+            let result = f(unsafe { &*data });
+            drop(guard);
+            result
+        })
+    }
+
+    /// Enters `r`'s reader lock when the fast entry could not: the thread
+    /// has no owned slot (or no id yet), a writer holds the replica, or
+    /// (log mode) the replica is stale and is caught up first.
+    #[cold]
+    #[inline(never)]
+    fn enter_cold<'a>(&'a self, r: &'a Replica<T>, slot: Option<&'a ReaderSlot>) -> ReadGuard<'a> {
+        let slot = slot.or_else(|| r.lock.slot_of_thread());
+        let mut stale_ok = false;
+        loop {
+            match r.lock.read_slow(slot, stale_ok) {
+                Ok(guard) => return guard,
+                Err(Stale) => {
+                    if let Engine::Log(log) = &self.engine {
+                        let index = self
+                            .replicas
+                            .iter()
+                            .position(|q| std::ptr::eq(q, r))
+                            .expect("a replica of this value");
+                        log.catch_up(index, &self.replicas);
+                    }
+                    // Caught up to every write completed before this read
+                    // began, it may go on even if later writes mark the
+                    // replica stale again (it overlaps them).
+                    stale_ok = true;
+                }
+            }
         }
-        r.read(f)
     }
 
     /// A handle for many reads from the calling thread: it looks up the
@@ -460,10 +534,13 @@ impl<T> Replicated<T> {
 
     /// A [`Reader`] on replica `replica` (panics if out of range).
     pub fn reader_on(&self, replica: usize) -> Reader<'_, T> {
+        let r = &self.replicas[replica];
         Reader {
             value: self,
-            replica,
-            slot: self.replicas[replica].lock.slot_of_thread(),
+            replica: r,
+            data: r.data.as_ptr(),
+            index: replica,
+            slot: r.lock.slot_of_thread(),
             _not_send: std::marker::PhantomData,
         }
     }
@@ -517,7 +594,7 @@ impl<T> Replicated<T> {
     pub fn sync(&self) {
         if let Engine::Log(log) = &self.engine {
             for replica in 0..self.replicas.len() {
-                log.sync_for_read(replica, &self.replicas);
+                log.catch_up(replica, &self.replicas);
             }
         }
     }
@@ -601,35 +678,35 @@ impl<T> Replicated<T> {
 /// ```
 pub struct Reader<'a, T> {
     value: &'a Replicated<T>,
-    replica: usize,
+    replica: &'a Replica<T>,
+    /// The replica's value (its address never changes).
+    data: *const T,
+    index: usize,
     /// The reader slot this thread owns, if any (why the handle must stay
     /// on its thread).
-    slot: Option<usize>,
+    slot: Option<&'a ReaderSlot>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl<T> fmt::Debug for Reader<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reader")
-            .field("replica", &self.replica)
+            .field("replica", &self.index)
             .finish_non_exhaustive()
     }
 }
 
 impl<T> Reader<'_, T> {
     /// Runs `f` on the handle's replica, as [`Replicated::read`].
-    #[inline]
+    #[inline(always)]
     pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        let value = self.value;
-        if let Engine::Log(log) = &value.engine {
-            log.sync_for_read(self.replica, &value.replicas);
-        }
-        value.replicas[self.replica].read_in(self.slot, f)
+        self.value
+            .read_replica(self.replica, self.slot, self.data, f)
     }
 
     /// The replica it reads.
     pub fn replica(&self) -> usize {
-        self.replica
+        self.index
     }
 }
 

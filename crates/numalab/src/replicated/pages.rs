@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 
 use super::locality::ReplicaSet;
 use super::sync::{
-    thread_slot, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Backoff, CachePadded,
-    Mutex, Ordering,
+    assign_thread_slot, thread_slot, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+    Backoff, CachePadded, Mutex, Ordering,
 };
 use crate::buffer::{BufferError, NodeBuffer};
 use crate::locate::{self, LocateError, PageHistogram, Sample};
@@ -629,7 +629,10 @@ impl ReplicatedPages {
         }
         // Threads with an owned slot count with plain stores; the others
         // share the last slot.
-        let id = thread_slot();
+        let mut id = thread_slot();
+        if id == usize::MAX {
+            id = assign_thread_slot();
+        }
         if id < READ_SLOTS {
             let counters = &rep.reads[id];
             let add =

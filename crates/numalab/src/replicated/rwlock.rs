@@ -1,52 +1,76 @@
 //! The per-replica reader-writer lock: readers of one replica never write
 //! a cache line another reader writes, and while writes are rare they
-//! execute no atomic read-modify-write and no fence either, so a read
-//! costs a few plain loads and stores. (A distributed reader indicator, as
-//! in NR's and Calciu et al.'s NUMA-aware reader-writer locks, made
-//! asymmetric with `membarrier(2)` as in liburcu and folly.)
+//! execute no atomic read-modify-write and no fence either: entering and
+//! leaving costs two loads and two plain stores. (A distributed reader
+//! indicator, as in NR's and Calciu et al.'s NUMA-aware reader-writer
+//! locks, made asymmetric with `membarrier(2)` as in liburcu and folly.)
 //!
-//! Each reader slot keeps two monotonic counters, `enters` and `exits`; a
-//! reader is inside while its `enters` increment is not matched by an
-//! `exits` one. The counters double as the read statistics. A thread whose
-//! [`thread_slot`] id is below the slot count owns that slot alone and
-//! updates it with plain stores; other threads share one slot and use
-//! read-modify-writes.
+//! The read path is short on purpose, and short in *loads* above all. A
+//! read of data that misses the caches overlaps with the reads around it
+//! only as far as the core looks ahead, and on the development VM every
+//! extra load that hits the L1 cache cost a loop of independent random
+//! 8-byte reads about 8 % of its rate, a plain store nothing, an extra
+//! instruction little (12 cost 11 %). So the fast entry loads the thread's
+//! slot word and the lock's one state word, and stores twice.
 //!
-//! **Entering an owned slot.** Store `enters + 1`, then a barrier, then
-//! load `writer` (`Acquire`): if set, leave (`exits + 1`, `Release`) and
-//! wait. The barrier depends on the lock's `fast` flag:
+//! **State.** One word, changed only by writers and by the log: `WRITER`
+//! (a writer holds or is taking the lock), `SLOW` (readers must fence, see
+//! below) and `STALE` (log mode: the replica lags the log and must catch
+//! up before it is read). Zero means "enter".
 //!
-//! - fast (writes are rare): a light barrier (a compiler fence), and the
-//!   reader checks `fast` again after loading `writer`. Every writer that
-//!   may have fast readers runs the heavy barrier (`membarrier`: each
-//!   running thread of the process executes a full fence) between storing
-//!   `writer = true` and scanning the slots. Either a reader's loads come
-//!   after that fence on its CPU (so it sees `writer` set, or `fast`
-//!   cleared by an earlier writer, and backs off), or they and its entry
-//!   come before it (so the entry is visible to the scan).
-//! - slow (writes are frequent, so interrupting every reader's CPU per
-//!   write would cost them more than a fence per read): a `SeqCst` fence,
-//!   and the writer stores `writer` then runs a `SeqCst` fence before its
-//!   scan (a Dekker handshake).
+//! **Slots.** Each reader slot has one word: reads completed (the high
+//! bits, the read statistics) and the depth of the reads its holder is
+//! inside (the low bits; nested reads count each). Only the holder writes
+//! it, with plain stores: entering stores the word plus one, leaving
+//! stores the word loaded at entry plus one completed read. A thread whose
+//! [`thread_slot`] id is below the slot count owns that slot; other threads
+//! claim one of a few overflow slots for each read with a compare-exchange
+//! (a slot is free while its depth is zero). Writers scan the owned slots
+//! below [`slot_high_water`] (every id handed out so far) and the overflow
+//! ones, waiting on each until its depth is zero.
 //!
-//! Writers switch the flag (they are serialised, so they agree on it): to
-//! slow when a write follows the previous one within [`SLOW_BELOW`] (that
-//! write still runs the heavy barrier, for readers that saw fast), back to
-//! fast when one comes after more than [`FAST_ABOVE`] (set as it unlocks,
-//! so every later writer runs the heavy barrier).
+//! **Entering an owned slot.** Raise the depth, a light barrier (a
+//! compiler fence), load `state` (`SeqCst`, a plain load on x86-64). If it
+//! is zero the reader is in. With only `SLOW` set it runs a `SeqCst` fence
+//! and looks again, and is in if neither `WRITER` nor `STALE` is set.
+//! Otherwise it leaves, and the slow entry waits for the writer (entering
+//! with a fence each time) or reports the replica stale.
 //!
-//! **Scanning.** Writers scan only the owned slots threads have used (a
-//! thread's first read through its slot raises `used`, then fences), and
-//! the shared one. For each, the writer loads `exits` (`Acquire`), then
-//! `enters`, until they are equal: every exit it counts has its entry
-//! before it (same thread), so the entries it then loads include them, and
-//! equal counts mean no reader counted as entered is still inside.
+//! - A writer that finds `SLOW` clear when it sets `WRITER` (its
+//!   read-modify-write returns the previous state) runs the heavy barrier
+//!   (`membarrier`: each running thread of the process executes a full
+//!   fence) before scanning. For each reader, either the reader's load of
+//!   `state` comes after that fence on its CPU, so it sees `WRITER` and
+//!   backs off, or its load and its entry before it come before the fence,
+//!   so the entry is visible to the scan.
+//! - A writer that finds `SLOW` set runs no heavy barrier: readers then
+//!   fence (Dekker: the writer's `SeqCst` fence against the reader's). A
+//!   reader that entered without fencing loaded `state` before the writer
+//!   that set `SLOW` changed it; that writer ran the heavy barrier after
+//!   its change, so the reader's entry was visible to its scan, and it
+//!   waited for the reader to leave before any later writer began.
+//!
+//! Writers switch `SLOW` (they are serialised, so they agree on it): on
+//! when a write follows the previous one within [`SLOW_BELOW`], off when
+//! one comes after more than [`FAST_ABOVE`] (cleared as it unlocks, so the
+//! next writer finds it clear and runs the heavy barrier). Without
+//! `membarrier` it is always on.
+//!
+//! A thread raises the high water (a `SeqCst` read-modify-write) when it
+//! gets its id, before its first entry; the writer loads it after its
+//! fence. So either the writer scans the thread's slot, or the thread's
+//! later load of `state` sees `WRITER`.
+//!
+//! A read inside a read of the same lock is counted in the depth, but it
+//! waits for a writer that is itself waiting for the outer read to end:
+//! read closures must not read the same value again.
 
 use std::time::Duration;
 
 use super::sync::{
-    asymmetric_barriers, fence, heavy_barrier, light_barrier, now_nanos, seqcst_for_loom,
-    thread_slot, AtomicBool, AtomicU64, AtomicUsize, Backoff, CachePadded, Ordering,
+    assign_thread_slot, asymmetric_barriers, fence, heavy_barrier, light_barrier, now_nanos,
+    seqcst_for_loom, slot_high_water, thread_index, thread_slot, AtomicBool, AtomicU64, Backoff,
+    CachePadded, Ordering,
 };
 
 /// A write within this long of the previous one switches readers to the
@@ -55,38 +79,75 @@ pub(crate) const SLOW_BELOW: Duration = Duration::from_micros(100);
 /// A write this long after the previous one switches them back.
 pub(crate) const FAST_ABOVE: Duration = Duration::from_millis(1);
 
+/// A writer holds the lock or is taking it.
+pub(crate) const WRITER: u64 = 1;
+/// Readers must enter with a fence.
+pub(crate) const SLOW: u64 = 2;
+/// The replica lags the log (log mode): catch up before reading.
+pub(crate) const STALE: u64 = 4;
+
+/// Slots per lock for threads without an owned one, claimed per read.
+const OVERFLOW_SLOTS: usize = 8;
+
+/// Bits of a slot's word that count the reads its holder is inside
+/// (nested reads count each).
+const DEPTH: u64 = (1 << 16) - 1;
+/// One completed read in a slot's word (the bits above [`DEPTH`]).
+const ONE_READ: u64 = 1 << 16;
+
+/// One reader's word and counters. Only the slot's holder writes them
+/// (the thread that owns it, or that claimed an overflow slot for one
+/// read), with plain stores.
 #[derive(Debug, Default)]
-struct ReaderSlot {
-    enters: AtomicU64,
-    exits: AtomicU64,
+pub(crate) struct ReaderSlot {
+    /// Reads completed (above [`DEPTH`]) and reads the holder is inside
+    /// (the [`DEPTH`] bits): nonzero depth keeps writers out.
+    word: AtomicU64,
+    /// Entries that backed off (a writer inside, or the replica stale).
     retries: AtomicU64,
+    /// Entries that found a writer inside and waited.
+    waits: AtomicU64,
 }
 
-/// What readers load on every entry: kept on one line, written only by
-/// writers.
-#[derive(Debug)]
-struct Flags {
-    writer: AtomicBool,
-    /// Owned-slot readers may enter with the light barrier.
-    fast: AtomicBool,
-    /// Owned slots below this have been used; writers scan only those.
-    used: AtomicUsize,
+impl ReaderSlot {
+    /// Adds one to a counter only the slot's holder writes.
+    #[inline(always)]
+    fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Raises the depth (one plain load and store); returns the guard
+    /// that leaves.
+    #[inline(always)]
+    fn enter(&self) -> ReadGuard<'_> {
+        let word = self.word.load(Ordering::Relaxed);
+        self.word.store(word + 1, Ordering::Relaxed);
+        ReadGuard {
+            slot: self,
+            exit: word + ONE_READ,
+        }
+    }
 }
+
+/// The replica must catch up with the log before it is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stale;
 
 /// A reader-writer lock with one reader slot per thread (up to the slot
 /// count). Writers must be serialised by the caller.
 #[derive(Debug)]
 pub(crate) struct ReplicaLock {
-    flags: CachePadded<Flags>,
-    /// Owned slots may be used (the heavy barrier works here).
+    /// `WRITER | SLOW | STALE`; zero lets readers in.
+    state: CachePadded<AtomicU64>,
+    /// `SLOW` may be cleared (the heavy barrier works here).
     asymmetric: bool,
     /// When the last writer took the lock (writers only).
     last_write: CachePadded<AtomicU64>,
-    /// Set `fast` when this write unlocks (writers only).
+    /// Clear `SLOW` when this write unlocks (writers only).
     to_fast: AtomicBool,
     slots: Box<[CachePadded<ReaderSlot>]>,
-    /// For threads without an owned slot.
-    shared: CachePadded<ReaderSlot>,
+    /// For threads without an owned slot: free while `enters == exits`.
+    overflow: Box<[CachePadded<ReaderSlot>]>,
 }
 
 impl ReplicaLock {
@@ -94,96 +155,137 @@ impl ReplicaLock {
     pub(crate) fn new(slots: usize) -> ReplicaLock {
         let asymmetric = asymmetric_barriers();
         ReplicaLock {
-            flags: CachePadded::new(Flags {
-                writer: AtomicBool::new(false),
-                fast: AtomicBool::new(asymmetric),
-                used: AtomicUsize::new(0),
-            }),
+            state: CachePadded::new(AtomicU64::new(if asymmetric { 0 } else { SLOW })),
             asymmetric,
             last_write: CachePadded::new(AtomicU64::new(0)),
             to_fast: AtomicBool::new(false),
             slots: (0..slots.max(1)).map(|_| CachePadded::default()).collect(),
-            shared: CachePadded::default(),
+            overflow: (0..OVERFLOW_SLOTS)
+                .map(|_| CachePadded::default())
+                .collect(),
         }
     }
 
-    /// The slot the calling thread owns, if it owns one: its own to use
-    /// for as long as it lives.
-    #[inline]
-    pub(crate) fn slot_of_thread(&self) -> Option<usize> {
-        let id = thread_slot();
-        (self.asymmetric && id < self.slots.len()).then_some(id)
-    }
-
-    /// Enters as a reader with the calling thread's owned slot (from
-    /// [`slot_of_thread`](Self::slot_of_thread) on this thread) or `None`,
-    /// waiting while a writer holds the lock.
+    /// The slot thread `id` ([`thread_slot`]) owns, if it owns one.
     #[inline(always)]
-    pub(crate) fn read_in(&self, owned: Option<usize>) -> ReadGuard<'_> {
-        let flags = &*self.flags;
-        if let Some(id) = owned {
-            let slot = &self.slots[id];
-            if id >= flags.used.load(Ordering::Relaxed) {
-                self.first_use(id);
+    pub(crate) fn owned_slot(&self, id: usize) -> Option<&ReaderSlot> {
+        self.slots.get(id).map(|s| &**s)
+    }
+
+    /// The slot the calling thread owns, if any, giving the thread its id
+    /// first if it has none.
+    #[inline]
+    pub(crate) fn slot_of_thread(&self) -> Option<&ReaderSlot> {
+        match self.owned_slot(thread_slot()) {
+            Some(slot) => Some(slot),
+            None => self.owned_slot(assign_thread_slot()),
+        }
+    }
+
+    /// The fast entry through `slot`, which the calling thread owns (from
+    /// [`owned_slot`](Self::owned_slot) with its own id). `None` when the
+    /// state is not zero and a fenced second look did not let the reader
+    /// in either (a writer inside, or the replica stale): the reader is
+    /// then not inside, and [`read_slow`](Self::read_slow) waits or
+    /// reports the replica stale.
+    #[inline(always)]
+    pub(crate) fn read_owned<'a>(&'a self, slot: &'a ReaderSlot) -> Option<ReadGuard<'a>> {
+        let guard = slot.enter();
+        light_barrier();
+        let state = self.state.load(Ordering::SeqCst);
+        if state == 0 {
+            return Some(guard);
+        }
+        self.read_owned_fenced(guard, state)
+    }
+
+    /// The entry when the state was not zero: with only `SLOW` set, a
+    /// fence and a second look; otherwise the reader backs off.
+    #[inline(never)]
+    fn read_owned_fenced<'a>(&'a self, guard: ReadGuard<'a>, state: u64) -> Option<ReadGuard<'a>> {
+        if state & (WRITER | STALE) == 0 {
+            // Pairs with the writer's fence after setting WRITER.
+            fence(Ordering::SeqCst);
+            if self.state.load(Ordering::SeqCst) & (WRITER | STALE) == 0 {
+                return Some(guard);
             }
-            loop {
-                // Only this thread writes its slot's counters.
-                let enters = slot.enters.load(Ordering::Relaxed);
-                slot.enters.store(enters + 1, Ordering::Relaxed);
-                if flags.fast.load(Ordering::Relaxed) {
-                    light_barrier();
-                    // Acquire: pairs with `unlock_exclusive`, so the reader
-                    // sees every write made under the lock.
-                    if !flags.writer.load(Ordering::Acquire) && flags.fast.load(Ordering::Relaxed) {
-                        return ReadGuard { slot, owned: true };
-                    }
-                } else {
+        }
+        ReaderSlot::bump(&guard.slot.retries);
+        drop(guard);
+        None
+    }
+
+    /// Enters as a reader through `owned` (the calling thread's owned
+    /// slot, if it has one) or an overflow slot claimed for this read,
+    /// waiting while a writer holds the lock. `Err(Stale)` if the replica
+    /// is marked stale, unless `stale_ok` (the caller has just caught the
+    /// replica up to every write completed before its read began).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn read_slow<'a>(
+        &'a self,
+        owned: Option<&'a ReaderSlot>,
+        stale_ok: bool,
+    ) -> Result<ReadGuard<'a>, Stale> {
+        let blocking = if stale_ok { WRITER } else { WRITER | STALE };
+        loop {
+            let guard = match owned {
+                Some(slot) => {
+                    let guard = slot.enter();
+                    // Pairs with the writer's fence after setting WRITER.
                     fence(Ordering::SeqCst);
-                    if !flags.writer.load(Ordering::Acquire) {
-                        return ReadGuard { slot, owned: true };
-                    }
+                    guard
                 }
-                self.back_off(slot, true);
-            }
-        } else {
-            let slot = if self.asymmetric {
-                &self.shared
-            } else {
-                &self.slots[thread_slot() % self.slots.len()]
+                None => self.claim_overflow(),
             };
-            loop {
-                // Pairs with the writer's SeqCst store and fence.
-                slot.enters.fetch_add(1, Ordering::SeqCst);
-                seqcst_for_loom();
-                if !flags.writer.load(Ordering::SeqCst) {
-                    return ReadGuard { slot, owned: false };
-                }
-                self.back_off(slot, false);
+            let state = self.state.load(Ordering::SeqCst);
+            if state & blocking == 0 {
+                return Ok(guard);
             }
+            let slot = guard.slot;
+            ReaderSlot::bump(&slot.retries);
+            if state & blocking & STALE != 0 {
+                drop(guard);
+                return Err(Stale);
+            }
+            ReaderSlot::bump(&slot.waits);
+            drop(guard);
+            self.wait_for_writer();
         }
     }
 
-    /// A thread's first read through its owned slot: makes writers scan
-    /// it. The fence pairs with the writer's fence between storing
-    /// `writer` and loading `used`: either the writer sees this slot, or
-    /// this thread's coming load of `writer` sees the writer.
-    #[cold]
-    fn first_use(&self, id: usize) {
-        self.flags.used.fetch_max(id + 1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-    }
-
-    #[cold]
-    fn back_off(&self, slot: &ReaderSlot, owned: bool) {
-        if owned {
-            let retries = slot.retries.load(Ordering::Relaxed);
-            slot.retries.store(retries + 1, Ordering::Relaxed);
-        } else {
-            slot.retries.fetch_add(1, Ordering::Relaxed);
-        }
-        leave(slot, owned);
+    /// Claims a free overflow slot (depth zero) by raising its depth (a
+    /// `SeqCst` compare-exchange, which is also the entry's fence); it is
+    /// the caller's until the guard drops.
+    fn claim_overflow(&self) -> ReadGuard<'_> {
+        let start = thread_index() % self.overflow.len();
         let mut backoff = Backoff::new();
-        while self.flags.writer.load(Ordering::Acquire) {
+        loop {
+            for k in 0..self.overflow.len() {
+                let slot = &*self.overflow[(start + k) % self.overflow.len()];
+                // Acquire pairs with the previous holder's exit (Release):
+                // its counter updates are visible.
+                let word = slot.word.load(Ordering::Acquire);
+                if word & DEPTH == 0
+                    && slot
+                        .word
+                        .compare_exchange(word, word + 1, Ordering::SeqCst, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    seqcst_for_loom();
+                    return ReadGuard {
+                        slot,
+                        exit: word + ONE_READ,
+                    };
+                }
+            }
+            backoff.snooze();
+        }
+    }
+
+    fn wait_for_writer(&self) {
+        let mut backoff = Backoff::new();
+        while self.state.load(Ordering::Acquire) & WRITER != 0 {
             backoff.snooze();
         }
     }
@@ -199,18 +301,19 @@ impl ReplicaLock {
         let now = now_nanos();
         let mut heavy = false;
         for lock in locks.clone() {
-            lock.flags.writer.store(true, Ordering::SeqCst);
+            let before = lock.state.fetch_or(WRITER, Ordering::SeqCst);
+            debug_assert_eq!(before & WRITER, 0, "writers are serialised");
             let previous = lock.last_write.swap(now, Ordering::Relaxed);
             // The first write has no previous one: as if long ago.
             let gap = match previous {
                 0 => u64::MAX,
                 previous => now.saturating_sub(previous),
             };
-            if lock.flags.fast.load(Ordering::Relaxed) {
+            if before & SLOW == 0 {
                 // Readers may be entering with the light barrier.
                 heavy = true;
                 if gap < SLOW_BELOW.as_nanos() as u64 {
-                    lock.flags.fast.store(false, Ordering::Relaxed);
+                    lock.state.fetch_or(SLOW, Ordering::SeqCst);
                 }
             } else if lock.asymmetric && gap > FAST_ABOVE.as_nanos() as u64 {
                 lock.to_fast.store(true, Ordering::Relaxed);
@@ -220,19 +323,14 @@ impl ReplicaLock {
         if heavy {
             heavy_barrier();
         }
+        // After the fence: every thread that may be inside has an id below.
+        let high = slot_high_water();
         for lock in locks {
-            let used = lock.flags.used.load(Ordering::SeqCst);
-            let owned = lock.slots[..used.min(lock.slots.len())].iter();
-            for slot in owned.map(|s| &**s).chain([&*lock.shared]) {
+            let owned = lock.slots[..high.min(lock.slots.len())].iter();
+            for slot in owned.chain(lock.overflow.iter()).map(|s| &**s) {
                 let mut backoff = Backoff::new();
-                loop {
-                    // Exits first, then enters (see the module doc);
-                    // Acquire pairs with the readers' exits.
-                    let exits = slot.exits.load(Ordering::SeqCst);
-                    let enters = slot.enters.load(Ordering::SeqCst);
-                    if exits == enters {
-                        break;
-                    }
+                // Pairs with the readers' Release exits.
+                while slot.word.load(Ordering::SeqCst) & DEPTH != 0 {
                     backoff.snooze();
                 }
             }
@@ -242,25 +340,44 @@ impl ReplicaLock {
     /// Releases the lock; readers that see it see everything written
     /// before.
     pub(crate) fn unlock_exclusive(&self) {
-        let flags = &*self.flags;
-        if self.to_fast.swap(false, Ordering::Relaxed) {
-            // Before the release: the next writer sees it (writers are
-            // serialised) and runs the heavy barrier.
-            flags.fast.store(true, Ordering::Relaxed);
-        }
-        flags.writer.store(false, Ordering::Release);
+        let clear = if self.to_fast.swap(false, Ordering::Relaxed) {
+            // The next writer finds SLOW clear and runs the heavy barrier.
+            WRITER | SLOW
+        } else {
+            WRITER
+        };
+        self.state.fetch_and(!clear, Ordering::Release);
+    }
+
+    /// Marks the replica stale: readers back off with [`Stale`] until
+    /// [`clear_stale`](Self::clear_stale).
+    pub(crate) fn set_stale(&self) {
+        self.state.fetch_or(STALE, Ordering::SeqCst);
+        seqcst_for_loom();
+    }
+
+    /// Clears the stale mark. Only with the lock held for writing (no
+    /// reader can enter between this and a re-mark).
+    pub(crate) fn clear_stale(&self) {
+        self.state.fetch_and(!STALE, Ordering::SeqCst);
+        seqcst_for_loom();
+    }
+
+    /// Whether the replica is marked stale.
+    pub(crate) fn is_stale(&self) -> bool {
+        self.state.load(Ordering::SeqCst) & STALE != 0
     }
 
     fn all_slots(&self) -> impl Iterator<Item = &ReaderSlot> {
-        self.slots.iter().map(|s| &**s).chain([&*self.shared])
+        self.slots.iter().chain(self.overflow.iter()).map(|s| &**s)
     }
 
     /// Reads completed or in progress (entries that did not back off).
     pub(crate) fn reads(&self) -> u64 {
         self.all_slots()
             .map(|s| {
-                s.enters
-                    .load(Ordering::Relaxed)
+                let word = s.word.load(Ordering::Relaxed);
+                ((word >> DEPTH.count_ones()) + (word & DEPTH))
                     .saturating_sub(s.retries.load(Ordering::Relaxed))
             })
             .sum()
@@ -269,33 +386,25 @@ impl ReplicaLock {
     /// Times a reader found a writer inside and waited.
     pub(crate) fn read_waits(&self) -> u64 {
         self.all_slots()
-            .map(|s| s.retries.load(Ordering::Relaxed))
+            .map(|s| s.waits.load(Ordering::Relaxed))
             .sum()
     }
 }
 
-#[inline(always)]
-fn leave(slot: &ReaderSlot, owned: bool) {
-    // Release: the reader's accesses happen before the writer's, which
-    // acquires this.
-    if owned {
-        let exits = slot.exits.load(Ordering::Relaxed);
-        slot.exits.store(exits + 1, Ordering::Release);
-    } else {
-        slot.exits.fetch_add(1, Ordering::Release);
-    }
-}
-
-/// A reader inside a [`ReplicaLock`]; leaves on drop.
+/// A reader inside a [`ReplicaLock`]; leaves on drop: its slot's word
+/// gets the value it had before the entry plus one completed read (a
+/// plain store: only the holder writes the word). Release: the reader's
+/// accesses happen before the writer's, which acquires this (and the next
+/// holder of an overflow slot sees the counters).
 #[derive(Debug)]
 pub(crate) struct ReadGuard<'a> {
     slot: &'a ReaderSlot,
-    owned: bool,
+    exit: u64,
 }
 
 impl Drop for ReadGuard<'_> {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
-        leave(self.slot, self.owned);
+        self.slot.word.store(self.exit, Ordering::Release);
     }
 }

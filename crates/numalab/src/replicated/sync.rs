@@ -149,41 +149,91 @@ pub(crate) fn seqcst_for_loom() {
 }
 
 /// A small number unique among the threads alive now, reused after a
-/// thread exits (0, 1, 2, … lowest free first): a thread whose id is below
-/// a lock's slot count owns that reader slot alone, so it may update it
-/// with plain stores instead of read-modify-writes.
+/// thread exits (0, 1, 2, … lowest free first), or `usize::MAX` for a
+/// thread that has not been given one yet ([`assign_thread_slot`] gives
+/// it). A thread whose id is below a lock's slot count owns that reader
+/// slot alone, so it may update it with plain stores instead of
+/// read-modify-writes. Every id handed out is below
+/// [`slot_high_water`], raised before the id is returned, so writers scan
+/// only the slots of threads that may be reading.
+///
+/// The hot path is one thread-local load: no lazy-initialisation check
+/// (a lock's "is the id below my slot count" test sends `usize::MAX` to
+/// the cold path, which assigns the id).
+#[inline(always)]
 pub(crate) fn thread_slot() -> usize {
     #[cfg(loom)]
     {
-        // Under loom, ids must be the same in every execution of a model:
-        // count model threads in a per-execution static.
-        loom::lazy_static! {
-            static ref NEXT: AtomicUsize = AtomicUsize::new(0);
-        }
-        loom::thread_local! {
-            static ID: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-        }
-        ID.with(|id| *id)
+        LOOM_ID.with(|id| id.get())
     }
     #[cfg(not(loom))]
     {
-        // The id lives in a `const` thread-local (no lazy-init check on the
-        // hot path); a second, lazily registered one returns it to the free
-        // list when the thread exits.
-        thread_local! {
-            static ID: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
-        }
-        let id = ID.with(std::cell::Cell::get);
-        if id != usize::MAX {
-            return id;
-        }
-        assign_thread_slot(|id| ID.with(|cell| cell.set(id)))
+        THREAD_SLOT.with(std::cell::Cell::get)
     }
 }
 
 #[cfg(not(loom))]
+thread_local! {
+    static THREAD_SLOT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+#[cfg(loom)]
+loom::lazy_static! {
+    // Per model execution, so ids are the same in every execution.
+    static ref LOOM_NEXT: AtomicUsize = AtomicUsize::new(0);
+}
+#[cfg(loom)]
+loom::thread_local! {
+    static LOOM_ID: std::cell::Cell<usize> = std::cell::Cell::new(usize::MAX);
+}
+
+/// Gives the calling thread its slot id if it has none; returns it.
 #[cold]
-fn assign_thread_slot(store: impl Fn(usize)) -> usize {
+#[inline(never)]
+pub(crate) fn assign_thread_slot() -> usize {
+    let id = thread_slot();
+    if id != usize::MAX {
+        return id;
+    }
+    #[cfg(loom)]
+    {
+        // Ids are never reused under loom; the counter is the high water.
+        let id = LOOM_NEXT.fetch_add(1, Ordering::SeqCst);
+        seqcst_for_loom();
+        LOOM_ID.with(|cell| cell.set(id));
+        id
+    }
+    #[cfg(not(loom))]
+    {
+        assign_slot_id(|id| THREAD_SLOT.with(|cell| cell.set(id)))
+    }
+}
+
+/// One more than the highest slot id handed out so far (ids are dense and
+/// reused, so this is the most threads that have had an id at once). A
+/// writer that loads it after its `SeqCst` fence covers every thread that
+/// can be inside a read: a thread raises it (a `SeqCst` read-modify-write)
+/// before its first entry, so either the writer sees the raise, or the
+/// thread's later load of the lock state sees the writer.
+#[inline]
+pub(crate) fn slot_high_water() -> usize {
+    #[cfg(loom)]
+    {
+        let high = LOOM_NEXT.load(Ordering::SeqCst);
+        seqcst_for_loom();
+        high
+    }
+    #[cfg(not(loom))]
+    {
+        SLOT_HIGH_WATER.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(not(loom))]
+static SLOT_HIGH_WATER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[cfg(not(loom))]
+fn assign_slot_id(store: impl Fn(usize)) -> usize {
     struct Release(usize);
     impl Drop for Release {
         fn drop(&mut self) {
@@ -213,6 +263,8 @@ fn assign_thread_slot(store: impl Fn(usize)) -> usize {
             None => NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     };
+    // SeqCst, before the id is used: see `slot_high_water`.
+    SLOT_HIGH_WATER.fetch_max(id + 1, Ordering::SeqCst);
     // During thread teardown the release guard may be gone already: then
     // the id is simply not reused.
     let _ = RELEASE.try_with(|cell| cell.set(Some(Release(id))));
