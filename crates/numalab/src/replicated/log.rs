@@ -351,7 +351,7 @@ impl<T> Log<T> {
     /// every completed write).
     fn replay(&self, q: usize, upto: usize, data: &[Replica<T>]) -> usize {
         let log_replica = &self.replicas[q];
-        let lock = &data[q].lock;
+        let lock = data[q].lock();
         // Only the lock holder writes ltail.
         let from = log_replica.ltail.load(Ordering::Relaxed);
         if from >= upto && !lock.is_stale() {
@@ -391,7 +391,7 @@ impl<T> Log<T> {
             seqcst_for_loom();
             for (p, other) in self.replicas.iter().enumerate() {
                 if p != q && other.ltail.load(Ordering::SeqCst) < upto {
-                    data[p].lock.set_stale();
+                    data[p].lock().set_stale();
                 }
             }
             // This replica is current, unless the log moved past `upto`

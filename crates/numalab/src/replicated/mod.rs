@@ -67,7 +67,7 @@ pub use locality::{set_thread_replica, ReplicaSet, ReplicaSetError, MAX_REPLICAS
 #[cfg(not(loom))]
 pub use pages::{PagesError, PagesOptions, PagesStats, ReplicatedPages};
 
-use rwlock::{ReadGuard, ReaderSlot, ReplicaLock, Stale};
+use rwlock::{ReadGuard, ReaderSlot, ReplicaLock, Stale, MIN_OWNED};
 use storage::NodeBox;
 use sync::{AtomicU64, CachePadded, Ordering, UnsafeCell};
 
@@ -202,6 +202,12 @@ pub enum ReplicatedError {
     },
 }
 
+/// Where a replica's slots are, as its lock says.
+fn cell_slots<T>(cell: &NodeBox<Cell<T>, Slot>) -> usize {
+    // SAFETY: the box holds the cell.
+    unsafe { &*cell.as_ptr() }.lock.slots_ptr() as usize
+}
+
 /// Counters a replica's writers update (readers count in their lock
 /// slots).
 #[derive(Debug, Default)]
@@ -212,22 +218,70 @@ struct WriteCounters {
     helped: AtomicU64,
 }
 
-/// One replica: the value in memory bound to its node, its reader-writer
-/// lock and its counters.
+/// A reader slot as laid out in a replica's pages.
+type Slot = CachePadded<ReaderSlot>;
+
+/// A replica's reader-writer lock and value, at the start of pages bound
+/// to its node; the lock's reader slots follow in the same pages at a
+/// constant offset, so a read finds its slot, the lock's state and the
+/// value from the cell's address alone.
+pub(crate) struct Cell<T> {
+    lock: ReplicaLock,
+    /// Tells loom about accesses to `value` (a no-op otherwise).
+    access: UnsafeCell<()>,
+    value: std::cell::UnsafeCell<T>,
+}
+
+impl<T> Cell<T> {
+    /// Where the slots start, from the cell's address.
+    const SLOTS: usize = storage::tail_offset::<Cell<T>, Slot>();
+
+    /// The slot thread `id` owns in this replica's lock, if `id` is below
+    /// [`MIN_OWNED`] (as `ReplicaLock::owned_slot`, without loading where
+    /// the slots are or how many there are; threads with higher ids that
+    /// own a slot find it in the cold path).
+    #[inline(always)]
+    fn fast_slot(&self, id: usize) -> Option<&ReaderSlot> {
+        if id < MIN_OWNED {
+            // SAFETY: a cell lives in a `NodeBox<Cell<T>, Slot>` whose
+            // tail, at `SLOTS`, holds the lock's slots, at least
+            // `MIN_OWNED` owned ones first (checked in `from_fn`).
+            Some(unsafe {
+                &*(self as *const Self)
+                    .cast::<u8>()
+                    .add(Self::SLOTS)
+                    .cast::<Slot>()
+                    .add(id)
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// One replica: its cell in memory bound to its node, and its writers'
+/// counters.
 pub(crate) struct Replica<T> {
     node: u32,
-    data: NodeBox<T>,
-    /// Tells loom about accesses to `data` (a no-op otherwise).
-    access: UnsafeCell<()>,
-    lock: ReplicaLock,
+    cell: NodeBox<Cell<T>, Slot>,
     counters: CachePadded<WriteCounters>,
 }
 
 impl<T> Replica<T> {
+    #[inline(always)]
+    fn cell(&self) -> &Cell<T> {
+        // SAFETY: the box holds the cell as long as the replica lives.
+        unsafe { &*self.cell.as_ptr() }
+    }
+
+    fn lock(&self) -> &ReplicaLock {
+        &self.cell().lock
+    }
+
     /// Takes the replica for writing. The caller must be its only writer
     /// (hold its combiner lock, or the broadcast writers' lock).
     fn exclusive(&self) -> Exclusive<'_, T> {
-        self.lock.lock_exclusive();
+        self.lock().lock_exclusive();
         Exclusive { replica: self }
     }
 }
@@ -235,7 +289,7 @@ impl<T> Replica<T> {
 /// Takes every replica for writing at once. The caller must be the only
 /// writer of all of them (the broadcast writers' lock).
 fn exclusive_all<T>(replicas: &[Replica<T>]) -> Vec<Exclusive<'_, T>> {
-    ReplicaLock::lock_exclusive_all(replicas.iter().map(|r| &r.lock));
+    ReplicaLock::lock_exclusive_all(replicas.iter().map(|r| r.lock()));
     replicas
         .iter()
         .map(|replica| Exclusive { replica })
@@ -249,8 +303,9 @@ pub(crate) struct Exclusive<'a, T> {
 
 impl<T> Exclusive<'_, T> {
     fn apply<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
-        let data = self.replica.data.as_ptr();
-        self.replica.access.with_mut(|_| {
+        let cell = self.replica.cell();
+        let data = cell.value.get();
+        cell.access.with_mut(|_| {
             // SAFETY: the exclusive lock keeps readers out and the caller
             // is the replica's only writer; `&mut self` makes the borrow
             // unique.
@@ -261,7 +316,7 @@ impl<T> Exclusive<'_, T> {
 
 impl<T> Drop for Exclusive<'_, T> {
     fn drop(&mut self) {
-        self.replica.lock.unlock_exclusive();
+        self.replica.lock().unlock_exclusive();
     }
 }
 
@@ -317,8 +372,8 @@ enum Engine<T> {
 pub struct Replicated<T> {
     set: ReplicaSet,
     replicas: Box<[Replica<T>]>,
-    /// The replica, when there is only one: reads need no lookup.
-    only: Option<NonNull<Replica<T>>>,
+    /// The replica's cell, when there is only one: reads need no lookup.
+    only: Option<NonNull<Cell<T>>>,
     engine: Engine<T>,
     mode: Mode,
 }
@@ -372,17 +427,33 @@ impl<T> Replicated<T> {
         let mut replicas = Vec::with_capacity(set.len());
         for (replica, &node) in set.nodes().iter().enumerate() {
             let value = storage::on_node(node, || make(replica, node));
-            let data = NodeBox::new(node, value).map_err(|source| ReplicatedError::Allocation {
+            let owned = options.reader_slots;
+            let cell = NodeBox::with_tail(
+                node,
+                ReplicaLock::slots_needed(owned),
+                |_| Slot::default(),
+                |slots| Cell {
+                    // SAFETY: the box's tail holds `slots_needed(owned)`
+                    // fresh slots, lives as long as the cell and is used
+                    // by nothing but this lock.
+                    lock: unsafe { ReplicaLock::in_place(owned, slots) },
+                    access: UnsafeCell::new(()),
+                    value: std::cell::UnsafeCell::new(value),
+                },
+            )
+            .map_err(|source| ReplicatedError::Allocation {
                 replica,
                 node,
                 source,
             })?;
-            let lock = storage::on_node(node, || ReplicaLock::new(options.reader_slots));
+            assert_eq!(
+                cell.as_ptr() as usize + Cell::<T>::SLOTS,
+                cell_slots(&cell),
+                "a replica's slots follow its cell"
+            );
             replicas.push(Replica {
                 node,
-                data,
-                access: UnsafeCell::new(()),
-                lock,
+                cell,
                 counters: CachePadded::new(WriteCounters::default()),
             });
         }
@@ -397,7 +468,7 @@ impl<T> Replicated<T> {
         let replicas = replicas.into_boxed_slice();
         Ok(Replicated {
             only: match &*replicas {
-                [only] => Some(NonNull::from(only)),
+                [only] => Some(NonNull::from(only.cell())),
                 _ => None,
             },
             set,
@@ -418,9 +489,9 @@ impl<T> Replicated<T> {
     /// ```
     #[inline]
     pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        let r = match self.only {
-            // SAFETY: `only` points into `self.replicas`, a boxed slice
-            // that lives and stays in place as long as `self`.
+        let cell = match self.only {
+            // SAFETY: `only` is the cell of `self.replicas[0]`, which
+            // lives as long as `self`, in place.
             Some(only) => unsafe { only.as_ref() },
             None => {
                 let replica = self.set.current();
@@ -428,15 +499,10 @@ impl<T> Replicated<T> {
                 // table holds replica indices; the other maps are taken
                 // modulo the length), and there is one replica per member
                 // of the set.
-                unsafe { self.replicas.get_unchecked(replica) }
+                unsafe { self.replicas.get_unchecked(replica) }.cell()
             }
         };
-        self.read_replica(
-            r,
-            r.lock.owned_slot(sync::thread_slot()),
-            r.data.as_ptr(),
-            f,
-        )
+        self.read_cell(cell, cell.fast_slot(sync::thread_slot()), f)
     }
 
     /// As [`read`](Self::read), on replica `replica` whatever node the
@@ -444,63 +510,91 @@ impl<T> Replicated<T> {
     /// replicas. Panics if `replica` is out of range.
     #[inline(always)]
     pub fn read_from<R>(&self, replica: usize, f: impl FnOnce(&T) -> R) -> R {
-        let r = &self.replicas[replica];
-        self.read_replica(
-            r,
-            r.lock.owned_slot(sync::thread_slot()),
-            r.data.as_ptr(),
-            f,
-        )
+        let cell = self.replicas[replica].cell();
+        self.read_cell(cell, cell.fast_slot(sync::thread_slot()), f)
     }
 
-    /// The read path: `slot` is the calling thread's owned slot in `r`'s
-    /// lock, if it has one. Only the fast entry (an owned slot, state
-    /// zero) and the closure are inlined; every other case is
+    /// The read path: `slot` is the calling thread's owned slot in
+    /// `cell`'s lock, if it has one there. Only the fast entry (an owned
+    /// slot, state zero) and the closure are inlined; every other case is
     /// [`enter_cold`](Self::enter_cold), which returns the same kind of
     /// guard, so the closure is inlined once and what it captures need not
     /// leave the registers.
     #[inline(always)]
-    fn read_replica<R>(
+    fn read_cell<R>(
         &self,
-        r: &Replica<T>,
+        cell: &Cell<T>,
         slot: Option<&ReaderSlot>,
-        data: *const T,
         f: impl FnOnce(&T) -> R,
     ) -> R {
-        let fast = match slot {
-            Some(slot) => r.lock.read_owned(slot),
-            None => None,
+        let guard = match slot {
+            Some(slot) => match cell.lock.read_owned(slot) {
+                Ok(guard) => guard,
+                Err((guard, state)) => self.enter_contended(cell, guard, state),
+            },
+            None => self.enter_cold(cell),
         };
-        let guard = match fast {
-            Some(guard) => guard,
-            None => self.enter_cold(r, slot),
-        };
-        r.access.with(|_| {
-            // SAFETY: `data` is `r`'s value, and the read guard keeps
-            // writers out until it drops, after `f` returns.
-            let result = f(unsafe { &*data });
+        cell.access.with(|_| {
+            // SAFETY: the read guard keeps writers out until it drops,
+            // after `f` returns.
+            let result = f(unsafe { &*cell.value.get() });
             drop(guard);
             result
         })
     }
 
-    /// Enters `r`'s reader lock when the fast entry could not: the thread
-    /// has no owned slot (or no id yet), a writer holds the replica, or
-    /// (log mode) the replica is stale and is caught up first.
+    /// The fast entry found the state not zero: a fenced second look, or
+    /// the slow entry.
     #[cold]
     #[inline(never)]
-    fn enter_cold<'a>(&'a self, r: &'a Replica<T>, slot: Option<&'a ReaderSlot>) -> ReadGuard<'a> {
-        let slot = slot.or_else(|| r.lock.slot_of_thread());
+    fn enter_contended<'a>(
+        &'a self,
+        cell: &'a Cell<T>,
+        guard: ReadGuard<'a>,
+        state: u64,
+    ) -> ReadGuard<'a> {
+        match cell.lock.read_contended(guard, state) {
+            Some(guard) => guard,
+            None => self.enter_slow(cell, cell.lock.slot_of_thread()),
+        }
+    }
+
+    /// Enters `cell`'s reader lock when the thread has no owned slot
+    /// below [`MIN_OWNED`] (or no id yet).
+    #[cold]
+    #[inline(never)]
+    fn enter_cold<'a>(&'a self, cell: &'a Cell<T>) -> ReadGuard<'a> {
+        let lock = &cell.lock;
+        let slot = lock.slot_of_thread();
+        if let Some(slot) = slot {
+            // An owned slot above the constant: the fast entry, from here.
+            match lock.read_owned(slot) {
+                Ok(guard) => return guard,
+                Err((guard, state)) => {
+                    if let Some(guard) = lock.read_contended(guard, state) {
+                        return guard;
+                    }
+                }
+            }
+        }
+        self.enter_slow(cell, slot)
+    }
+
+    /// The slow entry through `slot` (the thread's owned slot, if any),
+    /// waiting while a writer holds the replica and (log mode) catching
+    /// it up first if it is stale.
+    fn enter_slow<'a>(&'a self, cell: &'a Cell<T>, slot: Option<&'a ReaderSlot>) -> ReadGuard<'a> {
+        let lock = &cell.lock;
         let mut stale_ok = false;
         loop {
-            match r.lock.read_slow(slot, stale_ok) {
+            match lock.read_slow(slot, stale_ok) {
                 Ok(guard) => return guard,
                 Err(Stale) => {
                     if let Engine::Log(log) = &self.engine {
                         let index = self
                             .replicas
                             .iter()
-                            .position(|q| std::ptr::eq(q, r))
+                            .position(|r| std::ptr::eq(r.cell(), cell))
                             .expect("a replica of this value");
                         log.catch_up(index, &self.replicas);
                     }
@@ -534,13 +628,12 @@ impl<T> Replicated<T> {
 
     /// A [`Reader`] on replica `replica` (panics if out of range).
     pub fn reader_on(&self, replica: usize) -> Reader<'_, T> {
-        let r = &self.replicas[replica];
+        let cell = self.replicas[replica].cell();
         Reader {
             value: self,
-            replica: r,
-            data: r.data.as_ptr(),
+            cell,
             index: replica,
-            slot: r.lock.slot_of_thread(),
+            slot: cell.lock.slot_of_thread(),
             _not_send: std::marker::PhantomData,
         }
     }
@@ -617,13 +710,13 @@ impl<T> Replicated<T> {
             .map(|(i, r)| ReplicaStats {
                 replica: i,
                 node: r.node,
-                reads: r.lock.reads(),
-                read_waits: r.lock.read_waits(),
+                reads: r.lock().reads(),
+                read_waits: r.lock().read_waits(),
                 writes: r.counters.writes.load(Ordering::Relaxed),
                 applied: r.counters.applied.load(Ordering::Relaxed),
                 combines: r.counters.combines.load(Ordering::Relaxed),
                 helped: r.counters.helped.load(Ordering::Relaxed),
-                bytes: r.data.mapped_bytes() as u64,
+                bytes: r.cell.mapped_bytes() as u64,
             })
             .collect()
     }
@@ -644,7 +737,7 @@ impl<T> Replicated<T> {
     pub fn replica_pages(&self, sample: Sample) -> Result<Vec<PageHistogram>, LocateError> {
         self.replicas
             .iter()
-            .map(|r| r.data.locate(sample))
+            .map(|r| r.cell.locate(sample))
             .collect()
     }
 
@@ -678,9 +771,7 @@ impl<T> Replicated<T> {
 /// ```
 pub struct Reader<'a, T> {
     value: &'a Replicated<T>,
-    replica: &'a Replica<T>,
-    /// The replica's value (its address never changes).
-    data: *const T,
+    cell: &'a Cell<T>,
     index: usize,
     /// The reader slot this thread owns, if any (why the handle must stay
     /// on its thread).
@@ -700,8 +791,7 @@ impl<T> Reader<'_, T> {
     /// Runs `f` on the handle's replica, as [`Replicated::read`].
     #[inline(always)]
     pub fn read<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        self.value
-            .read_replica(self.replica, self.slot, self.data, f)
+        self.value.read_cell(self.cell, self.slot, f)
     }
 
     /// The replica it reads.

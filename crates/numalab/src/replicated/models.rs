@@ -169,8 +169,15 @@ fn log_flat_combining_returns_each_result() {
 /// thread without one).
 fn read_lock(lock: &ReplicaLock) -> rwlock::ReadGuard<'_> {
     let slot = lock.slot_of_thread();
-    if let Some(guard) = slot.and_then(|slot| lock.read_owned(slot)) {
-        return guard;
+    if let Some(slot) = slot {
+        match lock.read_owned(slot) {
+            Ok(guard) => return guard,
+            Err((guard, state)) => {
+                if let Some(guard) = lock.read_contended(guard, state) {
+                    return guard;
+                }
+            }
+        }
     }
     lock.read_slow(slot, false)
         .expect("never marked stale here")

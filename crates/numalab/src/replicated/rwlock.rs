@@ -65,6 +65,7 @@
 //! waits for a writer that is itself waiting for the outer read to end:
 //! read closures must not read the same value again.
 
+use std::ptr::NonNull;
 use std::time::Duration;
 
 use super::sync::{
@@ -88,6 +89,12 @@ pub(crate) const STALE: u64 = 4;
 
 /// Slots per lock for threads without an owned one, claimed per read.
 const OVERFLOW_SLOTS: usize = 8;
+
+/// Every lock has at least this many owned slots, so a reader can tell
+/// that it owns one by comparing its id with a constant, without loading
+/// the lock's count. (One under loom, whose models need few threads to
+/// reach the overflow slots.)
+pub(crate) const MIN_OWNED: usize = if cfg!(loom) { 1 } else { 64 };
 
 /// Bits of a slot's word that count the reads its holder is inside
 /// (nested reads count each).
@@ -133,43 +140,103 @@ impl ReaderSlot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stale;
 
+/// What readers load on every entry: one line, changed only by writers.
+#[derive(Debug)]
+struct Head {
+    /// `WRITER | SLOW | STALE`; zero lets readers in.
+    state: AtomicU64,
+    /// Owned reader slots (the overflow ones follow them).
+    owned: usize,
+}
+
 /// A reader-writer lock with one reader slot per thread (up to the slot
 /// count). Writers must be serialised by the caller.
 #[derive(Debug)]
 pub(crate) struct ReplicaLock {
-    /// `WRITER | SLOW | STALE`; zero lets readers in.
-    state: CachePadded<AtomicU64>,
+    head: CachePadded<Head>,
+    /// `owned` slots, then [`OVERFLOW_SLOTS`] overflow slots: in `own`, or
+    /// in memory the lock's owner keeps beside it ([`in_place`]).
+    ///
+    /// [`in_place`]: ReplicaLock::in_place
+    slots: NonNull<CachePadded<ReaderSlot>>,
+    _own: Option<Box<[CachePadded<ReaderSlot>]>>,
     /// `SLOW` may be cleared (the heavy barrier works here).
     asymmetric: bool,
     /// When the last writer took the lock (writers only).
     last_write: CachePadded<AtomicU64>,
     /// Clear `SLOW` when this write unlocks (writers only).
     to_fast: AtomicBool,
-    slots: Box<[CachePadded<ReaderSlot>]>,
-    /// For threads without an owned slot: free while `enters == exits`.
-    overflow: Box<[CachePadded<ReaderSlot>]>,
 }
 
+// SAFETY: the slots are owned by the lock (or by its owner, for as long
+// as the lock lives) and only touched through atomics.
+unsafe impl Send for ReplicaLock {}
+// SAFETY: as above.
+unsafe impl Sync for ReplicaLock {}
+
 impl ReplicaLock {
-    /// A lock with `slots` owned reader slots.
-    pub(crate) fn new(slots: usize) -> ReplicaLock {
+    /// Slots a lock with `owned` owned reader slots needs in all.
+    pub(crate) fn slots_needed(owned: usize) -> usize {
+        owned.max(MIN_OWNED) + OVERFLOW_SLOTS
+    }
+
+    /// A lock with `owned` owned reader slots, which it allocates.
+    #[cfg_attr(not(loom), allow(dead_code))]
+    pub(crate) fn new(owned: usize) -> ReplicaLock {
+        let mut own: Box<[CachePadded<ReaderSlot>]> = (0..Self::slots_needed(owned))
+            .map(|_| CachePadded::default())
+            .collect();
+        let slots = NonNull::from(&mut own[0]);
+        ReplicaLock {
+            _own: Some(own),
+            ..Self::with_slots(owned, slots)
+        }
+    }
+
+    /// A lock with `owned` owned reader slots at `slots`.
+    ///
+    /// # Safety
+    ///
+    /// `slots` points to [`slots_needed(owned)`](Self::slots_needed)
+    /// initialised slots that outlive the lock and that nothing else
+    /// uses.
+    pub(crate) unsafe fn in_place(owned: usize, slots: NonNull<CachePadded<ReaderSlot>>) -> Self {
+        Self::with_slots(owned, slots)
+    }
+
+    fn with_slots(owned: usize, slots: NonNull<CachePadded<ReaderSlot>>) -> ReplicaLock {
         let asymmetric = asymmetric_barriers();
         ReplicaLock {
-            state: CachePadded::new(AtomicU64::new(if asymmetric { 0 } else { SLOW })),
+            head: CachePadded::new(Head {
+                state: AtomicU64::new(if asymmetric { 0 } else { SLOW }),
+                owned: owned.max(MIN_OWNED),
+            }),
+            slots,
+            _own: None,
             asymmetric,
             last_write: CachePadded::new(AtomicU64::new(0)),
             to_fast: AtomicBool::new(false),
-            slots: (0..slots.max(1)).map(|_| CachePadded::default()).collect(),
-            overflow: (0..OVERFLOW_SLOTS)
-                .map(|_| CachePadded::default())
-                .collect(),
         }
+    }
+
+    /// Slot `i` (owned ones first, then overflow).
+    #[inline(always)]
+    fn slot(&self, i: usize) -> &ReaderSlot {
+        debug_assert!(i < Self::slots_needed(self.head.owned));
+        // SAFETY: `i` is below the slot count (callers check), and the
+        // slots live as long as the lock.
+        unsafe { &*self.slots.as_ptr().add(i) }
+    }
+
+    /// Where the slots are (for owners that find them without a load).
+    pub(crate) fn slots_ptr(&self) -> *const CachePadded<ReaderSlot> {
+        self.slots.as_ptr()
     }
 
     /// The slot thread `id` ([`thread_slot`]) owns, if it owns one.
     #[inline(always)]
     pub(crate) fn owned_slot(&self, id: usize) -> Option<&ReaderSlot> {
-        self.slots.get(id).map(|s| &**s)
+        (id < self.head.owned).then(|| self.slot(id))
     }
 
     /// The slot the calling thread owns, if any, giving the thread its id
@@ -183,30 +250,38 @@ impl ReplicaLock {
     }
 
     /// The fast entry through `slot`, which the calling thread owns (from
-    /// [`owned_slot`](Self::owned_slot) with its own id). `None` when the
-    /// state is not zero and a fenced second look did not let the reader
-    /// in either (a writer inside, or the replica stale): the reader is
-    /// then not inside, and [`read_slow`](Self::read_slow) waits or
-    /// reports the replica stale.
+    /// [`owned_slot`](Self::owned_slot) with its own id): `Ok` when the
+    /// state is zero. Otherwise the reader is inside its slot with the
+    /// state it saw, and must pass both to
+    /// [`read_contended`](Self::read_contended).
     #[inline(always)]
-    pub(crate) fn read_owned<'a>(&'a self, slot: &'a ReaderSlot) -> Option<ReadGuard<'a>> {
+    pub(crate) fn read_owned<'a>(
+        &'a self,
+        slot: &'a ReaderSlot,
+    ) -> Result<ReadGuard<'a>, (ReadGuard<'a>, u64)> {
         let guard = slot.enter();
         light_barrier();
-        let state = self.state.load(Ordering::SeqCst);
+        let state = self.head.state.load(Ordering::SeqCst);
         if state == 0 {
-            return Some(guard);
+            Ok(guard)
+        } else {
+            Err((guard, state))
         }
-        self.read_owned_fenced(guard, state)
     }
 
     /// The entry when the state was not zero: with only `SLOW` set, a
-    /// fence and a second look; otherwise the reader backs off.
+    /// fence and a second look; otherwise the reader backs off and
+    /// `None` sends it to [`read_slow`](Self::read_slow).
     #[inline(never)]
-    fn read_owned_fenced<'a>(&'a self, guard: ReadGuard<'a>, state: u64) -> Option<ReadGuard<'a>> {
+    pub(crate) fn read_contended<'a>(
+        &'a self,
+        guard: ReadGuard<'a>,
+        state: u64,
+    ) -> Option<ReadGuard<'a>> {
         if state & (WRITER | STALE) == 0 {
             // Pairs with the writer's fence after setting WRITER.
             fence(Ordering::SeqCst);
-            if self.state.load(Ordering::SeqCst) & (WRITER | STALE) == 0 {
+            if self.head.state.load(Ordering::SeqCst) & (WRITER | STALE) == 0 {
                 return Some(guard);
             }
         }
@@ -238,7 +313,7 @@ impl ReplicaLock {
                 }
                 None => self.claim_overflow(),
             };
-            let state = self.state.load(Ordering::SeqCst);
+            let state = self.head.state.load(Ordering::SeqCst);
             if state & blocking == 0 {
                 return Ok(guard);
             }
@@ -258,11 +333,11 @@ impl ReplicaLock {
     /// `SeqCst` compare-exchange, which is also the entry's fence); it is
     /// the caller's until the guard drops.
     fn claim_overflow(&self) -> ReadGuard<'_> {
-        let start = thread_index() % self.overflow.len();
+        let start = thread_index() % OVERFLOW_SLOTS;
         let mut backoff = Backoff::new();
         loop {
-            for k in 0..self.overflow.len() {
-                let slot = &*self.overflow[(start + k) % self.overflow.len()];
+            for k in 0..OVERFLOW_SLOTS {
+                let slot = self.slot(self.head.owned + (start + k) % OVERFLOW_SLOTS);
                 // Acquire pairs with the previous holder's exit (Release):
                 // its counter updates are visible.
                 let word = slot.word.load(Ordering::Acquire);
@@ -285,7 +360,7 @@ impl ReplicaLock {
 
     fn wait_for_writer(&self) {
         let mut backoff = Backoff::new();
-        while self.state.load(Ordering::Acquire) & WRITER != 0 {
+        while self.head.state.load(Ordering::Acquire) & WRITER != 0 {
             backoff.snooze();
         }
     }
@@ -301,7 +376,7 @@ impl ReplicaLock {
         let now = now_nanos();
         let mut heavy = false;
         for lock in locks.clone() {
-            let before = lock.state.fetch_or(WRITER, Ordering::SeqCst);
+            let before = lock.head.state.fetch_or(WRITER, Ordering::SeqCst);
             debug_assert_eq!(before & WRITER, 0, "writers are serialised");
             let previous = lock.last_write.swap(now, Ordering::Relaxed);
             // The first write has no previous one: as if long ago.
@@ -313,7 +388,7 @@ impl ReplicaLock {
                 // Readers may be entering with the light barrier.
                 heavy = true;
                 if gap < SLOW_BELOW.as_nanos() as u64 {
-                    lock.state.fetch_or(SLOW, Ordering::SeqCst);
+                    lock.head.state.fetch_or(SLOW, Ordering::SeqCst);
                 }
             } else if lock.asymmetric && gap > FAST_ABOVE.as_nanos() as u64 {
                 lock.to_fast.store(true, Ordering::Relaxed);
@@ -326,8 +401,9 @@ impl ReplicaLock {
         // After the fence: every thread that may be inside has an id below.
         let high = slot_high_water();
         for lock in locks {
-            let owned = lock.slots[..high.min(lock.slots.len())].iter();
-            for slot in owned.chain(lock.overflow.iter()).map(|s| &**s) {
+            let owned = 0..high.min(lock.head.owned);
+            let overflow = lock.head.owned..Self::slots_needed(lock.head.owned);
+            for slot in owned.chain(overflow).map(|i| lock.slot(i)) {
                 let mut backoff = Backoff::new();
                 // Pairs with the readers' Release exits.
                 while slot.word.load(Ordering::SeqCst) & DEPTH != 0 {
@@ -346,30 +422,30 @@ impl ReplicaLock {
         } else {
             WRITER
         };
-        self.state.fetch_and(!clear, Ordering::Release);
+        self.head.state.fetch_and(!clear, Ordering::Release);
     }
 
     /// Marks the replica stale: readers back off with [`Stale`] until
     /// [`clear_stale`](Self::clear_stale).
     pub(crate) fn set_stale(&self) {
-        self.state.fetch_or(STALE, Ordering::SeqCst);
+        self.head.state.fetch_or(STALE, Ordering::SeqCst);
         seqcst_for_loom();
     }
 
     /// Clears the stale mark. Only with the lock held for writing (no
     /// reader can enter between this and a re-mark).
     pub(crate) fn clear_stale(&self) {
-        self.state.fetch_and(!STALE, Ordering::SeqCst);
+        self.head.state.fetch_and(!STALE, Ordering::SeqCst);
         seqcst_for_loom();
     }
 
     /// Whether the replica is marked stale.
     pub(crate) fn is_stale(&self) -> bool {
-        self.state.load(Ordering::SeqCst) & STALE != 0
+        self.head.state.load(Ordering::SeqCst) & STALE != 0
     }
 
     fn all_slots(&self) -> impl Iterator<Item = &ReaderSlot> {
-        self.slots.iter().chain(self.overflow.iter()).map(|s| &**s)
+        (0..Self::slots_needed(self.head.owned)).map(|i| self.slot(i))
     }
 
     /// Reads completed or in progress (entries that did not back off).

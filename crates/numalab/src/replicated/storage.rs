@@ -12,35 +12,74 @@ use crate::policy::MemPolicy;
 use crate::sets::NodeSet;
 
 /// A `T` stored in pages bound to one node (`MemPolicy::Bind`), like a
-/// `Box<T>` whose memory is placed.
-pub(crate) struct NodeBox<T> {
+/// `Box<T>` whose memory is placed, followed in the same pages by a tail
+/// of `U` values (none by default) at [`tail_offset::<T, U>()`], a
+/// constant, so code that holds the `T` finds the tail without a load.
+pub(crate) struct NodeBox<T, U = ()> {
     buffer: NodeBuffer,
     value: NonNull<T>,
-    _owns: PhantomData<T>,
+    tail: NonNull<U>,
+    tail_len: usize,
+    _owns: PhantomData<(T, U)>,
 }
 
-// SAFETY: NodeBox owns its T as a Box does.
-unsafe impl<T: Send> Send for NodeBox<T> {}
-// SAFETY: &NodeBox<T> gives out only &T (the raw pointer is used by the
-// replication protocols under their locks).
-unsafe impl<T: Sync> Sync for NodeBox<T> {}
+// SAFETY: NodeBox owns its T and its U values as a Box does.
+unsafe impl<T: Send, U: Send> Send for NodeBox<T, U> {}
+// SAFETY: &NodeBox gives out only shared references (the raw pointers are
+// used by the replication protocols under their locks).
+unsafe impl<T: Sync, U: Sync> Sync for NodeBox<T, U> {}
 
+/// Where a [`NodeBox<T, U>`]'s tail starts, from the start of its `T`.
+pub(crate) const fn tail_offset<T, U>() -> usize {
+    std::mem::size_of::<T>().next_multiple_of(std::mem::align_of::<U>())
+}
+
+#[cfg(test)]
 impl<T> NodeBox<T> {
     /// Moves `value` into fresh pages bound to `node`.
     pub(crate) fn new(node: u32, value: T) -> Result<NodeBox<T>, BufferError> {
+        NodeBox::with_tail(node, 0, |_| (), |_| value)
+    }
+}
+
+impl<T, U> NodeBox<T, U> {
+    /// Fresh pages bound to `node` holding `make_tail(i)` for `i` in
+    /// `0..tail_len`, then the value `make(tail)` builds knowing where its
+    /// tail is (the pointer stays valid as long as the box).
+    pub(crate) fn with_tail(
+        node: u32,
+        tail_len: usize,
+        mut make_tail: impl FnMut(usize) -> U,
+        make: impl FnOnce(NonNull<U>) -> T,
+    ) -> Result<NodeBox<T, U>, BufferError> {
+        let page = crate::sys::linux::page_size();
         assert!(
-            std::mem::align_of::<T>() <= crate::sys::linux::page_size(),
+            std::mem::align_of::<T>() <= page && std::mem::align_of::<U>() <= page,
             "types aligned to more than a page cannot be replicated"
         );
-        let len = std::mem::size_of::<T>().max(1);
+        let offset = tail_offset::<T, U>();
+        let len = (offset + tail_len * std::mem::size_of::<U>()).max(1);
         let buffer = NodeBuffer::new(len, MemPolicy::Bind(NodeSet::single(node)))?;
         let value_ptr = buffer.as_ptr() as *mut T;
-        // SAFETY: the buffer is at least size_of::<T>() bytes, page-aligned
-        // (so aligned for T, checked above) and owned by us.
+        // SAFETY: the buffer is page-aligned (so aligned for T and U,
+        // checked above, and `offset` is a multiple of U's alignment),
+        // `offset + tail_len * size_of::<U>()` bytes long and ours.
+        let tail_ptr = unsafe { buffer.as_ptr().add(offset) as *mut U };
+        for i in 0..tail_len {
+            // SAFETY: inside the tail, aligned, not yet initialised.
+            unsafe { tail_ptr.add(i).write(make_tail(i)) };
+        }
+        // SAFETY: mappings are never at address 0, nor is anything in one.
+        let tail = unsafe { NonNull::new_unchecked(tail_ptr) };
+        let value = make(tail);
+        // SAFETY: the buffer holds at least size_of::<T>() bytes at its
+        // start, aligned for T.
         unsafe { value_ptr.write(value) };
         Ok(NodeBox {
-            // SAFETY: mappings are never at address 0.
+            // SAFETY: as for the tail.
             value: unsafe { NonNull::new_unchecked(value_ptr) },
+            tail,
+            tail_len,
             buffer,
             _owns: PhantomData,
         })
@@ -64,11 +103,15 @@ impl<T> NodeBox<T> {
     }
 }
 
-impl<T> Drop for NodeBox<T> {
+impl<T, U> Drop for NodeBox<T, U> {
     fn drop(&mut self) {
-        // SAFETY: the value was written in `new` and is dropped once, here;
-        // the buffer is unmapped after this.
-        unsafe { self.value.as_ptr().drop_in_place() };
+        // SAFETY: the value and the tail were written in `with_tail` and
+        // are dropped once, here (the value first: it may point into the
+        // tail); the buffer is unmapped after this.
+        unsafe {
+            self.value.as_ptr().drop_in_place();
+            std::ptr::slice_from_raw_parts_mut(self.tail.as_ptr(), self.tail_len).drop_in_place();
+        }
     }
 }
 
