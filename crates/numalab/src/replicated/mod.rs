@@ -131,9 +131,10 @@ pub struct ReplicatedOptions {
     /// to this many closures stay alive.
     pub log_entries: usize,
     /// Reader slots per replica: the first this many threads alive each
-    /// own a slot and read without atomic read-modify-writes; threads
-    /// beyond share one slot, which is correct but makes their reads
-    /// contend.
+    /// own a slot and read without atomic read-modify-writes (at least
+    /// 64: the first 64 find their slot without a lookup); threads beyond
+    /// claim one of a few shared slots per read with a compare-exchange,
+    /// which is correct but makes their reads contend.
     pub reader_slots: usize,
     /// Pending-write slots per replica for flat combining (log mode).
     pub request_slots: usize,
@@ -341,8 +342,15 @@ enum Engine<T> {
 /// every write that returned before it began.
 ///
 /// A read or write closure must not call `write` on the same value (a
-/// read would wait for itself). A write that panics aborts the process:
-/// the replicas would otherwise disagree.
+/// read would wait for itself), nor `read` it again (a writer that came in
+/// between waits for the outer read, and the inner one for the writer). A
+/// write that panics aborts the process: the replicas would otherwise
+/// disagree.
+///
+/// A read costs its closure plus two loads and two plain stores on the
+/// replica's lock and a few instructions to find it (no fence, no atomic
+/// read-modify-write while writes are rare); [`reader`](Self::reader)
+/// saves the finding for loops of many reads.
 ///
 /// ```
 /// use numalab::replicated::{Mode, Replicated};

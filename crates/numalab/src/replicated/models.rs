@@ -13,8 +13,20 @@
 //! Limit: loom cannot model `membarrier(2)`, so the asymmetric fence is
 //! modelled as a `SeqCst` fence on each side (as liburcu and folly reason
 //! about it). The models check the protocols built on it, but not the
-//! readers' re-check of the lock's `fast` flag, which matters only when
+//! argument that a reader which entered without fencing did so before the
+//! writer that set `SLOW` ran its heavy barrier, which matters only when
 //! the light side is no fence at all; that step is argued in `rwlock.rs`.
+//!
+//! Under loom every lock has one owned reader slot (`MIN_OWNED`), so a
+//! second reading thread takes the overflow slots.
+//!
+//! Each of these changes to the protocols makes at least one model fail
+//! (checked by editing the code and running the models): a writer that
+//! does not wait for readers, or scans no slot (high water taken as 0); a
+//! reader that ignores the writer bit, or the stale mark (fast entry or
+//! slow); the log reusing an entry a replica still needs; stale marks set
+//! after the replaying replica is released; a stale mark cleared without
+//! looking at `ctail` again.
 
 use loom::sync::Arc;
 use loom::thread;
