@@ -742,7 +742,7 @@ impl ReplicatedPages {
         }
         let rep = &self.replicas[replica];
         let area = rep.pool.area_base();
-        let guard = epoch::pin();
+        let mut guard = epoch::pin();
         let (mut local, mut remote) = (0u64, 0u64);
         let mut at = offset;
         let end = offset + len;
@@ -780,8 +780,14 @@ impl ReplicatedPages {
             // after being unpublished); `within + run <= page size`.
             let bytes = unsafe { std::slice::from_raw_parts(source.add(within), run) };
             f(at, bytes);
-            if copy.is_null() {
-                self.note_remote(replica, page, &guard);
+            if copy.is_null() && self.note_remote(replica, page, &guard) {
+                // Copies were evicted to make room: `f` is done with the
+                // page, so nothing from before is held; re-pinning lets
+                // the epoch advance and their memory come back while a
+                // long read goes on (otherwise a read over more pages
+                // than the budget evicts every copy and makes none).
+                guard.repin();
+                flush(&guard);
             }
             at += run;
         }
@@ -816,17 +822,17 @@ impl ReplicatedPages {
     }
 
     /// A page was read from the master: maybe it is time for a copy.
+    /// Returns whether copies were evicted to make room.
     #[inline]
-    fn note_remote(&self, replica: usize, page: usize, guard: &Guard) {
+    fn note_remote(&self, replica: usize, page: usize, guard: &Guard) -> bool {
         let rep = &self.replicas[replica];
         let misses = rep.misses[page].fetch_add(1, Ordering::Relaxed) + 1;
-        if misses >= self.options.copy_after {
-            self.make_copy(replica, page, guard);
-        }
+        misses >= self.options.copy_after && self.make_copy(replica, page, guard)
     }
 
+    /// Returns whether copies were evicted to make room (none made).
     #[cold]
-    fn make_copy(&self, replica: usize, page: usize, guard: &Guard) {
+    fn make_copy(&self, replica: usize, page: usize, guard: &Guard) -> bool {
         let rep = &self.replicas[replica];
         let lock = &self.locks[page];
         // Never wait in a read: if a writer or another copier holds the
@@ -835,10 +841,11 @@ impl ReplicatedPages {
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            return;
+            return false;
         }
+        let mut evicted = false;
         if rep.copies[page].load(Ordering::Relaxed).is_null() {
-            match self.take_slot(replica, page, guard) {
+            match self.take_slot(replica, page, guard, &mut evicted) {
                 Some(slot) => {
                     // Under the page lock the master cannot change.
                     let master = self.masters[page].load(Ordering::Acquire);
@@ -861,13 +868,19 @@ impl ReplicatedPages {
             }
         }
         lock.store(false, Ordering::Release);
-        flush(guard);
+        evicted
     }
 
     /// A slot for a new copy on `replica`'s node, within the budgets and
     /// the watermark; evicts a cold copy (for a later copy) when there is
     /// none.
-    fn take_slot(&self, replica: usize, page: usize, guard: &Guard) -> Option<usize> {
+    fn take_slot(
+        &self,
+        replica: usize,
+        page: usize,
+        guard: &Guard,
+        evicted: &mut bool,
+    ) -> Option<usize> {
         let rep = &self.replicas[replica];
         let pool = &rep.pool;
         let mut inner = pool.lock();
@@ -898,7 +911,7 @@ impl ReplicatedPages {
         } else {
             1
         };
-        self.evict_cold(replica, &mut inner, want, guard);
+        *evicted = self.evict_cold(replica, &mut inner, want, guard) > 0;
         None
     }
 
@@ -1280,6 +1293,28 @@ mod tests {
         let s = region.stats();
         assert!(s[1].resident_bytes <= 2 * PAGE as u64, "{s:?}");
         assert!(s.iter().map(|s| s.resident_bytes).sum::<u64>() <= 6 * PAGE as u64);
+    }
+
+    #[test]
+    fn one_read_longer_than_the_budget_keeps_copies() {
+        // A single read over four times the budget: each page past the
+        // budget evicts a cold copy, and that copy's memory must come
+        // back while the read goes on, or the read ends with no copies.
+        let data = pattern(64 * PAGE, 7);
+        let options = PagesOptions::default()
+            .copy_after(1)
+            .chunk_pages(4)
+            .budget_per_replica(Some(16 * PAGE as u64));
+        let region = ReplicatedPages::new(&data, emulated(1), options).unwrap();
+        let mut buf = vec![0u8; data.len()];
+        for _ in 0..3 {
+            region.read_from(0, 0, &mut buf).unwrap();
+            assert!(buf == data);
+        }
+        let s = &region.stats()[0];
+        assert!(s.resident_bytes <= 16 * PAGE as u64, "{s:?}");
+        assert!(s.evicted > 0 && s.reclaimed > 0, "{s:?}");
+        assert!(s.copies >= 4, "a long read left {} copies: {s:?}", s.copies);
     }
 
     #[test]
