@@ -3,14 +3,15 @@
 //! by a budget, and the experiment engine's `replicate` policy placing a
 //! copy on every node with CPUs.
 //!
-//! `ReplicaSet::system()` makes one replica per node with memory that the
-//! process may use, memory-only (CPU-less) nodes included, in node order;
-//! its thread map sends each CPU node's threads to their own node's
-//! replica, so a memory-only node's replica is written (and holds its
-//! copies) but never read by `read`, only through `read_from`. The
-//! engine's `replicate` instead places copies on the nodes with CPUs
-//! only. (Timings inside TCG mean nothing; the placement is the kernel's
-//! and real.)
+//! `ReplicaSet::system()` makes one replica per node with memory and CPUs
+//! that the process may use, in node order. The checks below use
+//! `ReplicaSet::on_nodes` over every node with memory, memory-only
+//! (CPU-less) ones included: its thread map sends each CPU node's threads
+//! to their own node's replica, so a memory-only node's replica is written
+//! (and holds its copies) but never read by `read`, only through
+//! `read_from`. The engine's `replicate` places copies on the nodes with
+//! CPUs only. (Timings inside TCG mean nothing; the placement is the
+//! kernel's and real.)
 
 use std::fs;
 
@@ -61,11 +62,17 @@ pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let preset = &guest.preset;
     let cpu_nodes: Vec<u32> = preset.cpu_nodes().iter().collect();
     let memory_only: Vec<u32> = preset.memory_only_nodes().iter().collect();
-    let set = ReplicaSet::system()?;
-    // Every node of the presets has memory: a replica on each, CPU-less
-    // ones included.
+    // Replicas for reading: on the nodes with CPUs (every node of the
+    // presets has memory).
     out.same(
         "ReplicaSet::system() replica nodes",
+        format!("{cpu_nodes:?}"),
+        format!("{:?}", ReplicaSet::system()?.nodes()),
+    );
+    // A replica on each node, CPU-less ones included.
+    let set = ReplicaSet::on_nodes(&preset.node_ids())?;
+    out.same(
+        "ReplicaSet::on_nodes(every node) replica nodes",
         format!("{:?}", preset.node_ids().iter().collect::<Vec<_>>()),
         format!("{:?}", set.nodes()),
     );
@@ -87,13 +94,21 @@ fn library_values(
     cpu_nodes: &[u32],
 ) -> Result<()> {
     let table = Replicated::with_set([7u64; 2048], set.clone(), Mode::Broadcast)?;
+    // A replica's storage holds the value (4 pages) and its lock's reader
+    // slots beside it.
     for (i, pages) in table.replica_pages(Sample::All)?.iter().enumerate() {
         all_on(
             out,
-            format!("Replicated<[u64; 2048]> replica {i} pages"),
+            format!("Replicated<[u64; 2048]> replica {i} pages (value and reader slots)"),
             set.node(i),
-            Some(4),
+            None,
             pages,
+        );
+        out.check(
+            format!("Replicated<[u64; 2048]> replica {i} pages present"),
+            "at least the value's 4",
+            pages.present().to_string(),
+            pages.present() >= 4,
         );
     }
     // Over 32 MiB, so glibc maps it fresh (never reused heap): each clone

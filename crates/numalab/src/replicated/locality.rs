@@ -55,9 +55,9 @@ enum ThreadMap {
 /// The replicas of a replicated value: the node each replica's memory is
 /// bound to, and how a thread finds the replica it should read.
 ///
-/// [`ReplicaSet::system`] makes one replica per NUMA node with memory, and
-/// sends each thread to the replica of the node it runs on (nodes without
-/// memory use the nearest replica). [`ReplicaSet::on_nodes`] chooses the
+/// [`ReplicaSet::system`] makes one replica per NUMA node with memory and
+/// CPUs, and sends each thread to the replica of the node it runs on (CPUs
+/// of nodes without memory use the nearest replica). [`ReplicaSet::on_nodes`] chooses the
 /// nodes. [`ReplicaSet::emulated`] and [`ReplicaSet::custom`] separate
 /// replicas from nodes: several replicas may share a node's memory and the
 /// thread-to-replica mapping is set by the caller, which lets the
@@ -97,11 +97,16 @@ impl fmt::Debug for ReplicaSet {
 
 impl ReplicaSet {
     /// One replica on every node this process may allocate from that has
-    /// memory.
+    /// both memory and CPUs: a replica is read by the threads of its node,
+    /// so one on a memory-only (CPU-less) node would only be written.
+    /// (With no such node, as in a cpuset of memory-only nodes, one on
+    /// every allowed node with memory.) [`on_nodes`](Self::on_nodes) puts
+    /// replicas on memory-only nodes too, for reads through `read_from`.
     pub fn system() -> Result<ReplicaSet, ReplicaSetError> {
         let inventory = NodeInventory::live();
-        let nodes = inventory.with_memory.intersection(&inventory.allowed_nodes);
-        Self::on_nodes(&nodes)
+        let memory = inventory.with_memory.intersection(&inventory.allowed_nodes);
+        let read = memory.intersection(&inventory.with_cpus);
+        Self::on_nodes(if read.is_empty() { &memory } else { &read })
     }
 
     /// One replica on each of `nodes` (which must exist, be allowed and
@@ -279,7 +284,11 @@ mod tests {
         let set = ReplicaSet::system().unwrap();
         assert!(!set.is_empty());
         let inventory = NodeInventory::live();
-        assert_eq!(set.len(), inventory.with_memory.len());
+        let read = inventory
+            .with_memory
+            .intersection(&inventory.allowed_nodes)
+            .intersection(&inventory.with_cpus);
+        assert_eq!(set.nodes(), read.iter().collect::<Vec<_>>());
         for _ in 0..200 {
             assert!(set.current() < set.len());
         }

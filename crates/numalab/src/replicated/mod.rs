@@ -404,8 +404,8 @@ impl<T> fmt::Debug for Replicated<T> {
 }
 
 impl<T: Clone> Replicated<T> {
-    /// One replica of `value` on every node this process may allocate
-    /// from, in `mode`.
+    /// One replica of `value` on every node with CPUs and memory this
+    /// process may use ([`ReplicaSet::system`]), in `mode`.
     pub fn new(value: T, options: impl Into<ReplicatedOptions>) -> Result<Self, ReplicatedError> {
         Self::with_set(value, ReplicaSet::system()?, options)
     }
