@@ -7,7 +7,9 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use numalab::ring::{self, Backpressure, Ring, RingError, RingOptions, TransferHeader};
+use numalab::ring::{
+    self, Backpressure, CopyStores, Ring, RingError, RingOptions, TransferHeader, STREAMING_FROM,
+};
 use numalab::{MemPolicy, NodeSet};
 
 /// A unique ring name whose segment is removed when the guard drops, even
@@ -71,6 +73,58 @@ fn copy_in_copy_out_keeps_every_byte_in_order() {
     let stats = ring.stats();
     assert_eq!(stats.writer.bytes, total as u64);
     assert_eq!(stats.writer.state, "finished");
+}
+
+/// Streaming copies (forced on a small ring, and chosen by `Auto` on a
+/// ring of 8 MiB blocks) carry every byte in order, whatever the pieces'
+/// sizes and alignments.
+#[test]
+fn streaming_copies_keep_every_byte_in_order() {
+    for (tag, block, stores) in [
+        ("stream-small", 64 << 10, CopyStores::Streaming),
+        ("stream-auto", STREAMING_FROM, CopyStores::Auto),
+    ] {
+        let name = Name::new(tag);
+        let ring = Ring::create(&RingOptions::new(&name.0, 2 * block, block)).unwrap();
+        let mut reader = ring.reader().unwrap();
+        reader.set_copy_stores(stores);
+        let total = 5 * block + 12_345;
+        let data: Vec<u8> = (0..total).map(|i| (i * 13 % 251) as u8).collect();
+        let expected = data.clone();
+        let consumer = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            // Reads of a whole block (streaming under Auto) and odd pieces.
+            let mut buf = vec![0u8; block + 1];
+            let mut small = vec![0u8; 40_001];
+            for round in 0.. {
+                let buf = if round % 3 == 2 { &mut small } else { &mut buf };
+                let n = reader.read(buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            got
+        });
+        let mut writer = ring.writer().unwrap();
+        writer.set_copy_stores(stores);
+        assert!(writer.streams(), "{tag}: the writer streams");
+        // Pieces that start and end off line boundaries.
+        for chunk in data.chunks(block / 3 + 17) {
+            writer.write(chunk).unwrap();
+        }
+        writer.finish().unwrap();
+        assert!(consumer.join().unwrap() == expected, "{tag}: bytes differ");
+    }
+    let name = Name::new("cached");
+    let ring = Ring::create(&RingOptions::new(&name.0, 2 * (1 << 20), 1 << 20)).unwrap();
+    let mut writer = ring.writer().unwrap();
+    assert!(
+        !writer.streams(),
+        "1 MiB blocks are copied through the caches"
+    );
+    writer.set_copy_stores(CopyStores::Streaming);
+    assert!(writer.streams());
 }
 
 #[test]

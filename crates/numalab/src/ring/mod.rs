@@ -94,6 +94,8 @@ mod atomic;
 pub(crate) mod protocol;
 
 #[cfg(not(loom))]
+mod copy;
+#[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
 mod layout;
@@ -112,6 +114,7 @@ mod writer;
 
 #[cfg(not(loom))]
 pub use self::{
+    copy::{CopyStores, STREAMING_FROM},
     error::RingError,
     layout::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS},
     meta::{Transfer, TransferHeader},

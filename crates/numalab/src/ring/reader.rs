@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::copy::{self, CopyStores};
 use super::error::RingError;
 use super::layout::{BLOCK_END, BLOCK_START, LOCK_READERS, LOCK_WRITER};
 use super::meta::{Transfer, TransferHeader};
@@ -50,6 +51,7 @@ pub struct Reader {
     announced: Option<u64>,
     transfer: Option<Transfer>,
     timeout: Option<Duration>,
+    stores: CopyStores,
     blocks: u64,
     bytes: u64,
 }
@@ -112,6 +114,7 @@ impl Reader {
                 announced: None,
                 transfer: None,
                 timeout: None,
+                stores: CopyStores::Auto,
                 blocks: 0,
                 bytes: 0,
             });
@@ -126,6 +129,15 @@ impl Reader {
     /// writer lives (or, before a writer has attached, for ever).
     pub fn set_timeout(&mut self, timeout: Option<Duration>) {
         self.timeout = timeout;
+    }
+
+    /// How [`read`](Self::read) stores the bytes it copies into the
+    /// caller's buffer: by default ([`CopyStores::Auto`]) with streaming
+    /// stores for copies of [`STREAMING_FROM`](super::STREAMING_FROM)
+    /// bytes or more (a buffer that large does not stay in the cache
+    /// anyway), through the caches below.
+    pub fn set_copy_stores(&mut self, stores: CopyStores) {
+        self.stores = stores;
     }
 
     /// This reader's slot in the ring (for the monitor).
@@ -321,7 +333,12 @@ impl Reader {
                 // SAFETY: the reader holds the block (busy), so the writer
                 // does not write it; offset + n <= len <= block_size.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(src.add(cursor.offset), buf.as_mut_ptr(), n)
+                    copy::copy(
+                        buf.as_mut_ptr(),
+                        src.add(cursor.offset),
+                        n,
+                        self.stores.streams(n),
+                    )
                 };
                 cursor.offset += n;
             }

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::copy::{self, CopyStores};
 use super::error::RingError;
 use super::layout::{BLOCK_END, BLOCK_START, LOCK_READERS, LOCK_WRITER};
 use super::meta::TransferHeader;
@@ -40,6 +41,10 @@ pub struct Writer {
     pending_start: Option<Vec<u8>>,
     transfer: u64,
     timeout: Option<Duration>,
+    stores: CopyStores,
+    /// Whether `write` copies with streaming stores (from `stores` and the
+    /// block size).
+    streaming: bool,
     bytes: u64,
     finished: bool,
 }
@@ -57,6 +62,7 @@ impl std::fmt::Debug for Writer {
 impl Writer {
     pub(crate) fn attach(seg: Arc<Segment>) -> Result<Writer, RingError> {
         let lock_fd = seg.reopen()?;
+        let seg_block_size = seg.geometry.block_size as usize;
         let ctl = seg.writer();
         let (next, transfer, bytes) = (
             ctl.write_seq.load(SeqCst),
@@ -83,6 +89,8 @@ impl Writer {
             pending_start: None,
             transfer,
             timeout: None,
+            stores: CopyStores::Auto,
+            streaming: CopyStores::Auto.streams(seg_block_size),
             bytes,
             finished: false,
         })
@@ -93,6 +101,23 @@ impl Writer {
     /// as the readers live. Dead readers never make the writer wait.
     pub fn set_timeout(&mut self, timeout: Option<Duration>) {
         self.timeout = timeout;
+    }
+
+    /// How [`write`](Self::write) stores the bytes it copies into the
+    /// ring: by default ([`CopyStores::Auto`]) with streaming stores when
+    /// the ring's blocks are [`STREAMING_FROM`](super::STREAMING_FROM)
+    /// bytes or more, through the caches below.
+    pub fn set_copy_stores(&mut self, stores: CopyStores) {
+        self.stores = stores;
+        self.streaming = stores.streams(self.block_size());
+    }
+
+    /// Whether [`write`](Self::write) copies into this ring with
+    /// streaming (non-temporal) stores. A program filling blocks in place
+    /// ([`claim`](Self::claim)) does well to store the same way: for
+    /// blocks this large, streaming stores are what reach memory fastest.
+    pub fn streams(&self) -> bool {
+        self.streaming
     }
 
     /// Bytes per block.
@@ -249,7 +274,7 @@ impl Writer {
             let dst = self.seg.block_ptr(self.next % self.seg.geometry.blocks);
             // SAFETY: the block is the writer's until published (its slot
             // is free: wait_for_space); filled + n <= block_size.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.add(filled), n) };
+            unsafe { copy::copy(dst.add(filled), data.as_ptr(), n, self.streaming) };
             data = &data[n..];
             if filled + n == block_size {
                 self.filled = None;
