@@ -35,7 +35,9 @@
 //! * the CPU time an idle reader uses while waiting for data.
 //!
 //! `NUMALAB_BENCH_VOLUME` (bytes, default 2 GiB) sets the volume per
-//! measurement, `NUMALAB_BENCH_BLOCKS` (e.g. `256K,64M`) the block sizes;
+//! measurement, `NUMALAB_BENCH_BLOCKS` (e.g. `256K,64M`) the block sizes,
+//! `NUMALAB_BENCH_COPY_STORES` (`auto`, `cached`, `streaming`) the ring's
+//! [`CopyStores`] (`cached` is the ring as it was before it streamed);
 //! each figure is the median of `NUMALAB_BENCH_REPEATS` (default 3) runs,
 //! interleaved so that a noisy moment hits every kind alike.
 
@@ -45,7 +47,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use numalab::affinity;
-use numalab::ring::{Ring, RingOptions};
+use numalab::ring::{CopyStores, Ring, RingOptions};
 use numalab::CpuSet;
 
 const BLOCK_SIZES: [usize; 5] = [256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
@@ -237,7 +239,13 @@ mod x86 {
 
 /// One ring run, writer and reader threads pinned to `cpus`; MB/s from
 /// the writer's start to the reader's end.
-fn ring_run(cpus: (u32, u32), block: usize, volume: u64, in_place: bool) -> f64 {
+fn ring_run(
+    cpus: (u32, u32),
+    block: usize,
+    volume: u64,
+    in_place: bool,
+    stores: CopyStores,
+) -> f64 {
     let name = format!("bench-{}", std::process::id());
     let ring =
         Arc::new(Ring::create(&RingOptions::new(&name, block * BLOCKS, block)).expect("ring"));
@@ -250,6 +258,7 @@ fn ring_run(cpus: (u32, u32), block: usize, volume: u64, in_place: bool) -> f64 
         std::thread::spawn(move || {
             pin(cpus.0);
             let mut writer = ring.writer().expect("writer");
+            writer.set_copy_stores(stores);
             let source = vec![1u8; block.min(SOURCE_MAX)];
             let streaming = writer.streams();
             let mut done = 0u64;
@@ -271,6 +280,7 @@ fn ring_run(cpus: (u32, u32), block: usize, volume: u64, in_place: bool) -> f64 
             start
         })
     };
+    reader.set_copy_stores(stores);
     let reader_thread = std::thread::spawn(move || {
         pin(cpus.1);
         let mut buf = vec![1u8; block];
@@ -438,12 +448,18 @@ fn main() {
             .collect(),
         Err(_) => BLOCK_SIZES.to_vec(),
     };
+    let stores: CopyStores = match std::env::var("NUMALAB_BENCH_COPY_STORES") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|e| panic!("NUMALAB_BENCH_COPY_STORES={text}: {e}")),
+        Err(_) => CopyStores::Auto,
+    };
     let allowed: Vec<u32> = affinity::thread_cpus().unwrap().iter().collect();
     let cpus = (allowed[0], *allowed.get(1).unwrap_or(&allowed[0]));
     let dada = std::env::var_os("PSRDADA_BIN").map(PathBuf::from);
     println!(
         "numalab ring benchmark: {} GiB per run, median of {repeats}, {BLOCKS} blocks per ring, \
-         writer on CPU {}, reader on CPU {}; MB/s = 10^6 bytes/s",
+         writer on CPU {}, reader on CPU {}, copy stores {stores}; MB/s = 10^6 bytes/s",
         volume as f64 / (1u64 << 30) as f64,
         cpus.0,
         cpus.1
@@ -476,8 +492,8 @@ fn main() {
                 block * BLOCKS,
                 volume,
             ));
-            copy.push(ring_run(cpus, block, volume, false));
-            in_place.push(ring_run(cpus, block, volume, true));
+            copy.push(ring_run(cpus, block, volume, false, stores));
+            in_place.push(ring_run(cpus, block, volume, true, stores));
             if let Some(bin) = &dada {
                 dada_l.extend(psrdada_run(bin, cpus, block, volume, true));
                 dada_z.extend(psrdada_run(bin, cpus, block, volume, false));
