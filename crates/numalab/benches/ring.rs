@@ -38,7 +38,8 @@
 //! measurement, `NUMALAB_BENCH_BLOCKS` (e.g. `256K,64M`) the block sizes,
 //! `NUMALAB_BENCH_COPY_STORES` (`auto`, `cached`, `streaming`) the ring's
 //! [`CopyStores`] (`cached` is the ring as it was before it streamed);
-//! each figure is the median of `NUMALAB_BENCH_REPEATS` (default 3) runs,
+//! `NUMALAB_BENCH_SAMPLES` (set) prints every run's figure to standard
+//! error; each figure is the median of `NUMALAB_BENCH_REPEATS` (default 3) runs,
 //! interleaved so that a noisy moment hits every kind alike.
 
 use std::path::{Path, PathBuf};
@@ -498,6 +499,13 @@ fn main() {
                 dada_l.extend(psrdada_run(bin, cpus, block, volume, true));
                 dada_z.extend(psrdada_run(bin, cpus, block, volume, false));
             }
+        }
+        if std::env::var_os("NUMALAB_BENCH_SAMPLES").is_some() {
+            eprintln!(
+                "{} KiB samples: memcpy {memcpy:.0?}, copy {copy:.0?}, in place {in_place:.0?}, \
+                 dada -l {dada_l:.0?}",
+                block >> 10
+            );
         }
         let (memcpy, copy, in_place) = (median(memcpy), median(copy), median(in_place));
         others.push((block, copy, median(whole), median(cached)));
