@@ -37,7 +37,8 @@
 //! `NUMALAB_BENCH_VOLUME` (bytes, default 2 GiB) sets the volume per
 //! measurement, `NUMALAB_BENCH_BLOCKS` (e.g. `256K,64M`) the block sizes,
 //! `NUMALAB_BENCH_COPY_STORES` (`auto`, `cached`, `streaming`) the ring's
-//! [`CopyStores`] (`cached` is the ring as it was before it streamed);
+//! [`CopyStores`] (`cached` is the ring as it was before it streamed),
+//! `NUMALAB_BENCH_HUGE_PAGES` (`none`, `thp`, `2M`) the ring's pages;
 //! `NUMALAB_BENCH_SAMPLES` (set) prints every run's figure to standard
 //! error; each figure is the median of `NUMALAB_BENCH_REPEATS` (default 3) runs,
 //! interleaved so that a noisy moment hits every kind alike.
@@ -49,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use numalab::affinity;
 use numalab::ring::{CopyStores, Ring, RingOptions};
-use numalab::CpuSet;
+use numalab::{CpuSet, HugePages};
 
 const BLOCK_SIZES: [usize; 5] = [256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
 const BLOCKS: usize = 8;
@@ -64,6 +65,50 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+fn env_parse<T: std::str::FromStr<Err = String>>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}={text}: {e}")),
+        Err(_) => default,
+    }
+}
+
+/// How the benchmark's rings are made and copied into.
+struct Options {
+    stores: CopyStores,
+    huge_pages: HugePages,
+}
+
+impl Options {
+    fn ring(&self, name: &str, block: usize) -> RingOptions {
+        RingOptions::new(name, block * BLOCKS, block).huge_pages(self.huge_pages)
+    }
+
+    /// Transparent huge pages on tmpfs are advice the mount may ignore:
+    /// says once whether the ring got any.
+    fn check_huge_pages(&self) {
+        static CHECKED: std::sync::Once = std::sync::Once::new();
+        if self.huge_pages != HugePages::Transparent {
+            return;
+        }
+        CHECKED.call_once(|| {
+            let mapped = std::fs::read_to_string("/proc/meminfo")
+                .unwrap_or_default()
+                .lines()
+                .find(|l| l.starts_with("ShmemPmdMapped:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .unwrap_or(0);
+            if mapped == 0 {
+                eprintln!(
+                    "note: the ring got no transparent huge pages: /dev/shm must be mounted \
+                     with huge=advise (mount -o remount,huge=advise /dev/shm)"
+                );
+            }
+        });
+    }
 }
 
 fn pin(cpu: u32) {
@@ -240,16 +285,11 @@ mod x86 {
 
 /// One ring run, writer and reader threads pinned to `cpus`; MB/s from
 /// the writer's start to the reader's end.
-fn ring_run(
-    cpus: (u32, u32),
-    block: usize,
-    volume: u64,
-    in_place: bool,
-    stores: CopyStores,
-) -> f64 {
+fn ring_run(cpus: (u32, u32), block: usize, volume: u64, in_place: bool, options: &Options) -> f64 {
+    let stores = options.stores;
     let name = format!("bench-{}", std::process::id());
-    let ring =
-        Arc::new(Ring::create(&RingOptions::new(&name, block * BLOCKS, block)).expect("ring"));
+    let ring = Arc::new(Ring::create(&options.ring(&name, block)).expect("ring"));
+    options.check_huge_pages();
     let mut reader = ring.reader().expect("reader");
     // Both sides pinned, their buffers written, before the clock starts.
     let ready = Arc::new(Barrier::new(2));
@@ -449,21 +489,22 @@ fn main() {
             .collect(),
         Err(_) => BLOCK_SIZES.to_vec(),
     };
-    let stores: CopyStores = match std::env::var("NUMALAB_BENCH_COPY_STORES") {
-        Ok(text) => text
-            .parse()
-            .unwrap_or_else(|e| panic!("NUMALAB_BENCH_COPY_STORES={text}: {e}")),
-        Err(_) => CopyStores::Auto,
+    let options = Options {
+        stores: env_parse("NUMALAB_BENCH_COPY_STORES", CopyStores::Auto),
+        huge_pages: env_parse("NUMALAB_BENCH_HUGE_PAGES", HugePages::None),
     };
+    let stores = options.stores;
     let allowed: Vec<u32> = affinity::thread_cpus().unwrap().iter().collect();
     let cpus = (allowed[0], *allowed.get(1).unwrap_or(&allowed[0]));
     let dada = std::env::var_os("PSRDADA_BIN").map(PathBuf::from);
     println!(
         "numalab ring benchmark: {} GiB per run, median of {repeats}, {BLOCKS} blocks per ring, \
-         writer on CPU {}, reader on CPU {}, copy stores {stores}; MB/s = 10^6 bytes/s",
+         writer on CPU {}, reader on CPU {}, copy stores {stores}, huge pages {}; \
+         MB/s = 10^6 bytes/s",
         volume as f64 / (1u64 << 30) as f64,
         cpus.0,
-        cpus.1
+        cpus.1,
+        options.huge_pages,
     );
     print!(
         "{:>9} {:>10} {:>10} {:>8} {:>10} {:>9}",
@@ -493,8 +534,8 @@ fn main() {
                 block * BLOCKS,
                 volume,
             ));
-            copy.push(ring_run(cpus, block, volume, false, stores));
-            in_place.push(ring_run(cpus, block, volume, true, stores));
+            copy.push(ring_run(cpus, block, volume, false, &options));
+            in_place.push(ring_run(cpus, block, volume, true, &options));
             if let Some(bin) = &dada {
                 dada_l.extend(psrdada_run(bin, cpus, block, volume, true));
                 dada_z.extend(psrdada_run(bin, cpus, block, volume, false));
