@@ -1296,28 +1296,6 @@ mod tests {
     }
 
     #[test]
-    fn one_read_longer_than_the_budget_keeps_copies() {
-        // A single read over four times the budget: each page past the
-        // budget evicts a cold copy, and that copy's memory must come
-        // back while the read goes on, or the read ends with no copies.
-        let data = pattern(64 * PAGE, 7);
-        let options = PagesOptions::default()
-            .copy_after(1)
-            .chunk_pages(4)
-            .budget_per_replica(Some(16 * PAGE as u64));
-        let region = ReplicatedPages::new(&data, emulated(1), options).unwrap();
-        let mut buf = vec![0u8; data.len()];
-        for _ in 0..3 {
-            region.read_from(0, 0, &mut buf).unwrap();
-            assert!(buf == data);
-        }
-        let s = &region.stats()[0];
-        assert!(s.resident_bytes <= 16 * PAGE as u64, "{s:?}");
-        assert!(s.evicted > 0 && s.reclaimed > 0, "{s:?}");
-        assert!(s.copies >= 4, "a long read left {} copies: {s:?}", s.copies);
-    }
-
-    #[test]
     fn memory_pressure_stops_copies_and_reads_still_work() {
         let data = pattern(4 * PAGE, 4);
         // A watermark no node can meet: every copy attempt fails.
