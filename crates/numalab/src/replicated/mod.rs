@@ -576,13 +576,8 @@ impl<T> Replicated<T> {
         let slot = lock.slot_of_thread();
         if let Some(slot) = slot {
             // An owned slot above the constant: the fast entry, from here.
-            match lock.read_owned(slot) {
-                Ok(guard) => return guard,
-                Err((guard, state)) => {
-                    if let Some(guard) = lock.read_contended(guard, state) {
-                        return guard;
-                    }
-                }
+            if let Some(guard) = lock.read_owned_or_contended(slot) {
+                return guard;
             }
         }
         self.enter_slow(cell, slot)

@@ -182,13 +182,8 @@ fn log_flat_combining_returns_each_result() {
 fn read_lock(lock: &ReplicaLock) -> rwlock::ReadGuard<'_> {
     let slot = lock.slot_of_thread();
     if let Some(slot) = slot {
-        match lock.read_owned(slot) {
-            Ok(guard) => return guard,
-            Err((guard, state)) => {
-                if let Some(guard) = lock.read_contended(guard, state) {
-                    return guard;
-                }
-            }
+        if let Some(guard) = lock.read_owned_or_contended(slot) {
+            return guard;
         }
     }
     lock.read_slow(slot, false)

@@ -269,6 +269,20 @@ impl ReplicaLock {
         }
     }
 
+    /// [`read_owned`](Self::read_owned), then, if the state was not zero,
+    /// [`read_contended`](Self::read_contended): `None` sends the reader
+    /// to [`read_slow`](Self::read_slow).
+    #[inline]
+    pub(crate) fn read_owned_or_contended<'a>(
+        &'a self,
+        slot: &'a ReaderSlot,
+    ) -> Option<ReadGuard<'a>> {
+        match self.read_owned(slot) {
+            Ok(guard) => Some(guard),
+            Err((guard, state)) => self.read_contended(guard, state),
+        }
+    }
+
     /// The entry when the state was not zero: with only `SLOW` set, a
     /// fence and a second look; otherwise the reader backs off and
     /// `None` sends it to [`read_slow`](Self::read_slow).
