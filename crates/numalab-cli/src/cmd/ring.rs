@@ -16,6 +16,7 @@ use numalab::audit::PlacementAudit;
 use numalab::ring::{self, Backpressure, Ring, RingOptions, SegmentEntry};
 use numalab::system::Environment;
 use numalab::{affinity, CpuSet, HugePages, NodeSet, Topology};
+use numalab_bench::kernels::{self, Isa, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::output::{self, human_bytes, Csv, Format, OutputArgs};
@@ -86,9 +87,12 @@ pub struct RingArgs {
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub blocks: u64,
 
-    /// `copy`: the writer copies each block in from its own buffer and the
-    /// readers copy it out (the blog's memcpy in, memcpy out); `in-place`:
-    /// the writer fills blocks in the ring and readers read them there
+    /// `copy`: the writer copies each block in from its own buffer (at
+    /// most 4 MiB, copied in as often as a block takes) and the readers
+    /// copy it out into a block-sized buffer (the blog's memcpy in, memcpy
+    /// out); `in-place`: the writer fills blocks in the ring (streaming
+    /// stores from 8 MiB blocks, as the ring's copies) and readers read
+    /// every byte there with the widest vector loads
     #[arg(long, value_enum, default_value_t = Mode::Copy)]
     pub mode: Mode,
 
@@ -1145,6 +1149,9 @@ impl Seen {
     }
 }
 
+/// The most a copying writer copies from (without `--verify`).
+const SOURCE_MAX: usize = 4 << 20;
+
 fn now_ns() -> u64 {
     numalab::system::monotonic().as_nanos() as u64
 }
@@ -1172,8 +1179,25 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
             let mut writer = ring.writer()?;
             writer.set_timeout(Some(timeout));
             writer.wait_for_readers(args.readers, timeout)?;
-            // The source buffer, touched here: on this process's node.
-            let mut source = vec![0u8; block];
+            // The source buffer, written here: on this process's node. A
+            // block of sequence words with --verify; otherwise at most
+            // SOURCE_MAX, copied in as often as a block takes, as
+            // PSRDada's dada_junkdb does: a producer's data is usually
+            // fresh in its cache, not read back from memory.
+            let source_len = if args.verify {
+                block
+            } else {
+                block.min(SOURCE_MAX)
+            };
+            let mut source = vec![1u8; source_len];
+            // An in-place producer stores as the ring's own copy-in would
+            // (streaming for blocks too large to stay in the cache).
+            let isa = Isa::detect();
+            let store = if writer.streams() {
+                Store::NonTemporal
+            } else {
+                Store::Cached
+            };
             let mut written = 0u64;
             let mut blocks = 0u64;
             let start = now_ns();
@@ -1184,17 +1208,23 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
                     Mode::Copy => {
                         if args.verify {
                             fill_words(&mut source[..len], first_word);
+                            writer.write(&source[..len])?;
                         } else {
                             source[0] = blocks as u8;
+                            let mut left = len;
+                            while left > 0 {
+                                let part = left.min(source.len());
+                                writer.write(&source[..part])?;
+                                left -= part;
+                            }
                         }
-                        writer.write(&source[..len])?;
                     }
                     Mode::InPlace => {
                         let mut slot = writer.claim()?;
                         if args.verify {
                             fill_words(&mut slot[..len], first_word);
                         } else {
-                            slot[..len].fill(blocks as u8);
+                            kernels::write(&mut slot[..len], blocks as u8, isa, store);
                         }
                         slot.commit(len)?;
                     }
@@ -1211,7 +1241,9 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
         "reader" => {
             let mut reader = ring.reader()?;
             reader.set_timeout(Some(timeout));
-            let mut buf = vec![0u8; block];
+            // Written here, so its pages are this process's own.
+            let mut buf = vec![1u8; block];
+            let isa = Isa::detect();
             let mut read = 0u64;
             let mut blocks = 0u64;
             let mut start = None;
@@ -1239,7 +1271,8 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
                         if args.verify {
                             check_words(&slot, read / 8)?;
                         } else {
-                            sink = sink.wrapping_add(sum_words(&slot));
+                            // Every byte, with the widest loads there are.
+                            sink ^= kernels::read(&slot, isa);
                         }
                         slot.len()
                     }
@@ -1298,14 +1331,6 @@ fn check_words(bytes: &[u8], first: u64) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Reads every word of a block (what an in-place reader does with it).
-fn sum_words(bytes: &[u8]) -> u64 {
-    bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
-        .fold(0u64, u64::wrapping_add)
 }
 
 #[cfg(test)]
