@@ -867,7 +867,9 @@ impl Replicated<NodeBuffer> {
         })
     }
 
-    /// Each replica's bytes: base address, length and node.
+    /// Each replica's bytes: base address, length and node. Found with
+    /// one read of each replica (so that no write moves them meanwhile),
+    /// which [`stats`](Self::stats) counts among the reads.
     pub fn regions(&self) -> Vec<ReplicaRegion> {
         (0..self.replicas.len())
             .map(|replica| {
