@@ -39,6 +39,8 @@ pub enum WarningKind {
     /// The run is as asked but cannot show what the experiment compares
     /// on this machine (replication with one node).
     Inconclusive,
+    /// A sweep cell failed while running; the sweep went on.
+    Failed,
 }
 
 /// Something every output shows beside the figures.
@@ -438,8 +440,12 @@ pub struct SweepCell {
     /// The values that make this cell, in axis order (key, value; text
     /// without TOML quotes).
     pub settings: Vec<(String, String)>,
-    /// Its result (`None` when Ctrl-C stopped the sweep before it).
+    /// Its result (`None` when Ctrl-C stopped the sweep before it, or
+    /// when it failed).
     pub result: Option<RunResult>,
+    /// Why it failed while running (the sweep went on with the next cell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl SweepCell {

@@ -9,7 +9,8 @@ use super::config::{ConfigError, Experiment};
 use super::execute::{execute_plan, Control, ExecuteError};
 use super::plan::{Plan, PlanError};
 use super::result::{
-    compare_with_local, SweepCell, SweepResult, Warning, WarningKind, SCHEMA_VERSION, SWEEP_SCHEMA,
+    compare_with_local, RunResult, SweepCell, SweepResult, Warning, WarningKind, SCHEMA_VERSION,
+    SWEEP_SCHEMA,
 };
 
 /// Why a sweep could not run.
@@ -26,14 +27,6 @@ pub enum SweepError {
         cell: String,
         /// Why.
         source: Box<PlanError>,
-    },
-    /// A cell failed while running.
-    #[error("sweep cell {cell}: {source}")]
-    Execute {
-        /// The cell's settings.
-        cell: String,
-        /// Why.
-        source: Box<ExecuteError>,
     },
 }
 
@@ -89,12 +82,27 @@ pub fn plan_sweep(exp: &Experiment, topology: &Topology) -> Result<Vec<PlannedCe
 
 /// Runs every cell of `exp`'s grid in order; `on_cell(i, n, settings)` is
 /// called before each. Ctrl-C (the control's stop flag) ends the sweep
-/// after the current cell, whose result is kept, marked interrupted.
+/// after the current cell, whose result is kept, marked interrupted. A
+/// cell that fails while running (every cell is planned before the first
+/// runs, so this is the machine changing under the sweep, such as memory
+/// taken by another program) is kept with its error and a warning, and
+/// the sweep goes on: hours of earlier cells are never lost to one.
 pub fn run_sweep(
     exp: &Experiment,
     topology: &Topology,
     control: &Control,
+    on_cell: impl FnMut(usize, usize, &str),
+) -> Result<SweepResult, SweepError> {
+    run_cells(exp, topology, control, on_cell, execute_plan)
+}
+
+/// [`run_sweep`] with the way a cell runs passed in.
+fn run_cells(
+    exp: &Experiment,
+    topology: &Topology,
+    control: &Control,
     mut on_cell: impl FnMut(usize, usize, &str),
+    mut execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunResult, ExecuteError>,
 ) -> Result<SweepResult, SweepError> {
     let planned = plan_sweep(exp, topology)?;
     let n = planned.len();
@@ -111,22 +119,40 @@ pub fn run_sweep(
             cells.push(SweepCell {
                 settings,
                 result: None,
+                error: None,
             });
             continue;
         }
         on_cell(i, n, &describe(&settings));
-        let result =
-            execute_plan(&cell, topology, plan, control).map_err(|source| SweepError::Execute {
-                cell: describe(&settings),
-                source: Box::new(source),
-            })?;
-        interrupted |= result.interrupted;
-        cells.push(SweepCell {
-            settings,
-            result: Some(result),
-        });
+        match execute(&cell, topology, plan, control) {
+            Ok(result) => {
+                interrupted |= result.interrupted;
+                cells.push(SweepCell {
+                    settings,
+                    result: Some(result),
+                    error: None,
+                });
+            }
+            Err(err) => cells.push(SweepCell {
+                settings,
+                result: None,
+                error: Some(err.to_string()),
+            }),
+        }
     }
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<Warning> = cells
+        .iter()
+        .filter_map(|c| {
+            let error = c.error.as_ref()?;
+            Some(Warning::new(
+                WarningKind::Failed,
+                format!(
+                    "sweep cell {} failed: {error}; the sweep went on",
+                    describe(&c.settings)
+                ),
+            ))
+        })
+        .collect();
     let mismatched = cells
         .iter()
         .filter(|c| {
@@ -218,4 +244,59 @@ pub fn run_sweep(
         warnings,
         interrupted,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sweep of three small cells.
+    const GRID: &str = "[threads]\ncount = 1\n[memory]\nsize = \"1MiB\"\n[access]\nops = 5_000\n[run]\nrepeats = 1\nwarmup = 0\n[sweep]\n\"access.op_size\" = [64, 128, 256]\n";
+
+    #[test]
+    fn a_failing_cell_is_kept_with_its_error_and_the_sweep_goes_on() {
+        let exp = Experiment::from_toml_str(GRID, "grid.toml").unwrap();
+        let topology = Topology::system().unwrap();
+        let mut seen = Vec::new();
+        let result = run_cells(
+            &exp,
+            &topology,
+            &Control::default(),
+            |i, _, _| seen.push(i),
+            |cell, topology, plan, control| {
+                if cell.access.op_size.0 == 128 {
+                    // What a cell meets when the machine changes under the
+                    // sweep after planning.
+                    Err(ExecuteError::Plan(PlanError::NoCpus {
+                        placement: "nodes:0".into(),
+                    }))
+                } else {
+                    execute_plan(cell, topology, plan, control)
+                }
+            },
+        )
+        .unwrap();
+        assert_eq!(seen, [0, 1, 2], "every cell was started");
+        let ran: Vec<bool> = result.cells.iter().map(|c| c.result.is_some()).collect();
+        assert_eq!(ran, [true, false, true]);
+        let failed = &result.cells[1];
+        let error = failed.error.as_deref().unwrap();
+        assert!(error.contains("leaves no CPU"), "{error}");
+        assert!(result.cells[0].error.is_none() && result.cells[2].error.is_none());
+        assert!(!result.interrupted);
+        let warning = result
+            .warnings
+            .iter()
+            .find(|w| w.kind == WarningKind::Failed)
+            .expect("a warning for the failed cell");
+        assert!(
+            warning.message.contains("access.op_size = 128") && warning.message.contains(error),
+            "{}",
+            warning.message
+        );
+        // The JSON keeps the error; cells that ran carry none.
+        let json = serde_json::to_value(&result).unwrap();
+        assert_eq!(json["cells"][1]["error"], error);
+        assert!(json["cells"][0].get("error").is_none());
+    }
 }

@@ -80,8 +80,15 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
         let paths = figures::draw_sweep(&result, &stem)?;
         eprintln!("{}", text::wrote(&paths));
     }
+    let failed = result.cells.iter().filter(|c| c.error.is_some()).count();
     Ok(if result.interrupted {
         crate::cmd::run::EXIT_INTERRUPTED
+    } else if failed > 0 {
+        eprintln!(
+            "numalab sweep: {failed} of {} cells failed while running (their errors are above and in the results); the others ran",
+            result.cells.len()
+        );
+        1
     } else {
         0
     })

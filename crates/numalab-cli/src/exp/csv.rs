@@ -89,6 +89,7 @@ pub fn sweep(s: &SweepResult) -> String {
         "vs_local_percent",
         "placement_as_requested",
         "interrupted",
+        "error",
     ]);
     let mut csv = Csv::new(&header);
     for cell in &s.cells {
@@ -123,10 +124,16 @@ pub fn sweep(s: &SweepResult) -> String {
                     opt(vs_local),
                     r.placement_as_requested().to_string(),
                     r.interrupted.to_string(),
+                    String::new(),
                 ]);
             }
             None => {
-                row.extend(["0", "", "", "", "", "", "", "", "", "", "", "true"].map(String::from))
+                let (interrupted, error) = match &cell.error {
+                    Some(error) => ("false", error.as_str()),
+                    None => ("true", ""),
+                };
+                row.extend(["0", "", "", "", "", "", "", "", "", "", ""].map(String::from));
+                row.extend([interrupted.to_owned(), error.to_owned()]);
             }
         }
         csv.row(row);

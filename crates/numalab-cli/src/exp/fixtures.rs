@@ -185,6 +185,7 @@ pub fn sweep(text: &str) -> SweepResult {
                 .map(|(k, v)| (k.clone(), value_text(v)))
                 .collect(),
             result: Some(run_of(cell)),
+            error: None,
         })
         .collect();
     SweepResult {
@@ -244,6 +245,23 @@ mod tests {
     #[test]
     fn sweep_csv() {
         insta::assert_snapshot!(csv::sweep(&sweep(SWEEP)));
+    }
+
+    #[test]
+    fn a_failed_cell_says_so_in_every_format() {
+        let mut s = sweep(SWEEP);
+        s.cells[1].result = None;
+        s.cells[1].error = Some("region 0 (16777216 bytes, bind:0): out of memory".into());
+        let table = text::sweep_report(&s, text::Style::Plain);
+        let row = table.lines().find(|l| l.contains("remote")).unwrap();
+        assert!(row.contains("failed (see below)"), "{table}");
+        let csv = csv::sweep(&s);
+        let row = csv.lines().nth(2).unwrap();
+        assert!(row.starts_with("2,remote,0,"), "{csv}");
+        assert!(
+            row.ends_with(",false,\"region 0 (16777216 bytes, bind:0): out of memory\""),
+            "{row}"
+        );
     }
 
     #[test]

@@ -364,6 +364,9 @@ pub fn sweep_report(s: &SweepResult, style: Style) -> String {
                     "NOT as asked".into()
                 },
             ]),
+            None if cell.error.is_some() => {
+                row.extend(["failed (see below)", "", "", "", "", ""].map(String::from))
+            }
             None => row.extend(["not run", "", "", "", "", ""].map(String::from)),
         }
         table.add_row(row);
