@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         Command::Report(args) => cmd::report::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Topo(args) => cmd::topo::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
-        Command::Matrix(args) => cmd::matrix::run(args).map(|()| 0).map_err(|e| (e, 1)),
+        Command::Matrix(args) => cmd::matrix::run(args).map_err(|e| (e, 1)),
         Command::Fill(args) => cmd::fill::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Run(args) => cmd::run::run(args).map_err(|e| (e, 1)),
         Command::Sweep(args) => cmd::sweep::run(args).map_err(|e| (e, 1)),

@@ -809,6 +809,52 @@ fn plot_dispatches_on_the_schema() {
 }
 
 #[test]
+fn matrix_ctrl_c_finishes_the_cell_and_writes_what_was_measured() {
+    let dir = Scratch::new("matrix-interrupt");
+    let result = dir.path("m.json");
+    // A latency cell of a few seconds (20 samples, huge and 4 KiB pages),
+    // then bandwidth: Ctrl-C during the first must skip the second.
+    let child = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args([
+            "matrix",
+            "--latency",
+            "--bandwidth",
+            "--size",
+            "64MiB",
+            "--repeats",
+            "20",
+            "-o",
+            &result,
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("interrupted (Ctrl-C)"),
+        "{}",
+        stderr(&out)
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
+    assert_eq!(doc["interrupted"], true);
+    let cells = doc["latency"]["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 1, "the cell under way was finished");
+    assert_eq!(
+        cells[0]["latency_ns"]["samples"].as_array().unwrap().len(),
+        20
+    );
+    assert!(doc["bandwidth"].is_null(), "bandwidth was not started");
+    assert_eq!(dir.files(), ["m.json"], "no temporary file left");
+}
+
+#[test]
 fn ctrl_c_writes_what_was_measured_marked_interrupted() {
     let dir = Scratch::new("interrupt");
     let exp = dir.path("long.toml");

@@ -292,6 +292,9 @@ pub struct MatrixResult {
     /// Everything the reader should know: pages not where asked, noisy
     /// figures, huge pages missing.
     pub warnings: Vec<String>,
+    /// Stopped by Ctrl-C: cells not in the result were not measured.
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 impl MatrixResult {

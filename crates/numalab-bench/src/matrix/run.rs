@@ -3,6 +3,7 @@
 //! then measure each cell, audit its placement and summarise its repeats.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use numalab::system::{Environment, KernelSettings, NodeMemory};
@@ -329,6 +330,20 @@ pub fn run(
     config: &MatrixConfig,
     progress: &mut dyn FnMut(&str),
 ) -> Result<MatrixResult, MatrixError> {
+    run_until(topology, shape, config, progress, &AtomicBool::new(false))
+}
+
+/// As [`run`], stopping when `stop` is set (Ctrl-C): the cell being
+/// measured is finished, no other starts, and the result holds the cells
+/// measured so far, marked `interrupted`.
+pub fn run_until(
+    topology: &Topology,
+    shape: &Shape,
+    config: &MatrixConfig,
+    progress: &mut dyn FnMut(&str),
+    stop: &AtomicBool,
+) -> Result<MatrixResult, MatrixError> {
+    let stopped = || stop.load(Ordering::Relaxed);
     if !topology.is_this_system() {
         return Err(MatrixError::NotThisMachine {
             origin: topology.source.to_string(),
@@ -502,13 +517,16 @@ pub fn run(
     };
     let cells: Vec<(u32, u32)> = shape.cells().collect();
 
-    let latency = if config.measurements.latency {
+    let latency = if config.measurements.latency && !stopped() {
         let timing = ChaseTiming {
             repeats: config.repeats,
             sample,
         };
         let mut out = Vec::new();
         for (k, &(i, t)) in cells.iter().enumerate() {
+            if stopped() {
+                break;
+            }
             let cpu = usable_cpus(topology, i)[0];
             progress(&format!(
                 "idle latency {i}->{t} ({}/{}): chasing {} from CPU {cpu}",
@@ -572,13 +590,16 @@ pub fn run(
         None
     };
 
-    let bandwidth = if config.measurements.bandwidth {
+    let bandwidth = if config.measurements.bandwidth && !stopped() {
         let timing = StreamTiming {
             repeats: config.repeats,
             sample,
         };
         let mut out = Vec::new();
         for (k, &(i, t)) in cells.iter().enumerate() {
+            if stopped() {
+                break;
+            }
             let threads = config.threads.unwrap_or(usable_cpus(topology, i).len());
             let cpus = spread_cpus(topology, i, threads);
             let bytes = bandwidth_bytes(stream, cpus.len());
@@ -634,7 +655,7 @@ pub fn run(
         None
     };
 
-    let loaded = if config.measurements.loaded {
+    let loaded = if config.measurements.loaded && !stopped() {
         let mut curves = Vec::new();
         let initiators = if config.quick {
             &shape.initiators[..1]
@@ -642,6 +663,9 @@ pub fn run(
             &shape.initiators[..]
         };
         for &i in initiators {
+            if stopped() {
+                break;
+            }
             let target = shape.reference.get(&i).copied().unwrap_or(shape.targets[0]);
             // --threads N: the chase and N - 1 load generators.
             let cpus = spread_cpus(topology, i, config.threads.unwrap_or(usize::MAX));
@@ -698,12 +722,15 @@ pub fn run(
         None
     };
 
-    let c2c = if config.measurements.c2c {
+    let c2c = if config.measurements.c2c && !stopped() {
         let round_trips = if config.quick { 20_000 } else { 200_000 };
         let mut cells = Vec::new();
         let mut notes = Vec::new();
-        for &a in &shape.initiators {
+        'pairs: for &a in &shape.initiators {
             for &b in &shape.initiators {
+                if stopped() {
+                    break 'pairs;
+                }
                 let pair = if a == b {
                     let cpus = spread_cpus(topology, a, 2);
                     (cpus.len() == 2).then(|| (cpus[0], cpus[1]))
@@ -746,6 +773,12 @@ pub fn run(
         None
     };
 
+    let interrupted = stopped();
+    if interrupted {
+        warnings.push(
+            "interrupted (Ctrl-C): the result holds the cells measured before it; the others were not measured".into(),
+        );
+    }
     let mut result = MatrixResult {
         environment: Some(environment),
         shape: shape.clone(),
@@ -758,6 +791,7 @@ pub fn run(
         c2c,
         placement_summary: PlacementSummary::default(),
         warnings,
+        interrupted,
     };
     finish(&mut result);
     Ok(result)

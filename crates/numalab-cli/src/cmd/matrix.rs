@@ -4,12 +4,14 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use numalab::{NodeSet, Topology};
 use numalab_bench::matrix::{
-    self, run::run as measure, Figure, FirmwareCell, MatrixConfig, MatrixError, MatrixResult,
+    self, run::run_until as measure, Figure, FirmwareCell, MatrixConfig, MatrixError, MatrixResult,
     Measurements, NodeSelection, Shape,
 };
 use serde::Serialize;
@@ -133,7 +135,9 @@ pub struct PlanReport {
 }
 
 /// Runs `numalab matrix`.
-pub fn run(args: &MatrixArgs) -> Result<()> {
+/// Runs `numalab matrix`; returns the exit status (130 when Ctrl-C
+/// stopped it, after writing what was measured).
+pub fn run(args: &MatrixArgs) -> Result<i32> {
     let topology = super::topo::load(args.xml.as_ref(), args.synthetic.as_deref())?;
     let shape = shape_of(&topology, args)?;
     let config = config_of(args);
@@ -152,7 +156,8 @@ pub fn run(args: &MatrixArgs) -> Result<()> {
             Format::Table => plan_text(&plan, false),
             Format::Markdown => plan_text(&plan, true),
         };
-        return args.output.emit(&text);
+        args.output.emit(&text)?;
+        return Ok(0);
     }
     matrix::validate(&topology, &shape, &config).map_err(|e| flag_error(args, e))?;
     // Measuring takes a while: a result file that cannot be written is
@@ -174,8 +179,12 @@ pub fn run(args: &MatrixArgs) -> Result<()> {
             eprintln!("numalab matrix: {line}");
         }
     };
-    let result =
-        measure(&topology, &shape, &config, &mut progress).map_err(|e| flag_error(args, e))?;
+    // Ctrl-C: the cell being measured is finished, the rest skipped, and
+    // what was measured is written (a second Ctrl-C quits at once).
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::exp::catch_interrupts(&stop)?;
+    let result = measure(&topology, &shape, &config, &mut progress, &stop)
+        .map_err(|e| flag_error(args, e))?;
     let format = args.output.format();
     let text = match format {
         Format::Json => output::to_json(matrix::SCHEMA, matrix::SCHEMA_VERSION, &result)?,
@@ -196,7 +205,11 @@ pub fn run(args: &MatrixArgs) -> Result<()> {
             eprintln!("wrote {}", path.display());
         }
     }
-    Ok(())
+    Ok(if result.interrupted {
+        crate::cmd::run::EXIT_INTERRUPTED
+    } else {
+        0
+    })
 }
 
 /// Names the option behind an error.
@@ -1091,7 +1104,14 @@ mod tests {
             repeats: 2,
             ..MatrixConfig::quick()
         };
-        measure(&topology, &shape, &config, &mut |_| {}).unwrap()
+        measure(
+            &topology,
+            &shape,
+            &config,
+            &mut |_| {},
+            &AtomicBool::new(false),
+        )
+        .unwrap()
     }
 
     #[test]
