@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::output::{self, human_bytes, Csv, Format, OutputArgs};
 
-/// Move data between a writer and reader processes through numalab's
+/// Move data between writer and reader processes through numalab's
 /// shared-memory ring, for chosen placements of ring memory, writer and
 /// reader, as the radio-astronomy (PSRDada) blog measured; or list and
 /// clean up ring segments
