@@ -808,6 +808,16 @@ fn plot_dispatches_on_the_schema() {
     assert!(stderr(&numalab(&["plot", &file])).contains("no \"schema\" field"));
 }
 
+/// Sends SIGINT to `child`, as Ctrl-C would, and waits for it to end.
+fn ctrl_c(child: std::process::Child) -> std::process::Output {
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn matrix_ctrl_c_finishes_the_cell_and_writes_what_was_measured() {
     let dir = Scratch::new("matrix-interrupt");
@@ -830,12 +840,7 @@ fn matrix_ctrl_c_finishes_the_cell_and_writes_what_was_measured() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1000));
-    let killed = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let out = child.wait_with_output().unwrap();
+    let out = ctrl_c(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("interrupted (Ctrl-C)"),
@@ -876,12 +881,7 @@ fn ctrl_c_writes_what_was_measured_marked_interrupted() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let killed = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let out = child.wait_with_output().unwrap();
+    let out = ctrl_c(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
     assert_eq!(doc["interrupted"], true);
