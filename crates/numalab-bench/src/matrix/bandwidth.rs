@@ -134,12 +134,7 @@ pub fn measure(
         samples.push((kernel, gbps));
     }
     let placement = buffer.audit();
-    let pages = Pages {
-        requested: huge_pages,
-        huge_share: buffer
-            .huge_page_bytes()
-            .map(|b| b as f64 / size.max(1) as f64),
-    };
+    let pages = Pages::of(&buffer, huge_pages, size);
     Ok(BandwidthRun {
         samples,
         size,

@@ -35,6 +35,16 @@ pub struct Pages {
 }
 
 impl Pages {
+    /// What backs `size` bytes of `buffer`, made asking for `requested`.
+    pub(crate) fn of(buffer: &NodeBuffer, requested: HugePages, size: usize) -> Pages {
+        Pages {
+            requested,
+            huge_share: buffer
+                .huge_page_bytes()
+                .map(|bytes| bytes as f64 / size.max(1) as f64),
+        }
+    }
+
     /// Short text: `2M`, `THP 100%`, `4K`.
     pub fn label(&self) -> String {
         match (self.requested, self.huge_share) {
@@ -97,12 +107,7 @@ pub fn measure(
         }
         std::hint::black_box(p);
         let placement = buffer.audit();
-        let pages = Pages {
-            requested: huge_pages,
-            huge_share: buffer
-                .huge_page_bytes()
-                .map(|bytes| bytes as f64 / size.max(1) as f64),
-        };
+        let pages = Pages::of(&buffer, huge_pages, size);
         Ok(ChaseRun {
             samples_ns,
             placement,

@@ -169,12 +169,7 @@ pub fn measure(
         }
         points
     })?;
-    let pages = Pages {
-        requested: huge_pages,
-        huge_share: chased
-            .huge_page_bytes()
-            .map(|b| b as f64 / chase_size.max(1) as f64),
-    };
+    let pages = Pages::of(&chased, huge_pages, chase_size);
     Ok(LoadedRun {
         points: outcome,
         chase_placement: chased.audit(),
