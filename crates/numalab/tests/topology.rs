@@ -232,3 +232,94 @@ fn this_machine_agrees_with_sysfs() {
     let back: Topology = serde_json::from_str(&json).unwrap();
     assert_eq!(back, topo);
 }
+
+/// Every test machine, as a user might hand it over after editing it: with
+/// comments before and inside the document, attributes in single quotes,
+/// Windows line ends. hwloc's built-in XML reader (the one present when the
+/// libxml2 plugin is not installed) refuses all three; numalab must load
+/// the same machine either way.
+#[test]
+fn hand_edited_exports_load_as_the_original() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/topologies");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("xml") {
+            continue;
+        }
+        let original = Topology::from_xml_file(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut edited = String::new();
+        for line in text.lines() {
+            let line = if line.trim_start().starts_with("<object") && !line.contains('\'') {
+                line.replace('"', "'")
+            } else {
+                line.to_string()
+            };
+            edited.push_str(&line);
+            edited.push_str("\r\n");
+            if line.starts_with("<?xml") {
+                edited.push_str("<!-- exported on a machine we no longer have -->\r\n");
+            } else if line.trim_start().starts_with("<object") && line.ends_with("/>") {
+                edited.push_str("  <!-- a note about this object -->\r\n");
+            }
+        }
+        let copy = std::env::temp_dir().join(format!(
+            "numalab-edited-{}-{}",
+            std::process::id(),
+            path.file_name().unwrap().to_string_lossy()
+        ));
+        std::fs::write(&copy, &edited).unwrap();
+        let loaded = Topology::from_xml_file(&copy);
+        std::fs::remove_file(&copy).unwrap();
+        let mut loaded = loaded.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        loaded.source = original.source.clone();
+        assert_eq!(loaded, original, "{}", path.display());
+        checked += 1;
+    }
+    assert!(
+        checked >= 10,
+        "only {checked} XML files found in {}",
+        dir.display()
+    );
+}
+
+/// hwloc 1.x's XML format (`lstopo --export-xml-flags v1`) describes the
+/// same machine as hwloc 2's.
+#[test]
+fn hwloc1_exports_load() {
+    let v2 = xml("16amd64-4distances.xml");
+    let v1 = xml("16amd64-4distances-v1.xml");
+    assert_eq!(v1.node_ids(), v2.node_ids());
+    assert_eq!(v1.cpu_ids(), v2.cpu_ids());
+    for (a, b) in v1.nodes.iter().zip(&v2.nodes) {
+        assert_eq!(
+            (a.id, &a.cpus, a.memory_bytes),
+            (b.id, &b.cpus, b.memory_bytes)
+        );
+    }
+    assert_eq!(v1.distances, v2.distances);
+}
+
+/// What is not an hwloc export is refused with a reason, not "errno 22".
+#[test]
+fn non_topology_files_are_named() {
+    let dir = std::env::temp_dir().join(format!("numalab-notxml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let html = dir.join("page.xml");
+    std::fs::write(&html, "<html><body/></html>").unwrap();
+    let err = Topology::from_xml_file(&html).unwrap_err().to_string();
+    assert!(err.contains("not an hwloc topology"), "{err}");
+    let broken = dir.join("broken.xml");
+    std::fs::write(&broken, "<topology version=\"2.0\"><object></topology>").unwrap();
+    let err = Topology::from_xml_file(&broken).unwrap_err().to_string();
+    assert!(err.contains("not well-formed XML"), "{err}");
+    let err = Topology::from_xml_file("/dev/zero")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("larger than 64 MiB") || err.contains("not UTF-8"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

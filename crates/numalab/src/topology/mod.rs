@@ -25,6 +25,8 @@ use crate::policy::{MemPolicy, PolicyError};
 use crate::sets::{CpuSet, NodeSet, ParseSetError};
 use crate::sys::procfs;
 
+mod xml;
+
 /// Why a topology could not be loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -358,15 +360,32 @@ impl Topology {
     pub fn from_xml_file(path: impl AsRef<Path>) -> Result<Self, TopologyError> {
         let path = path.as_ref();
         let source = Source::Xml(path.display().to_string());
-        // Read it here: hwloc's own file errors are not reported well.
-        let text = std::fs::read_to_string(path).map_err(|e| TopologyError::Hwloc {
+        // Read and parse it here: hwloc's own file errors say only
+        // "errno 22", and its built-in reader (used when the libxml2 plugin
+        // is not installed) refuses comments and other layouts.
+        let invalid = |message: String| TopologyError::Hwloc {
             source_desc: source.to_string(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let text = xml::read_bounded(path).map_err(invalid)?;
+        let text = xml::canonical(&text).map_err(invalid)?;
         let builder = hwlocality::Topology::builder()
             .from_xml(&text)
             .map_err(|e| hwloc_error(&source, e))?;
-        Self::build(builder, source)
+        Self::build(builder, source).map_err(|err| match err {
+            TopologyError::Hwloc {
+                source_desc,
+                message,
+            } => TopologyError::Hwloc {
+                source_desc,
+                message: format!(
+                    "{message}; the file is well-formed XML with a <topology> element, \
+                     so hwloc rejected what it describes (written by a newer hwloc, \
+                     or edited into an inconsistent machine?)"
+                ),
+            },
+            other => other,
+        })
     }
 
     /// Builds a topology from an hwloc synthetic description such as

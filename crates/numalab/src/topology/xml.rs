@@ -1,0 +1,200 @@
+//! Reading a user's hwloc XML export whichever reader hwloc was built with.
+//!
+//! hwloc has two XML readers. The libxml2 one (a plugin: Debian's
+//! `libhwloc-plugins`, often not installed) reads any well-formed document.
+//! The built-in one reads only the exact shape `lstopo` writes: the XML
+//! declaration and the DOCTYPE each on its own line, `<topology` at the
+//! start of the next, attributes in double quotes, and no comments or
+//! processing instructions anywhere. Exports that were annotated by hand,
+//! re-indented by an editor or written by another tool fail there with
+//! "errno 22" and nothing else.
+//!
+//! So numalab parses the document itself and hands hwloc the same elements,
+//! attributes and text in the shape both readers accept. Nothing hwloc
+//! reads is changed: element order, attribute order and values, and text
+//! content (hwloc's userdata) are kept; comments, processing instructions
+//! and the DOCTYPE's name are not read by hwloc and are dropped. hwloc 2.x
+//! reads both its own (v2) and hwloc 1.x's format from this shape.
+
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::Path;
+
+/// The largest XML file read: a 64-node machine with its PCI devices and
+/// memory attributes exports a few MiB, so anything far bigger is not an
+/// hwloc export (or is `/dev/zero`).
+pub(crate) const MAX_XML_BYTES: u64 = 64 << 20;
+
+/// Reads `path`, at most [`MAX_XML_BYTES`], as UTF-8 text.
+pub(crate) fn read_bounded(path: &Path) -> Result<String, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_XML_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_XML_BYTES {
+        return Err(format!(
+            "larger than {} MiB; hwloc XML exports are a few MiB at most",
+            MAX_XML_BYTES >> 20
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// Rewrites a well-formed hwloc XML document in the shape hwloc's built-in
+/// reader accepts. Errors name the line and column of malformed XML, or say
+/// that the document is not an hwloc topology.
+pub(crate) fn canonical(text: &str) -> Result<String, String> {
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(text, options)
+        .map_err(|e| format!("not well-formed XML: {e}"))?;
+    let root = doc.root_element();
+    if root.tag_name().name() != "topology" {
+        return Err(format!(
+            "not an hwloc topology: the document's element is <{}>, not <topology> \
+             (export one with `lstopo --of xml FILE`)",
+            root.tag_name().name()
+        ));
+    }
+    // hwloc 2.x writes `<topology version="2.0">` and names hwloc2.dtd;
+    // hwloc 1.x writes a bare `<topology>` and hwloc.dtd.
+    let dtd = if root.has_attribute("version") {
+        "hwloc2.dtd"
+    } else {
+        "hwloc.dtd"
+    };
+    let mut out = String::with_capacity(text.len());
+    out.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    let _ = writeln!(out, "<!DOCTYPE topology SYSTEM \"{dtd}\">");
+    element(&mut out, root, 0);
+    Ok(out)
+}
+
+fn element(out: &mut String, node: roxmltree::Node<'_, '_>, depth: usize) {
+    indent(out, depth);
+    out.push('<');
+    out.push_str(node.tag_name().name());
+    for attr in node.attributes() {
+        out.push(' ');
+        out.push_str(attr.name());
+        out.push_str("=\"");
+        escape(out, attr.value());
+        out.push('"');
+    }
+    let children: Vec<_> = node.children().filter(|c| c.is_element()).collect();
+    // Text that is not only indentation is content (hwloc's userdata).
+    let text: String = node
+        .children()
+        .filter(|c| c.is_text())
+        .filter_map(|c| c.text())
+        .collect();
+    let has_text = !text.trim().is_empty();
+    if children.is_empty() && !has_text {
+        out.push_str("/>\n");
+        return;
+    }
+    out.push('>');
+    if has_text {
+        escape(out, &text);
+    } else {
+        out.push('\n');
+    }
+    for child in &children {
+        element(out, *child, depth + 1);
+    }
+    if !has_text {
+        indent(out, depth);
+    }
+    out.push_str("</");
+    out.push_str(node.tag_name().name());
+    out.push_str(">\n");
+}
+
+fn indent(out: &mut String, depth: usize) {
+    for _ in 0..depth {
+        out.push_str("  ");
+    }
+}
+
+/// Escapes as hwloc's own writer does, so its reader restores every byte.
+fn escape(out: &mut String, text: &str) {
+    for c in text.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\n' => out.push_str("&#10;"),
+            '\r' => out.push_str("&#13;"),
+            '\t' => out.push_str("&#9;"),
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANNOTATED: &str = r#"<?xml version='1.0'?>
+
+<!-- written by hand -->
+<!DOCTYPE topology SYSTEM "hwloc2.dtd">
+<topology version='2.0'>
+  <!-- the machine -->
+  <object type="Machine" os_index="0" cpuset="0x00000003" complete_cpuset="0x00000003"
+          allowed_cpuset="0x00000003" nodeset="0x00000001" complete_nodeset="0x00000001"
+          allowed_nodeset="0x00000001" gp_index="1">
+    <info name="HostName" value="a &quot;quoted&quot; &amp; odd&#10;name"/>
+    <?ignored processing instruction?>
+  </object>
+</topology>
+"#;
+
+    #[test]
+    fn comments_quotes_and_layout_are_normalised() {
+        let out = canonical(ANNOTATED).unwrap();
+        assert!(out.starts_with(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+             <!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n<topology version=\"2.0\">\n"
+        ));
+        assert!(!out.contains("<!--") && !out.contains("<?ignored"));
+        assert!(out.contains(
+            "<info name=\"HostName\" value=\"a &quot;quoted&quot; &amp; odd&#10;name\"/>"
+        ));
+        assert!(out.contains("allowed_nodeset=\"0x00000001\" gp_index=\"1\">"));
+    }
+
+    #[test]
+    fn userdata_text_is_kept_exactly() {
+        let xml = "<topology version=\"2.0\"><object type=\"Machine\">\
+                   <userdata name=\"x\" length=\"5\">a&lt;b c</userdata></object></topology>";
+        let out = canonical(xml).unwrap();
+        assert!(out.contains("<userdata name=\"x\" length=\"5\">a&lt;b c</userdata>\n"));
+    }
+
+    #[test]
+    fn hwloc1_documents_keep_their_dtd() {
+        let out = canonical("<topology><object type=\"Machine\"/></topology>").unwrap();
+        assert!(out.contains("SYSTEM \"hwloc.dtd\""), "{out}");
+    }
+
+    #[test]
+    fn other_documents_are_named() {
+        let err = canonical("<html><body/></html>").unwrap_err();
+        assert!(err.contains("<html>") && err.contains("lstopo"), "{err}");
+        let err = canonical("<topology><object></topology>").unwrap_err();
+        assert!(
+            err.contains("not well-formed XML") && err.contains("1:"),
+            "{err}"
+        );
+    }
+}
