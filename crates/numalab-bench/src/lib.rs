@@ -2,8 +2,10 @@
 //! not themselves, pinned workers that start together, and the experiment
 //! engine (`numalab run` / `numalab sweep`) built on them.
 
+pub mod document;
 pub mod experiment;
 pub mod kernels;
 pub mod matrix;
 pub mod stats;
+pub mod topo;
 pub mod workers;

@@ -6,6 +6,7 @@ mod exp;
 mod output;
 mod placement;
 mod plot;
+mod render;
 
 use std::process::ExitCode;
 

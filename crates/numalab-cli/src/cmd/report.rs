@@ -20,10 +20,12 @@ use numalab_bench::experiment::{Control, Experiment, SweepResult};
 use numalab_bench::matrix::{self, MatrixConfig, MatrixResult, NodeSelection, Shape};
 use serde::Serialize;
 
-use super::topo::{self, TopoArgs, TopoReport};
+use super::topo::{self, TopoArgs};
 use crate::exp::text::Style;
 use crate::exp::{self, figures, ProgressDisplay};
 use crate::output::{self, Format, OutputArgs};
+use crate::render::Render;
+use numalab_bench::topo::TopoReport;
 
 /// Report on this machine: topology, node-to-node latency and bandwidth
 /// beside the firmware's values, what memory placement costs a workload,
@@ -251,7 +253,11 @@ fn text(report: &Report, markdown: bool) -> String {
     };
     let mut out = String::new();
     out.push_str(&heading("What this machine is (numalab topo)"));
-    out.push_str(&topo::human(&report.topology, markdown));
+    out.push_str(&report.topology.text(if markdown {
+        Style::Markdown
+    } else {
+        Style::Plain
+    }));
     out.push_str(&heading("What NUMA costs here (numalab matrix)"));
     out.push_str(&super::matrix::human(&report.matrix, markdown));
     out.push_str(&heading("What placement costs a workload (numalab sweep)"));
@@ -504,7 +510,7 @@ fn html_page(report: &Report) -> Result<String> {
     for (heading, body) in [
         (
             "What this machine is (numalab topo)",
-            topo::human(&report.topology, false),
+            report.topology.text(Style::Plain),
         ),
         (
             "What NUMA costs here (numalab matrix)",

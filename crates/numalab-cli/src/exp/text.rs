@@ -5,55 +5,12 @@
 
 use std::fmt::Write as _;
 
-use comfy_table::Table;
 use numalab_bench::experiment::result::{Comparison, Figures, RunResult, SweepResult};
 use numalab_bench::experiment::{Experiment, Warning};
 use numalab_bench::stats::Summary;
 
-use crate::output::{self, human_bytes};
-
-/// Plain columns or Markdown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Style {
-    /// Columns for a terminal or a pipe.
-    Plain,
-    /// GitHub Markdown.
-    Markdown,
-}
-
-impl Style {
-    fn table(self, header: Vec<String>) -> Table {
-        match self {
-            Style::Plain => output::table(header),
-            Style::Markdown => output::markdown_table(header),
-        }
-    }
-
-    fn render(self, table: &Table) -> String {
-        output::render(table)
-    }
-
-    fn warning(self, text: &str) -> String {
-        match self {
-            Style::Plain => format!("WARNING: {text}\n"),
-            Style::Markdown => format!("> **Warning:** {text}\n\n"),
-        }
-    }
-
-    fn line(self, text: &str) -> String {
-        match self {
-            Style::Plain => format!("{text}\n"),
-            Style::Markdown => format!("{text}\n\n"),
-        }
-    }
-
-    fn heading(self, text: &str) -> String {
-        match self {
-            Style::Plain => format!("{text}\n"),
-            Style::Markdown => format!("### {text}\n\n"),
-        }
-    }
-}
+use crate::output::human_bytes;
+pub use crate::render::Style;
 
 /// Seconds with a unit that keeps three or four digits: `845 µs`,
 /// `12.3 ms`, `1.234 s`.

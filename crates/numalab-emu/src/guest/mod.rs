@@ -45,6 +45,9 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use numalab::locate::PageHistogram;
 use numalab::{affinity, NodeSet, Topology};
+use numalab_bench::document::{Document, Schema};
+use numalab_bench::topo::TopoReport;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::preset::{Preset, Presets, Tolerance};
@@ -258,7 +261,7 @@ pub struct Guest {
     pub kernel: String,
     /// The `numalab` command.
     pub numalab: PathBuf,
-    topo: OnceCell<Value>,
+    topo: OnceCell<TopoReport>,
     topology: OnceCell<Topology>,
 }
 
@@ -347,13 +350,22 @@ impl Guest {
         Ran::json_in(&ran.stdout)
     }
 
+    /// Runs numalab with `args` (which ask for `--json`) and reads its
+    /// result as the type it is, after checking the document's schema and
+    /// version; a non-zero exit is an error carrying its output.
+    pub fn numalab_result<T: Schema + DeserializeOwned>(&self, args: &[&str]) -> Result<T> {
+        let doc = self.numalab_json(args)?;
+        Document::<T>::parse(&doc.to_string())
+            .with_context(|| format!("reading the result of numalab {}", args.join(" ")))
+    }
+
     /// `numalab topo --json`, run once.
-    pub fn topo_json(&self) -> Result<&Value> {
-        if let Some(doc) = self.topo.get() {
-            return Ok(doc);
+    pub fn topo_report(&self) -> Result<&TopoReport> {
+        if let Some(report) = self.topo.get() {
+            return Ok(report);
         }
-        let doc = self.numalab_json(&["topo", "--json"])?;
-        Ok(self.topo.get_or_init(|| doc))
+        let report = self.numalab_result(&["topo", "--json"])?;
+        Ok(self.topo.get_or_init(|| report))
     }
 
     /// The library's view of the machine ([`Topology::system`]), taken

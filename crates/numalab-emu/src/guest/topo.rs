@@ -1,14 +1,12 @@
 //! `numalab topo --json` against the preset.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use numalab::{CpuSet, NodeInventory, NodeSet, Topology};
 
 use super::{Guest, Outcome};
 
 fn cli_topology(guest: &Guest) -> Result<Topology> {
-    let doc = guest.topo_json()?;
-    serde_json::from_value(doc["topology"].clone())
-        .context("reading .topology of numalab topo --json")
+    Ok(guest.topo_report()?.topology.clone())
 }
 
 fn mib(bytes: u64) -> String {

@@ -1,0 +1,210 @@
+//! The envelope of every JSON document numalab writes, and reading one
+//! back as its typed result.
+//!
+//! A result type names its schema by implementing [`Schema`]; written, it
+//! becomes `{"schema": "numalab.topo", "schema_version": 1,
+//! "numalab_version": "0.1.0", "created": "…", …the result's fields…}`.
+//! [`Document::parse`] reads such a text back into the result type, after
+//! checking that it is the schema and version expected — the emulated-NUMA
+//! suite, `numalab plot` and `numalab fleet` read results this way, never
+//! by looking up string keys.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A result that is written as a JSON document of its own.
+///
+/// ```
+/// use numalab_bench::document::{Document, Schema};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Pages { per_node: Vec<u64> }
+/// impl Schema for Pages {
+///     const NAME: &'static str = "example.pages";
+///     const VERSION: u32 = 1;
+/// }
+///
+/// let text = Document::new(&Pages { per_node: vec![3, 4] }).to_json().unwrap();
+/// let back: Pages = Document::parse(&text).unwrap();
+/// assert_eq!(back.per_node, [3, 4]);
+/// ```
+pub trait Schema {
+    /// The schema's name, e.g. `numalab.topo`.
+    const NAME: &'static str;
+    /// Its version, bumped on incompatible changes.
+    const VERSION: u32;
+}
+
+impl<T: Schema + ?Sized> Schema for &T {
+    const NAME: &'static str = T::NAME;
+    const VERSION: u32 = T::VERSION;
+}
+
+/// A result in numalab's JSON envelope.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Document<T> {
+    /// What the document holds, e.g. `numalab.topo`.
+    pub schema: String,
+    /// Version of that schema.
+    pub schema_version: u32,
+    /// The numalab version that wrote it.
+    pub numalab_version: String,
+    /// When it was written (UTC, RFC 3339).
+    pub created: String,
+    /// The result.
+    #[serde(flatten)]
+    pub body: T,
+}
+
+/// Why a JSON text is not the document expected.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DocumentError {
+    /// Not JSON, or not the fields the schema has.
+    #[error("not a valid {schema} document: {source}")]
+    Json {
+        /// The schema expected.
+        schema: &'static str,
+        /// serde_json's error, with line and column.
+        source: serde_json::Error,
+    },
+    /// A document of another schema.
+    #[error("a {found} document, not {expected}")]
+    OtherSchema {
+        /// The schema expected.
+        expected: &'static str,
+        /// The schema the document names.
+        found: String,
+    },
+    /// A version this numalab cannot read.
+    #[error("{schema} version {found}; this numalab reads version {expected}")]
+    OtherVersion {
+        /// The schema.
+        schema: &'static str,
+        /// The version expected.
+        expected: u32,
+        /// The version found.
+        found: u32,
+    },
+}
+
+impl<T: Schema> Document<T> {
+    /// Wraps `body`, stamped with this numalab's version and the time now.
+    pub fn new(body: T) -> Document<T> {
+        Document {
+            schema: T::NAME.to_owned(),
+            schema_version: T::VERSION,
+            numalab_version: env!("CARGO_PKG_VERSION").to_owned(),
+            created: now_rfc3339(),
+            body,
+        }
+    }
+}
+
+impl<T: Schema + Serialize> Document<T> {
+    /// The document as pretty-printed JSON ending in a newline.
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        let mut text = serde_json::to_string_pretty(self)?;
+        text.push('\n');
+        Ok(text)
+    }
+}
+
+impl<T: Schema + DeserializeOwned> Document<T> {
+    /// Reads a document of `T`'s schema and version back into `T`.
+    pub fn parse(text: &str) -> Result<T, DocumentError> {
+        #[derive(Deserialize)]
+        struct Header {
+            schema: String,
+            schema_version: u32,
+        }
+        let json = |source| DocumentError::Json {
+            schema: T::NAME,
+            source,
+        };
+        let header: Header = serde_json::from_str(text).map_err(json)?;
+        if header.schema != T::NAME {
+            return Err(DocumentError::OtherSchema {
+                expected: T::NAME,
+                found: header.schema,
+            });
+        }
+        if header.schema_version != T::VERSION {
+            return Err(DocumentError::OtherVersion {
+                schema: T::NAME,
+                expected: T::VERSION,
+                found: header.schema_version,
+            });
+        }
+        let doc: Document<T> = serde_json::from_str(text).map_err(json)?;
+        Ok(doc.body)
+    }
+}
+
+/// The current UTC time as `2026-11-22T02:07:54Z`.
+pub fn now_rfc3339() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Thing {
+        n: u32,
+    }
+    impl Schema for Thing {
+        const NAME: &'static str = "numalab.thing";
+        const VERSION: u32 = 2;
+    }
+
+    #[test]
+    fn round_trip_and_refusals() {
+        let text = Document::new(Thing { n: 7 }).to_json().unwrap();
+        assert!(text.contains("\"schema\": \"numalab.thing\""), "{text}");
+        assert_eq!(Document::<Thing>::parse(&text).unwrap(), Thing { n: 7 });
+        let other = text.replace("numalab.thing", "numalab.other");
+        assert!(matches!(
+            Document::<Thing>::parse(&other),
+            Err(DocumentError::OtherSchema { .. })
+        ));
+        let old = text.replace("\"schema_version\": 2", "\"schema_version\": 1");
+        assert!(Document::<Thing>::parse(&old)
+            .unwrap_err()
+            .to_string()
+            .contains("reads version 2"));
+        assert!(matches!(
+            Document::<Thing>::parse("{"),
+            Err(DocumentError::Json { .. })
+        ));
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        let now = now_rfc3339();
+        assert_eq!(now.len(), 20, "{now}");
+        assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
+    }
+}

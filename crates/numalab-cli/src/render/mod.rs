@@ -1,0 +1,113 @@
+//! Every result numalab prints goes through one path: [`Render`].
+//!
+//! A result type (defined with its measurement in `numalab-bench`)
+//! implements [`Render`] in `render/<name>.rs`: its tables for a terminal or
+//! as Markdown, and its CSV. JSON is the same for every result: the type's
+//! fields in numalab's envelope ([`numalab_bench::document`]). The command
+//! calls [`emit`], which picks the format from the flags, writes to standard
+//! output or atomically to `-o FILE`, and repeats the result's warnings on
+//! standard error when standard output is not a table a person reads.
+
+pub mod topo;
+
+use anyhow::Result;
+use comfy_table::Table;
+use numalab_bench::document::{Document, Schema};
+use serde::Serialize;
+
+use crate::output::{self, Format, OutputArgs};
+
+/// Plain columns or Markdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// Columns for a terminal or a pipe.
+    Plain,
+    /// GitHub Markdown.
+    Markdown,
+}
+
+impl Style {
+    /// A table with `header` in this style.
+    pub fn table(self, header: impl Into<comfy_table::Row>) -> Table {
+        match self {
+            Style::Plain => output::table(header),
+            Style::Markdown => output::markdown_table(header),
+        }
+    }
+
+    /// A table's lines, trailing spaces trimmed.
+    pub fn render(self, table: &Table) -> String {
+        output::render(table)
+    }
+
+    /// A warning line.
+    pub fn warning(self, text: &str) -> String {
+        match self {
+            Style::Plain => format!("WARNING: {text}\n"),
+            Style::Markdown => format!("> **Warning:** {text}\n\n"),
+        }
+    }
+
+    /// A paragraph of one line.
+    pub fn line(self, text: &str) -> String {
+        match self {
+            Style::Plain => format!("{text}\n"),
+            Style::Markdown => format!("{text}\n\n"),
+        }
+    }
+
+    /// A section heading.
+    pub fn heading(self, text: &str) -> String {
+        match self {
+            Style::Plain => format!("{text}\n"),
+            Style::Markdown => format!("### {text}\n\n"),
+        }
+    }
+}
+
+/// A result numalab prints.
+pub trait Render: Serialize {
+    /// Tables and lines for people: plain columns or Markdown.
+    fn text(&self, style: Style) -> String;
+
+    /// CSV rows.
+    fn csv(&self) -> String;
+
+    /// The JSON document.
+    fn json(&self) -> Result<String>;
+
+    /// Warnings that every format must carry to a person: repeated on
+    /// standard error when standard output is JSON or CSV.
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The JSON of a result that is a document of its own schema.
+pub fn json_document<T: Schema + Serialize>(result: &T) -> Result<String> {
+    Ok(Document::new(result).to_json()?)
+}
+
+/// `result` as text in `format`.
+pub fn to_string<R: Render + ?Sized>(result: &R, format: Format) -> Result<String> {
+    Ok(match format {
+        Format::Json => result.json()?,
+        Format::Csv => result.csv(),
+        Format::Table => result.text(Style::Plain),
+        Format::Markdown => result.text(Style::Markdown),
+    })
+}
+
+/// Writes `result` as the output flags ask: to standard output or
+/// atomically to a file, with its warnings on standard error when the
+/// format is not a table.
+pub fn emit<R: Render + ?Sized>(result: &R, out: &OutputArgs) -> Result<()> {
+    let format = out.format();
+    let text = to_string(result, format)?;
+    if format != Format::Table || out.output.is_some() {
+        for warning in result.warnings() {
+            eprintln!("numalab: warning: {warning}");
+        }
+    }
+    out.emit(&text)
+}
