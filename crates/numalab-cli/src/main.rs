@@ -1,6 +1,7 @@
 //! `numalab`: measure what NUMA costs on a machine, find the right memory
 //! and thread placement for a workload, and check where pages really went.
 
+mod args;
 mod cmd;
 mod exp;
 mod output;

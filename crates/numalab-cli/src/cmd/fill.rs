@@ -12,7 +12,7 @@ use clap::Args;
 use numalab::audit::PlacementAudit;
 use numalab::locate::{ProcessMemory, Sample};
 use numalab::system::{Environment, KernelSettings, NodeMemory};
-use numalab::units::{parse_size, Size};
+use numalab::units::Size;
 use numalab::{
     affinity, BufferOptions, CpuSet, HugePages, InterleaveWeights, MemPolicy, NodeBuffer, NodeSet,
     Topology,
@@ -38,7 +38,7 @@ Examples:\n  \
 )]
 pub struct FillArgs {
     /// How much to allocate: 4096, 64K, 512M, 1.5G (binary units)
-    #[arg(long, short = 's', value_name = "SIZE", value_parser = size_arg)]
+    #[arg(long, short = 's', value_name = "SIZE", value_parser = crate::args::size)]
     pub size: u64,
 
     /// Page size: none (base pages), thp (transparent huge pages), 2M
@@ -51,14 +51,6 @@ pub struct FillArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
-}
-
-fn size_arg(text: &str) -> Result<u64, String> {
-    match parse_size(text) {
-        Ok(0) => Err("the size must be at least one byte".into()),
-        Ok(bytes) => Ok(bytes),
-        Err(err) => Err(err.to_string()),
-    }
 }
 
 /// One node's share of the filled memory.
@@ -273,18 +265,4 @@ fn csv(report: &FillReport) -> String {
         ]);
     }
     csv.finish()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_are_checked_before_anything_runs() {
-        assert_eq!(size_arg("1.5G"), Ok(3 << 29));
-        assert!(size_arg("0").unwrap_err().contains("at least one byte"));
-        assert!(size_arg("lots")
-            .unwrap_err()
-            .contains("invalid size \"lots\""));
-    }
 }

@@ -68,7 +68,7 @@ pub struct MatrixArgs {
     /// Working set of the latency chase (and the least of bandwidth), e.g.
     /// 64M, 1.5G (binary units); default: 4 x the last-level cache as
     /// measured
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::size_usize)]
     pub size: Option<usize>,
 
     /// Threads per initiator node (default: all its CPUs): bandwidth
@@ -115,12 +115,6 @@ pub struct MatrixArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
-}
-
-/// Reads `--size` with numalab's units (`64M`, `1.5G`, `4096`; binary).
-fn parse_size(text: &str) -> Result<usize, String> {
-    let bytes = numalab::units::parse_size(text).map_err(|e| e.to_string())?;
-    usize::try_from(bytes).map_err(|_| format!("invalid size {text:?}: it is too large"))
 }
 
 /// The `--plan` document (`numalab.matrix-plan`): what would be measured.
@@ -1070,14 +1064,6 @@ pub fn draw(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_use_numalabs_units() {
-        assert_eq!(parse_size("64M"), Ok(64 << 20));
-        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
-        let err = parse_size("12Q").unwrap_err();
-        assert!(err.contains("invalid size \"12Q\""), "{err}");
-    }
 
     /// A small real run of every measurement on this machine's first node.
     fn small_run() -> MatrixResult {

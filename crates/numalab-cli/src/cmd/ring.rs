@@ -76,11 +76,11 @@ pub struct RingArgs {
 
     /// Bytes each stream moves (`20G`, `512M`; binary units); large enough
     /// for a stable figure by default
-    #[arg(long, visible_alias = "size", default_value = "20G", value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, visible_alias = "size", default_value = "20G", value_name = "BYTES", value_parser = crate::args::size)]
     pub volume: u64,
 
     /// Bytes per ring block
-    #[arg(long, default_value = "4M", value_name = "BYTES", value_parser = parse_size)]
+    #[arg(long, default_value = "4M", value_name = "BYTES", value_parser = crate::args::size)]
     pub block_size: u64,
 
     /// Blocks per ring
@@ -154,16 +154,6 @@ impl Mode {
             Mode::Copy => "copy",
             Mode::InPlace => "in-place",
         }
-    }
-}
-
-/// Parses a size as every numalab command does (`20G`, `512MiB`, `4k`;
-/// binary units), refusing zero.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    match numalab::units::parse_size(text) {
-        Ok(0) => Err("the size must be at least one byte".into()),
-        Ok(bytes) => Ok(bytes),
-        Err(err) => Err(err.to_string()),
     }
 }
 
@@ -1336,18 +1326,6 @@ fn check_words(bytes: &[u8], first: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_as_every_command_reads_them() {
-        assert_eq!(parse_size("20GB").unwrap(), 20 << 30);
-        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
-        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
-        assert!(parse_size("12 parsecs")
-            .unwrap_err()
-            .contains("unknown unit"));
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("x").is_err());
-    }
 
     #[test]
     fn the_blog_layout_has_eight_single_and_four_two_stream_cells() {

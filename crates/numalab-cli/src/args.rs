@@ -1,0 +1,43 @@
+//! Values every command's flags share, parsed in one place: sizes.
+//! (Node and CPU lists are the library's `NodeSet`/`CpuSet` syntax, resolved
+//! against the machine by `Topology`.)
+
+/// A size flag (`--size 64M`, `--volume 20G`, `--block-size 4MiB`): numalab's
+/// units (binary; `1.5G`, `512MiB`, `4096`), at least one byte.
+///
+/// ```text
+/// --size 1.5G      -> 1610612736
+/// --size 0         -> error: the size must be at least one byte
+/// ```
+pub fn size(text: &str) -> Result<u64, String> {
+    match numalab::units::parse_size(text) {
+        Ok(0) => Err("the size must be at least one byte".into()),
+        Ok(bytes) => Ok(bytes),
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+/// A size flag held as `usize` (a buffer's length on this machine).
+pub fn size_usize(text: &str) -> Result<usize, String> {
+    let bytes = size(text)?;
+    usize::try_from(bytes).map_err(|_| format!("invalid size {text:?}: it is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_binary_and_positive() {
+        assert_eq!(size("20GB").unwrap(), 20 << 30);
+        assert_eq!(size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(size("1.5G"), Ok(3 << 29));
+        assert_eq!(size_usize("64M"), Ok(64 << 20));
+        assert!(size("0").unwrap_err().contains("at least one byte"));
+        assert!(size("12 parsecs").unwrap_err().contains("unknown unit"));
+        assert!(size("x").is_err());
+        assert!(size("lots")
+            .unwrap_err()
+            .contains("does not start with a number"));
+    }
+}
