@@ -1,7 +1,7 @@
 //! The experiment file: a TOML description of a workload, read strictly.
 //!
 //! Every key is listed once in [`KEYS`] with its default and meaning (the
-//! README's reference is that table); unknown keys are errors that name
+//! reference in docs/experiment-file.md is that table); unknown keys are errors that name
 //! the file, line and column and suggest the nearest valid key. `--set
 //! key=value` overrides any key, type-checked like the file. A `[sweep]`
 //! table of lists turns one experiment into a grid of them.
@@ -280,7 +280,7 @@ pub struct Key {
     pub meaning: &'static str,
 }
 
-/// Every key of the experiment file (the README's reference is made from
+/// Every key of the experiment file (docs/experiment-file.md is made from
 /// this table; a test keeps it and the types in step).
 pub const KEYS: &[Key] = &[
     Key { path: "name", default: "the file's name", values: "text", meaning: "short name, used in titles and file names" },
@@ -993,12 +993,12 @@ mod tests {
     }
 
     #[test]
-    fn readme_documents_every_key() {
-        let readme = include_str!("../../../../README.md");
+    fn docs_document_every_key() {
+        let readme = include_str!("../../../../docs/experiment-file.md");
         for key in KEYS {
             assert!(
                 readme.contains(&format!("| `{}` |", key.path)),
-                "README.md's experiment file reference lacks {}",
+                "docs/experiment-file.md lacks {}",
                 key.path
             );
         }

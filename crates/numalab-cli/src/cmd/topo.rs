@@ -17,7 +17,7 @@ use crate::render;
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
     numalab topo                          this machine\n  \
-    numalab topo --json | jq .nodes       machine-readable\n  \
+    numalab topo --json | jq .topology.nodes   machine-readable\n  \
     numalab topo --xml server.xml         a topology exported on another machine with `lstopo --of xml`\n  \
     numalab topo --synthetic \"pack:2 numa:2 core:4 pu:2\"")]
 pub struct TopoArgs {
