@@ -239,9 +239,13 @@ mod tests {
             1 << 20,
             4 << 20,
             HugePages::None,
+            // A long delay, then none. Each sample is long enough that a
+            // generator on a busy machine (other builds on both CPUs) is
+            // scheduled within it: with 2 ms samples it sometimes was not,
+            // and the unloaded point read 0 GB/s.
             &[1_000_000, 0],
             2,
-            Duration::from_millis(2),
+            Duration::from_millis(25),
         )
         .unwrap();
         assert_eq!(run.points.len(), 3, "idle + two delays");
