@@ -43,6 +43,26 @@ impl<T: Schema + ?Sized> Schema for &T {
 }
 
 /// A result in numalab's JSON envelope.
+///
+/// ```
+/// use numalab_bench::document::{Document, Schema};
+///
+/// #[derive(serde::Serialize)]
+/// struct Pages { per_node: Vec<u64> }
+/// impl Schema for Pages {
+///     const NAME: &'static str = "example.pages";
+///     const VERSION: u32 = 1;
+/// }
+///
+/// let document = Document::new(Pages { per_node: vec![3, 4] });
+/// assert_eq!((document.schema.as_str(), document.schema_version), ("example.pages", 1));
+/// let json: serde_json::Value = serde_json::from_str(&document.to_json()?)?;
+/// // The envelope's fields and the result's sit side by side.
+/// assert_eq!(json["schema"], "example.pages");
+/// assert_eq!(json["per_node"], serde_json::json!([3, 4]));
+/// assert!(json["created"].as_str().is_some_and(|t| t.ends_with('Z')));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Document<T> {
     /// What the document holds, e.g. `numalab.topo`.
@@ -59,6 +79,31 @@ pub struct Document<T> {
 }
 
 /// Why a JSON text is not the document expected.
+///
+/// ```
+/// use numalab_bench::document::{Document, DocumentError, Schema};
+///
+/// #[derive(Debug, serde::Deserialize)]
+/// struct Pages { per_node: Vec<u64> }
+/// impl Schema for Pages {
+///     const NAME: &'static str = "example.pages";
+///     const VERSION: u32 = 2;
+/// }
+///
+/// let saved = r#"{"schema": "example.pages", "schema_version": 1, "numalab_version": "0.1.0",
+///     "created": "2026-01-01T00:00:00Z", "per_node": [3, 4]}"#;
+/// match Document::<Pages>::parse(saved) {
+///     Err(DocumentError::OtherVersion { found, expected, .. }) => {
+///         assert_eq!((found, expected), (1, 2));
+///     }
+///     other => panic!("expected an old version, got {other:?}"),
+/// }
+/// let topo = saved.replace("example.pages", "numalab.topo");
+/// let err = Document::<Pages>::parse(&topo).unwrap_err();
+/// assert_eq!(err.to_string(), "a numalab.topo document, not example.pages");
+/// let err = Document::<Pages>::parse("{\"schema\": ").unwrap_err();
+/// assert!(matches!(err, DocumentError::Json { .. }), "{err}");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DocumentError {

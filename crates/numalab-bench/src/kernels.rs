@@ -16,6 +16,17 @@ use std::hint::black_box;
 pub const LINE: usize = 64;
 
 /// The vector instructions a kernel uses.
+///
+/// ```
+/// use numalab_bench::kernels::{self, Isa};
+/// let isa = Isa::detect();
+/// assert!(isa.is_available() && Isa::Scalar.is_available());
+/// assert_eq!("avx".parse::<Isa>()?, Isa::Avx2);
+/// // Every ISA computes the same checksum; only the speed differs.
+/// let buf: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+/// assert_eq!(kernels::read(&buf, isa), kernels::read(&buf, Isa::Scalar));
+/// # Ok::<(), String>(())
+/// ```
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
@@ -74,6 +85,14 @@ impl std::str::FromStr for Isa {
 }
 
 /// Stores that go through the caches, or around them.
+///
+/// ```
+/// use numalab_bench::kernels::{self, Isa, Store};
+/// assert_eq!(Store::default(), Store::Cached);
+/// let mut buf = vec![0u8; 1 << 20];
+/// kernels::write(&mut buf, 7, Isa::detect(), Store::NonTemporal);
+/// assert!(buf.iter().all(|&b| b == 7)); // the same bytes, by another path
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Store {
@@ -392,6 +411,17 @@ mod x86 {
 /// A fast 64-bit generator (wyrand: one add, one 128-bit multiply, one
 /// xor), good enough to scatter accesses and cheap enough not to show in a
 /// memory-bound loop.
+///
+/// ```
+/// use numalab_bench::kernels::Rng;
+/// let (mut a, mut b) = (Rng::new(42), Rng::new(42));
+/// assert_eq!(a.next_u64(), b.next_u64()); // a seed repeats its sequence
+/// let mut seen = [false; 10];
+/// for _ in 0..1000 {
+///     seen[a.below(10) as usize] = true;
+/// }
+/// assert!(seen.iter().all(|&s| s));
+/// ```
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 
@@ -488,6 +518,17 @@ pub unsafe fn chase(start: *const u8, steps: u64) -> *const u8 {
 
 /// A read/write schedule: `reads` reads then `writes` writes, repeated, so
 /// the counts follow the ratio exactly (`2:1` is R R W R R W …).
+///
+/// ```
+/// use numalab_bench::kernels::Mix;
+/// let mix: Mix = "2:1".parse()?;
+/// let schedule: String = (0..6).map(|i| if mix.is_write(i) { 'W' } else { 'R' }).collect();
+/// assert_eq!(schedule, "RRWRRW");
+/// assert_eq!(mix.writes_in(1000), 333);
+/// assert_eq!(mix.to_string(), "2:1");
+/// assert!("0:0".parse::<Mix>().is_err());
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Mix {
     /// Reads per cycle.
@@ -536,6 +577,16 @@ impl std::fmt::Display for Mix {
 }
 
 /// What [`random_ops`] did.
+///
+/// ```
+/// use numalab_bench::kernels::{random_ops, Isa, Rng};
+/// let mut buf = vec![0u8; 1 << 16];
+/// let mut rng = Rng::new(1);
+/// // 1000 operations of 64 bytes, three reads to a write.
+/// let counts = random_ops(&mut buf, 64, "3:1".parse()?, 1000, 0, &mut rng, Isa::detect());
+/// assert_eq!((counts.reads, counts.writes), (750, 250));
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpCounts {
     /// Reads done.

@@ -17,6 +17,17 @@ pub const NOISY_CV: f64 = 0.05;
 pub const OUTLIER_Z: f64 = 3.5;
 
 /// Summary of the samples of one figure.
+///
+/// ```
+/// use numalab_bench::stats::Summary;
+/// // Five repeats of a bandwidth in GB/s; something disturbed the last.
+/// let summary = Summary::of(&[10.1, 10.0, 9.9, 10.2, 4.0]).unwrap();
+/// assert_eq!(summary.median, 10.0); // the figure reported
+/// assert_eq!((summary.min, summary.max), (4.0, 10.2));
+/// assert_eq!(summary.outliers, [4]); // flagged, and still counted
+/// assert!(summary.is_noisy());
+/// assert!(Summary::of(&[]).is_none());
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     /// Number of samples.

@@ -11,6 +11,17 @@ use numalab::CpuSet;
 use serde::{Deserialize, Serialize};
 
 /// One worker's outcome.
+///
+/// ```
+/// use numalab::affinity;
+/// use numalab_bench::workers::run_pinned;
+/// let cpu = affinity::thread_cpus()?.first().expect("a CPU to run on");
+/// let run = run_pinned(&[cpu], |_| (), |_, _| affinity::current())?;
+/// let worker = &run.workers[0];
+/// assert_eq!(worker.output.cpu, worker.cpu); // it ran where it was pinned
+/// assert_eq!(worker.output.node, worker.node);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerRun<R> {
     /// The CPU it was pinned to.
@@ -24,6 +35,24 @@ pub struct WorkerRun<R> {
 }
 
 /// A whole run.
+///
+/// ```
+/// use numalab::affinity;
+/// use numalab_bench::workers::run_pinned;
+/// let cpus: Vec<u32> = affinity::thread_cpus()?.iter().collect();
+/// let run = run_pinned(
+///     &cpus,
+///     |i| vec![i as u8; 1 << 20], // first touched on worker i's CPU
+///     |_, buffer| buffer.iter().map(|&b| u64::from(b)).sum::<u64>(),
+/// )?;
+/// assert_eq!(run.workers.len(), cpus.len());
+/// for (i, worker) in run.workers.iter().enumerate() {
+///     assert_eq!(worker.cpu, cpus[i]); // in the order of the CPUs given
+///     assert_eq!(worker.output, i as u64 * (1 << 20));
+///     assert!(worker.busy <= run.wall);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Run<R> {
     /// Each worker, in the order of the CPUs given.

@@ -10,6 +10,24 @@ use crate::sys::linux;
 use crate::topology::{NodeInventory, SpecError, Topology};
 
 /// Why a thread could not be bound.
+///
+/// Nodes and CPUs are checked before the kernel is asked, so a node the
+/// machine lacks is a [`BindError::Spec`] naming the nodes it has:
+///
+/// ```
+/// use numalab::affinity::{bind_thread_to_nodes, BindError};
+/// use numalab::{NodeSet, SpecError, Topology};
+///
+/// let topology = Topology::from_synthetic("numa:2 core:2 pu:1")?;
+/// match bind_thread_to_nodes(&topology, &NodeSet::single(7)) {
+///     Err(BindError::Spec(SpecError::NoSuchNode { node, available })) => {
+///         assert_eq!(node, 7);
+///         assert_eq!(available.to_string(), "0-1");
+///     }
+///     other => panic!("expected an unknown node, got {other:?}"),
+/// }
+/// # Ok::<(), numalab::TopologyError>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BindError {
@@ -66,6 +84,14 @@ pub fn thread_cpus() -> io::Result<CpuSet> {
 }
 
 /// Where a thread is running.
+///
+/// ```
+/// use numalab::affinity;
+/// let here = affinity::current();
+/// // The kernel only runs a thread on CPUs its affinity allows.
+/// assert!(affinity::thread_cpus()?.contains(here.cpu), "{here:?}");
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Location {
     /// The CPU.

@@ -12,6 +12,29 @@ use crate::policy::MemPolicy;
 use crate::sets::NodeSet;
 
 /// How the pages found compare with the policy.
+///
+/// ```
+/// use numalab::audit::{audit, Verdict};
+/// use numalab::locate::PageHistogram;
+/// use numalab::{MemPolicy, NodeSet};
+///
+/// let pages = |per_node: &[(u32, u64)]| PageHistogram {
+///     page_size: 4096,
+///     queried: per_node.iter().map(|(_, n)| n).sum(),
+///     per_node: per_node.iter().copied().collect(),
+///     ..Default::default()
+/// };
+/// let touched_from = NodeSet::single(0);
+/// let three_in_four = pages(&[(1, 75), (0, 25)]);
+/// // `preferred` may fall back to other nodes when node 1 is full ...
+/// let preferred = audit(&MemPolicy::Preferred(1), &touched_from, &three_in_four);
+/// assert_eq!(preferred.verdict, Verdict::Spilled);
+/// // ... `bind` may not.
+/// let bind = audit(&MemPolicy::Bind(NodeSet::single(1)), &touched_from, &three_in_four);
+/// assert_eq!(bind.verdict, Verdict::Mismatch);
+/// // Memory never touched has no page to check.
+/// assert_eq!(audit(&MemPolicy::Local, &touched_from, &pages(&[])).verdict, Verdict::Empty);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
@@ -29,6 +52,23 @@ pub enum Verdict {
 }
 
 /// The placement check of one memory region.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use numalab::audit::audit;
+/// use numalab::locate::PageHistogram;
+/// use numalab::{MemPolicy, NodeSet};
+///
+/// let found = PageHistogram { page_size: 4096, queried: 8,
+///     per_node: BTreeMap::from([(1, 6), (0, 2)]), ..Default::default() };
+/// // `local` expects the node of the thread that first touched the pages.
+/// let check = audit(&MemPolicy::Local, &NodeSet::single(1), &found);
+/// assert_eq!(check.expected_nodes, NodeSet::single(1));
+/// assert_eq!(check.on_expected, 0.75);
+/// assert!(!check.is_match());
+/// assert_eq!(check.to_string(), check.note);
+/// assert_eq!(check.note, "local: 75% of 8 pages on node 1; found node0 2 (25.0%), node1 6 (75.0%)");
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlacementAudit {
     /// The policy asked for.

@@ -14,6 +14,15 @@ use crate::sys::{linux, procfs};
 use crate::topology::NodeInventory;
 
 /// Page size backing a buffer.
+///
+/// ```
+/// use numalab::HugePages;
+/// assert_eq!(HugePages::default(), HugePages::None);
+/// assert_eq!("2M".parse::<HugePages>()?, HugePages::Explicit2M);
+/// assert_eq!(HugePages::Transparent.to_string(), "thp");
+/// assert!("1G".parse::<HugePages>().unwrap_err().contains("expected none, thp or 2M"));
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum HugePages {
     /// Base pages only (transparent huge pages disabled for the range).
@@ -58,6 +67,29 @@ impl std::str::FromStr for HugePages {
 const HUGE_2M: usize = 2 << 20;
 
 /// Why a buffer could not be made.
+///
+/// Everything that can be checked is checked before any memory is mapped:
+///
+/// ```
+/// use numalab::{BufferError, MemPolicy, NodeBuffer, NodeSet, PolicyError, SpecError};
+///
+/// fn outcome(made: Result<NodeBuffer, BufferError>) -> String {
+///     match made {
+///         Ok(buffer) => format!("{} bytes", buffer.len()),
+///         Err(BufferError::Policy(PolicyError::Node(SpecError::NoSuchNode { node, .. }))) => {
+///             format!("no node {node}")
+///         }
+///         Err(BufferError::InsufficientMemory { free, .. }) => format!("{free} bytes free"),
+///         Err(err) => err.to_string(),
+///     }
+/// }
+/// assert_eq!(
+///     outcome(NodeBuffer::new(0, MemPolicy::Local)),
+///     "a buffer must be at least one byte long"
+/// );
+/// let node_1000 = MemPolicy::Bind(NodeSet::single(1000));
+/// assert_eq!(outcome(NodeBuffer::new(4096, node_1000)), "no node 1000");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BufferError {
@@ -108,6 +140,25 @@ fn mib(bytes: impl Into<u64>) -> String {
 }
 
 /// How a [`NodeBuffer`] is made.
+///
+/// ```
+/// use numalab::locate::Sample;
+/// use numalab::{BufferOptions, HugePages, MemPolicy, NodeBuffer, NodeSet};
+///
+/// let options = BufferOptions::new(MemPolicy::Bind(NodeSet::single(0)))
+///     .huge_pages(HugePages::Transparent);
+/// assert!(options.prefault && !options.lock); // the defaults
+/// let buffer = NodeBuffer::with_options(4 << 20, options.clone())?;
+/// assert_eq!(buffer.options(), &options);
+/// assert_eq!(buffer.as_ptr() as usize % (2 << 20), 0); // room for whole huge pages
+/// assert!(buffer.audit().is_match());
+///
+/// // Without prefaulting, no page exists until the buffer is first written.
+/// let lazy = BufferOptions::new(MemPolicy::Local).prefault(false);
+/// let buffer = NodeBuffer::with_options(1 << 20, lazy)?;
+/// assert_eq!(buffer.locate(Sample::All)?.present(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BufferOptions {
     /// Where its pages go.

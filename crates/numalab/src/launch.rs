@@ -26,6 +26,15 @@ use crate::sets::CpuSet;
 use crate::sys::{linux, procfs};
 
 /// How the command ended.
+///
+/// ```
+/// use numalab::launch::{Exit, Launch};
+/// let report = Launch::new("sh", ["-c", "kill -KILL $$"]).run()?;
+/// assert_eq!(report.exit, Exit::Signal(9));
+/// assert_eq!(report.exit.shell_code(), 137); // what a shell's `$?` says
+/// assert_eq!(Exit::Code(3).shell_code(), 3);
+/// # Ok::<(), numalab::launch::LaunchError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Exit {
@@ -46,6 +55,18 @@ impl Exit {
 }
 
 /// How the memory of the command was observed.
+///
+/// ```
+/// use numalab::launch::{Launch, Observation};
+/// let report = Launch::new("true", std::iter::empty::<&str>()).run()?;
+/// match report.observation {
+///     // Read as the process exited: even a command this short is seen.
+///     Observation::AtExit => assert!(!report.memory.bytes.is_empty()),
+///     // A container that forbids tracing: it may have ended unseen.
+///     Observation::Sampled => eprintln!("only sampled: {:?}", report.peak.per_node()),
+/// }
+/// # Ok::<(), numalab::launch::LaunchError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Observation {
@@ -58,6 +79,20 @@ pub enum Observation {
 }
 
 /// What happened to a launched command.
+///
+/// ```
+/// use numalab::launch::{Exit, Launch};
+/// use numalab::{MemPolicy, NodeSet};
+/// // The shell and the `sort` it starts, their memory bound to node 0.
+/// let report = Launch::new("sh", ["-c", "seq 100000 | sort -n > /dev/null; exit 3"])
+///     .policy(MemPolicy::Bind(NodeSet::single(0)))
+///     .run()?;
+/// assert_eq!(report.exit, Exit::Code(3));
+/// assert!(report.processes >= 1);
+/// assert!(report.memory.private_per_node().keys().all(|&node| node == 0));
+/// assert!(report.peak.private_per_node().keys().all(|&node| node == 0));
+/// # Ok::<(), numalab::launch::LaunchError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchReport {
     /// Process id of the command.
@@ -79,6 +114,17 @@ pub struct LaunchReport {
 }
 
 /// Why a command could not be run.
+///
+/// ```
+/// use numalab::launch::{Launch, LaunchError};
+/// match Launch::new("numalab-no-such-program", std::iter::empty::<&str>()).run() {
+///     Err(LaunchError::Spawn { program, source }) => {
+///         assert_eq!(program, "numalab-no-such-program");
+///         assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+///     }
+///     other => panic!("expected a spawn error, got {other:?}"),
+/// }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LaunchError {
@@ -97,14 +143,18 @@ pub enum LaunchError {
 
 /// A command with its placement.
 ///
-/// ```no_run
-/// use numalab::launch::Launch;
-/// use numalab::{MemPolicy, NodeSet};
-/// let report = Launch::new("sort", ["-o", "/dev/null", "/etc/services"])
+/// ```
+/// use numalab::launch::{Exit, Launch};
+/// use numalab::{affinity, CpuSet, MemPolicy, NodeSet};
+/// // As `numactl --membind=0 --physcpubind=N sort …`.
+/// let cpu = affinity::thread_cpus()?.first().expect("a CPU to run on");
+/// let report = Launch::new("sort", ["-o", "/dev/null", "/proc/self/maps"])
 ///     .policy(MemPolicy::Bind(NodeSet::single(0)))
+///     .cpus(CpuSet::single(cpu))
 ///     .run()?;
-/// println!("{:?} {:?}", report.exit, report.memory.private_per_node());
-/// # Ok::<(), numalab::launch::LaunchError>(())
+/// assert_eq!(report.exit, Exit::Code(0));
+/// println!("{:?}", report.memory.private_per_node());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Launch {

@@ -12,6 +12,19 @@ use serde::{Deserialize, Serialize};
 use crate::sys::{linux, procfs};
 
 /// Which pages of a range [`locate`] asks about.
+///
+/// ```
+/// use numalab::locate::Sample;
+/// use numalab::{MemPolicy, NodeBuffer, NodeSet};
+/// let buffer = NodeBuffer::new(4 << 20, MemPolicy::Bind(NodeSet::single(0)))?;
+/// let every = buffer.locate(Sample::default())?; // Sample::All
+/// assert_eq!(every.queried, (4 << 20) / every.page_size);
+/// // A large region is checked faster by a sample of its pages.
+/// let sampled = buffer.locate(Sample::Pages(16))?;
+/// assert_eq!(sampled.queried, 16);
+/// assert_eq!(sampled.on_node(0), 16);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Sample {
     /// Every page.
@@ -23,6 +36,20 @@ pub enum Sample {
 }
 
 /// Why pages could not be located.
+///
+/// A kernel built without NUMA support cannot say where pages are; a
+/// caller that can do without the answer tells that case apart:
+///
+/// ```
+/// use numalab::locate::{node_of, LocateError};
+/// let value = Box::new(7u64); // written, so its page is present
+/// match node_of((&*value as *const u64).cast()) {
+///     Ok(node) => assert!(node.is_some()),
+///     Err(LocateError::Unsupported(err)) => eprintln!("page locations unknown: {err}"),
+///     Err(err) => return Err(err.into()),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LocateError {
@@ -241,6 +268,14 @@ pub fn node_of(addr: *const u8) -> Result<Option<u32>, LocateError> {
 }
 
 /// What a mapping of a process holds, as `numastat -p` splits it.
+///
+/// ```
+/// use numalab::locate::MemoryKind;
+/// // Kinds sort in the order of numastat's columns.
+/// assert!(MemoryKind::Huge < MemoryKind::Heap && MemoryKind::Private < MemoryKind::File);
+/// assert_eq!(serde_json::to_string(&MemoryKind::Private)?, "\"private\"");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryKind {
@@ -259,6 +294,24 @@ pub enum MemoryKind {
 
 /// A process's resident memory per node and kind, in bytes, read from
 /// `/proc/PID/numa_maps`.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use numalab::locate::{MemoryKind, ProcessMemory};
+///
+/// // What `ProcessMemory::of_process(pid)` reads, written out by hand.
+/// let mut memory = ProcessMemory::default();
+/// memory.bytes.insert(MemoryKind::Private, BTreeMap::from([(0, 6 << 20), (1, 2 << 20)]));
+/// memory.bytes.insert(MemoryKind::File, BTreeMap::from([(0, 1 << 20)]));
+/// // Mapped files are shared with other processes: not its own memory.
+/// assert_eq!(memory.private_per_node(), BTreeMap::from([(0, 6 << 20), (1, 2 << 20)]));
+/// assert_eq!(memory.per_node()[&0], 7 << 20);
+/// let pages = memory.private_histogram(); // in base pages, for an audit
+/// assert_eq!(pages.present(), (8 << 20) / pages.page_size);
+/// // The memory of a command's processes adds up.
+/// memory.merge(&memory.clone());
+/// assert_eq!(memory.per_node()[&1], 4 << 20);
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessMemory {
     /// Bytes per node and kind.

@@ -14,6 +14,13 @@ use crate::sys::procfs;
 use crate::topology::{Topology, TopologySummary};
 
 /// Identity of the machine.
+///
+/// ```
+/// let host = numalab::system::Host::current();
+/// // The kernel release as `uname -r` prints it, e.g. `6.8.0-45-generic`.
+/// assert!(host.kernel.starts_with(|c: char| c.is_ascii_digit()), "{}", host.kernel);
+/// assert!(!host.hostname.is_empty());
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Host {
     /// Host name.
@@ -40,6 +47,18 @@ impl Host {
 }
 
 /// Kernel settings that change NUMA results.
+///
+/// ```
+/// use numalab::system::KernelSettings;
+/// let settings = KernelSettings::current();
+/// // Read from `always [madvise] never`: the word in brackets.
+/// if let Some(thp) = &settings.thp_enabled {
+///     assert!(["always", "madvise", "never"].contains(&thp.as_str()), "{thp}");
+/// }
+/// // Automatic balancing migrates pages while a measurement runs.
+/// let moves_pages = settings.numa_balancing.is_some_and(|mode| mode != 0);
+/// println!("NUMA balancing {}", if moves_pages { "on" } else { "off" });
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelSettings {
     /// `/proc/sys/kernel/numa_balancing`: 0 off, 1 on (2: memory tiering
@@ -68,6 +87,14 @@ impl KernelSettings {
 }
 
 /// Huge pages of one size on one node.
+///
+/// ```
+/// use numalab::system::HugePagePool;
+/// // 512 pages of 2 MiB reserved on a node, 384 of them free.
+/// let pool = HugePagePool { page_bytes: 2 << 20, total: 512, free: 384 };
+/// assert_eq!((pool.total - pool.free) * pool.page_bytes, 256 << 20); // in use
+/// assert_eq!(pool.free * pool.page_bytes, 768 << 20); // left for new buffers
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HugePagePool {
     /// Page size in bytes.
@@ -79,6 +106,15 @@ pub struct HugePagePool {
 }
 
 /// One node's memory, read now.
+///
+/// ```
+/// use numalab::system::NodeMemory;
+/// let node0 = NodeMemory::read(0)?;
+/// assert_eq!(node0.node, 0);
+/// assert!(0 < node0.free_bytes && node0.free_bytes <= node0.total_bytes);
+/// assert!(node0.huge_pages.iter().all(|pool| pool.free <= pool.total));
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeMemory {
     /// The node.
@@ -115,6 +151,19 @@ impl NodeMemory {
 }
 
 /// Everything a result file records about where it was measured.
+///
+/// ```
+/// use numalab::system::Environment;
+/// use numalab::Topology;
+/// let topology = Topology::from_synthetic("pack:2 numa:2 core:4 pu:2")?;
+/// let environment = Environment::current(&topology);
+/// assert_eq!((environment.topology.nodes, environment.topology.cpus), (4, 32));
+/// assert_eq!(environment.numalab_version, env!("CARGO_PKG_VERSION"));
+/// // Saved with a result, it reads back unchanged.
+/// let text = serde_json::to_string(&environment)?;
+/// assert_eq!(serde_json::from_str::<Environment>(&text)?, environment);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Environment {
     /// The machine.
@@ -177,7 +226,12 @@ pub fn monotonic() -> std::time::Duration {
 /// ```
 /// let shield = numalab::system::InterruptShield::new();
 /// // … start workers, wait for them (a Ctrl-C ends them, not us) …
+/// // A Ctrl-C sent to this process now does not end it:
+/// let pid = std::process::id().to_string();
+/// let sent = std::process::Command::new("kill").args(["-INT", &pid]).status()?;
+/// assert!(sent.success());
 /// drop(shield);
+/// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Debug)]
 pub struct InterruptShield {

@@ -7,6 +7,15 @@
 use std::fmt;
 
 /// Why a size could not be read.
+///
+/// ```
+/// use numalab::units::parse_size;
+/// let err = parse_size("12X").unwrap_err();
+/// assert_eq!(err.input, "12X");
+/// assert_eq!(err.reason, "unknown unit \"X\"");
+/// // The message shows how to write a size.
+/// assert!(err.to_string().ends_with("write it as 4096, 64K, 512M, 1.5G or 2T"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid size {input:?}: {reason}; write it as 4096, 64K, 512M, 1.5G or 2T")]
 pub struct ParseSizeError {
@@ -75,6 +84,14 @@ pub fn format_size(bytes: u64) -> String {
 }
 
 /// A size in bytes that prints in binary units (see [`format_size`]).
+///
+/// ```
+/// use numalab::units::Size;
+/// assert_eq!(Size(4096).to_string(), "4 KiB");
+/// assert_eq!(Size(3 << 29).to_string(), "1.5 GiB");
+/// assert_eq!(Size(100).to_string(), "100 B");
+/// assert!(Size(1 << 20) < Size(1 << 30)); // ordered by bytes
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Size(pub u64);
 

@@ -8,6 +8,25 @@ use crate::buffer::BufferError;
 use crate::policy::PolicyError;
 
 /// Why a ring could not be made, opened, written or read.
+///
+/// Names and sizes are checked before anything is made, and a ring that
+/// is not there is named with the place it was looked for:
+///
+/// ```
+/// use numalab::ring::{Ring, RingError, RingMonitor, RingOptions};
+///
+/// match RingMonitor::open("no-such-ring") {
+///     Err(RingError::NotFound { name, path }) => {
+///         assert_eq!(name, "no-such-ring");
+///         assert!(!path.exists());
+///     }
+///     other => panic!("expected no ring, got {other:?}"),
+/// }
+/// let err = Ring::create(&RingOptions::new("a/b", 4 * 4096, 4096)).unwrap_err();
+/// assert!(matches!(err, RingError::InvalidName { .. }), "{err}");
+/// let err = Ring::create(&RingOptions::new("one-block", 4096, 4096)).unwrap_err();
+/// assert!(err.to_string().contains("1 blocks; a ring has 2 to"), "{err}");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RingError {

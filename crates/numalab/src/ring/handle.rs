@@ -224,7 +224,20 @@ impl RingOptions {
 /// [`keep`](Ring::keep) it) or opened with [`Ring::open`]. The writer and
 /// the readers attach through it.
 ///
-/// See the [module documentation](super) for a complete example.
+/// ```
+/// use numalab::ring::{Ring, RingOptions};
+/// # let name = format!("doc-ring-{}", std::process::id());
+/// let ring = Ring::create(&RingOptions::new(&name, 4 << 16, 1 << 16))?;
+/// assert_eq!((ring.blocks(), ring.block_size()), (4, 1 << 16));
+/// assert!(ring.audit().is_match()); // every page where `local` puts it
+/// let path = ring.path().to_owned(); // a file in /dev/shm
+/// assert!(path.exists());
+/// drop(ring); // the creator's handle takes the name with it
+/// assert!(!path.exists());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// See the [module documentation](super) for a writer and a reader.
 pub struct Ring {
     seg: Arc<Segment>,
     owner: bool,

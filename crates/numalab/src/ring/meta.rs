@@ -102,6 +102,29 @@ impl fmt::Display for TransferHeader {
 }
 
 /// A transfer as a reader sees it begin.
+///
+/// ```
+/// use numalab::ring::{Ring, RingOptions, TransferHeader};
+/// # let name = format!("doc-transfer-{}", std::process::id());
+/// let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// let mut reader = ring.reader()?;
+/// let mut writer = ring.writer()?;
+/// for file in ["a.dat", "b.dat"] {
+///     let mut header = TransferHeader::new();
+///     header.set("FILE", file)?;
+///     writer.begin_transfer(&header)?;
+///     writer.write(file.as_bytes())?;
+/// }
+/// writer.finish()?;
+///
+/// let first = reader.next_transfer()?.expect("a first transfer");
+/// assert_eq!((first.id, first.header.get("FILE")), (1, Some("a.dat")));
+/// // Skips what is left of the first.
+/// let second = reader.next_transfer()?.expect("a second transfer");
+/// assert_eq!((second.id, second.header.get("FILE")), (2, Some("b.dat")));
+/// assert!(reader.next_transfer()?.is_none()); // the end of the stream
+/// # Ok::<(), numalab::ring::RingError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transfer {
     /// Transfers are numbered from 1 in the order the writer began them.

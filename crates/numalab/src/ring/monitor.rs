@@ -18,6 +18,24 @@ use super::segment::{self, Segment, HUGETLB_DIR, PREFIX, SHM_DIR};
 use crate::sys::linux::{self, SegmentOpen};
 
 /// A ring's counters at one instant.
+///
+/// ```
+/// use numalab::ring::{Ring, RingOptions};
+/// # let name = format!("doc-stats-{}", std::process::id());
+/// let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096).node(0))?;
+/// let _reader = ring.reader()?;
+/// let mut writer = ring.writer()?;
+/// writer.write(&[0; 3 * 4096])?;
+///
+/// let stats = ring.stats();
+/// assert_eq!((stats.blocks, stats.block_size), (4, 4096));
+/// assert_eq!(stats.policy, "bind:0");
+/// assert!(stats.creator_alive);
+/// assert_eq!(stats.writer.blocks, 3);
+/// assert_eq!(stats.readers.len(), 1);
+/// assert_eq!(stats.readers[0].lag_blocks, 3); // it has read nothing yet
+/// # Ok::<(), numalab::ring::RingError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RingStats {
     /// The ring's name.
@@ -39,6 +57,22 @@ pub struct RingStats {
 }
 
 /// The writer's side of [`RingStats`].
+///
+/// ```
+/// use numalab::ring::{Ring, RingOptions};
+/// # let name = format!("doc-writerstats-{}", std::process::id());
+/// let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// assert_eq!(ring.stats().writer.state, "none");
+/// let mut writer = ring.writer()?;
+/// writer.write(&[0; 5000])?;
+/// writer.finish()?; // publishes the last 904 bytes and ends the stream
+/// let stats = ring.stats().writer;
+/// assert_eq!(stats.state, "finished");
+/// assert_eq!((stats.blocks, stats.bytes, stats.transfers), (2, 5000, 1));
+/// assert_eq!(stats.pid, std::process::id());
+/// assert_eq!(stats.waits, 0); // no reader held it back
+/// # Ok::<(), numalab::ring::RingError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriterStats {
     /// `none` (never attached), `active`, `finished`, or `dead` (attached
@@ -61,6 +95,23 @@ pub struct WriterStats {
 }
 
 /// One reader's side of [`RingStats`].
+///
+/// ```
+/// use numalab::ring::{Backpressure, Ring, RingOptions};
+/// # let name = format!("doc-readerstats-{}", std::process::id());
+/// let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// let mut reader = ring.reader_with(Backpressure::Lag)?;
+/// let mut writer = ring.writer()?;
+/// writer.write(&[0; 2 * 4096])?;
+/// let mut buf = vec![0; 4096];
+/// assert_eq!(reader.read(&mut buf)?, 4096);
+///
+/// let stats = &ring.stats().readers[0];
+/// assert_eq!((stats.slot, stats.state.as_str(), stats.mode.as_str()), (0, "active", "lag"));
+/// assert_eq!((stats.blocks, stats.bytes), (1, 4096));
+/// assert_eq!((stats.position, stats.lag_blocks), (1, 1));
+/// # Ok::<(), numalab::ring::RingError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReaderStats {
     /// Slot index.
@@ -160,12 +211,23 @@ impl RingStats {
 /// Reads a ring's counters from outside: it maps the segment read-only and
 /// never joins, so it cannot slow the writer down or be waited for.
 ///
-/// ```no_run
-/// let monitor = numalab::ring::RingMonitor::open("dada")?;
+/// ```
+/// use numalab::ring::{Ring, RingMonitor, RingOptions};
+/// # let name = format!("doc-monitor-{}", std::process::id());
+/// // Another program made the ring and writes to it ...
+/// let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// let _reader = ring.reader()?;
+/// let mut writer = ring.writer()?;
+/// writer.write(&[0; 2 * 4096])?;
+///
+/// // ... and the monitor watches.
+/// let monitor = RingMonitor::open(&name)?;
 /// let stats = monitor.stats();
 /// for reader in &stats.readers {
 ///     println!("reader {} is {} blocks behind", reader.slot, reader.lag_blocks);
 /// }
+/// assert_eq!(stats.readers[0].lag_blocks, 2);
+/// assert_eq!(stats.writer.state, "active");
 /// # Ok::<(), numalab::ring::RingError>(())
 /// ```
 #[derive(Debug)]
@@ -193,6 +255,23 @@ impl RingMonitor {
 }
 
 /// A segment file found by [`list`].
+///
+/// ```
+/// use numalab::ring::{self, Ring, RingOptions};
+/// # let name = format!("doc-entry-{}", std::process::id());
+/// let mut ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// let find = || ring::list().into_iter().find(|entry| entry.name == name);
+/// let entry = find().expect("the ring is listed");
+/// assert!(!entry.is_stale()); // its creator holds it
+/// assert_eq!(entry.stats.map(|stats| stats.blocks), Some(4));
+///
+/// ring.keep();
+/// drop(ring); // its name stays, and nothing holds it any more
+/// let entry = find().expect("the ring is still listed");
+/// assert!(entry.is_stale() && entry.problem.is_none());
+/// assert_eq!(ring::remove(&name, false)?, [entry.path]);
+/// # Ok::<(), numalab::ring::RingError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SegmentEntry {
     /// The ring's name (for a temporary file, the name it was being made

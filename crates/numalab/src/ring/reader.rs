@@ -39,7 +39,35 @@ struct Cursor {
 /// writer wait for it; in [`Backpressure::Lag`] mode the writer skips it
 /// ahead when it falls a whole ring behind (see [`Reader::skipped`]).
 ///
-/// See the [module documentation](super) for a complete example.
+/// ```
+/// use numalab::ring::{Ring, RingOptions, TransferHeader};
+/// # let name = format!("doc-reader-{}", std::process::id());
+/// let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// let mut reader = ring.reader()?; // joined first, it sees every block
+/// let mut writer = ring.writer()?;
+/// let mut header = TransferHeader::new();
+/// header.set("FILE", "a.dat")?;
+/// writer.begin_transfer(&header)?;
+/// writer.write(&[7; 6000])?; // a block and a half
+/// writer.finish()?;
+///
+/// let transfer = reader.next_transfer()?.expect("a transfer");
+/// assert_eq!(transfer.header.get("FILE"), Some("a.dat"));
+/// let mut data = Vec::new();
+/// let mut buf = [0; 1024];
+/// loop {
+///     match reader.read(&mut buf)? {
+///         0 => break, // the end of the transfer
+///         n => data.extend_from_slice(&buf[..n]),
+///     }
+/// }
+/// assert_eq!(data, [7; 6000]);
+/// assert_eq!(reader.skipped(), 0); // a reader in block mode misses nothing
+/// # Ok::<(), numalab::ring::RingError>(())
+/// ```
+///
+/// See the [module documentation](super) for a writer and a reader in two
+/// threads.
 pub struct Reader {
     seg: Arc<Segment>,
     /// Own open file description, holding this slot's lock.
@@ -424,6 +452,25 @@ impl Drop for Reader {
 
 /// A block lent by [`Reader::borrow`]; derefs to its bytes and gives the
 /// block back when dropped.
+///
+/// ```
+/// use numalab::ring::{Ring, RingOptions};
+/// # let name = format!("doc-readblock-{}", std::process::id());
+/// let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// let mut reader = ring.reader()?;
+/// let mut writer = ring.writer()?;
+/// writer.write(b"hello")?;
+/// writer.finish()?;
+///
+/// let block = reader.borrow()?.expect("a block");
+/// assert_eq!(&*block, b"hello"); // read in place, not copied
+/// assert_eq!(block.seq(), 0);
+/// assert!(block.starts_transfer() && block.ends_transfer());
+/// assert_eq!(block.transfer().map(|t| t.id), Some(1));
+/// drop(block); // the writer may reuse it now
+/// assert!(reader.borrow()?.is_none()); // the end of the stream
+/// # Ok::<(), numalab::ring::RingError>(())
+/// ```
 pub struct ReadBlock<'a> {
     reader: &'a mut Reader,
 }

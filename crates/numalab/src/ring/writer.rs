@@ -27,7 +27,27 @@ use crate::sys::linux::{self, LockKind};
 /// without that (killed, or dropped while panicking) is seen by readers as
 /// dead once they have read everything it committed.
 ///
-/// See the [module documentation](super) for a complete example.
+/// ```
+/// use numalab::ring::{Ring, RingError, RingOptions};
+/// # let name = format!("doc-writer-{}", std::process::id());
+/// let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// let mut writer = ring.writer()?;
+/// match ring.writer() {
+///     Err(RingError::WriterBusy { pid }) => assert_eq!(pid, std::process::id()),
+///     other => panic!("expected one writer at a time, got {other:?}"),
+/// }
+/// writer.write(&[1; 3 * 4096])?; // three blocks, each published when full
+/// writer.write(&[2; 100])?; // held in a partly filled block
+/// assert_eq!(writer.stats().writer.blocks, 3);
+/// writer.flush()?;
+/// assert_eq!(writer.stats().writer.bytes, 3 * 4096 + 100);
+/// writer.finish()?;
+/// assert_eq!(ring.stats().writer.state, "finished");
+/// # Ok::<(), RingError>(())
+/// ```
+///
+/// See the [module documentation](super) for a writer and a reader in two
+/// threads.
 pub struct Writer {
     seg: Arc<Segment>,
     /// Own open file description, holding the writer lock.
@@ -362,6 +382,22 @@ impl Drop for Writer {
 
 /// A block lent by [`Writer::claim`], to fill in place. Dropping it without
 /// [`commit`](Self::commit) publishes nothing.
+///
+/// ```
+/// use numalab::ring::{Ring, RingError, RingOptions};
+/// # let name = format!("doc-writeblock-{}", std::process::id());
+/// let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// let mut reader = ring.reader()?;
+/// let mut writer = ring.writer()?;
+/// let mut block = writer.claim()?;
+/// assert_eq!(block.len(), 4096); // the whole block, to fill in place
+/// block[..5].copy_from_slice(b"hello");
+/// block.commit(5)?; // readers get its first five bytes
+/// let block = writer.claim()?;
+/// assert!(matches!(block.commit(4097), Err(RingError::TooLarge { .. })));
+/// assert_eq!(&*reader.borrow()?.expect("a block"), b"hello");
+/// # Ok::<(), RingError>(())
+/// ```
 pub struct WriteBlock<'a> {
     writer: &'a mut Writer,
     ptr: *mut u8,
