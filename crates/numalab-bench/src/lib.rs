@@ -4,6 +4,7 @@
 
 pub mod document;
 pub mod experiment;
+pub mod fill;
 pub mod kernels;
 pub mod matrix;
 pub mod stats;
