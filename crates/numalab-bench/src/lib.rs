@@ -3,6 +3,7 @@
 //! engine (`numalab run` / `numalab sweep`) built on them.
 
 pub mod document;
+pub mod exec;
 pub mod experiment;
 pub mod fill;
 pub mod kernels;
