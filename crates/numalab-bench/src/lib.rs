@@ -8,6 +8,7 @@ pub mod experiment;
 pub mod fill;
 pub mod kernels;
 pub mod matrix;
+pub mod report;
 pub mod stats;
 pub mod topo;
 pub mod workers;

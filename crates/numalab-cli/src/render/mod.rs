@@ -10,6 +10,7 @@
 
 pub mod exec;
 pub mod fill;
+pub mod report;
 pub mod topo;
 
 use anyhow::Result;
