@@ -143,7 +143,12 @@ impl ReportPlan {
         topology: &Topology,
         progress: &mut dyn FnMut(&str),
     ) -> Result<MatrixResult, ReportError> {
-        Ok(matrix::run::run(topology, &self.shape, &self.matrix, progress)?)
+        Ok(matrix::run::run(
+            topology,
+            &self.shape,
+            &self.matrix,
+            progress,
+        )?)
     }
 
     /// Runs the policy sweep; `on_cell(i, n, cell)` is called as each of
