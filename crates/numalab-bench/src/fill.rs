@@ -93,6 +93,12 @@ pub struct FillNode {
 /// let filled: u64 = report.nodes.iter().map(|n| n.bytes).sum();
 /// assert_eq!(filled, 4 << 20, "every page touched and found");
 /// assert_eq!(report.fallback_bytes, 0, "4 MiB fits the local node");
+///
+/// // Saved as JSON, it reads back as itself.
+/// use numalab_bench::document::Document;
+/// let text = Document::new(&report).to_json().unwrap();
+/// let back: numalab_bench::fill::FillReport = Document::parse(&text).unwrap();
+/// assert_eq!(back.pages, report.pages);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FillReport {
