@@ -154,6 +154,15 @@ impl ExecReport {
 }
 
 /// Why a command could not be run and followed.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::exec::{exec, ExecConfig, ExecError};
+///
+/// let machine = Topology::from_synthetic("pack:1 numa:1 core:1 pu:1").unwrap();
+/// let nothing = ExecConfig::new(Vec::<String>::new());
+/// assert!(matches!(exec(&machine, &nothing), Err(ExecError::NoCommand)));
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExecError {

@@ -140,6 +140,14 @@ impl Schema for FillReport {
 }
 
 /// Why a fill could not be done.
+///
+/// ```
+/// use numalab::units::Size;
+/// use numalab_bench::fill::FillError;
+///
+/// let err = FillError::TooLarge(Size(1 << 40));
+/// assert_eq!(err.to_string(), "1 TiB does not fit this machine's addresses");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FillError {

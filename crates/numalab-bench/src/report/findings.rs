@@ -11,7 +11,14 @@ use crate::experiment::SweepResult;
 use crate::matrix::MatrixResult;
 use crate::topo::TopoReport;
 
-/// What a finding is about.
+/// What a finding is about; in JSON, its name in snake case.
+///
+/// ```
+/// use numalab_bench::report::FindingKind;
+///
+/// let json = serde_json::to_string(&FindingKind::RemoteLatency).unwrap();
+/// assert_eq!(json, r#""remote_latency""#);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]

@@ -71,6 +71,16 @@ impl Report {
 }
 
 /// Why a report could not be made.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::report::{ReportError, ReportPlan};
+///
+/// let machine = Topology::from_synthetic("pack:1 numa:1 core:1 pu:1").unwrap();
+/// assert!(ReportPlan::new(&machine, true).is_ok(), "planned and checked");
+/// // A sweep stopped by Ctrl-C leaves no report behind:
+/// assert_eq!(ReportError::Interrupted.to_string(), "interrupted: no report written");
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReportError {
