@@ -112,7 +112,8 @@ pub enum DocumentError {
     Json {
         /// The schema expected.
         schema: &'static str,
-        /// serde_json's error, with line and column.
+        /// serde_json's error (with line and column when the text is not
+        /// JSON at all).
         source: serde_json::Error,
     },
     /// A document of another schema.
@@ -183,8 +184,16 @@ impl<T: Schema + DeserializeOwned> Document<T> {
                 found: header.schema_version,
             });
         }
-        let doc: Document<T> = serde_json::from_str(text).map_err(json)?;
-        Ok(doc.body)
+        // The body is read from the object without the envelope, not
+        // through `Document<T>`: serde's `flatten` cannot read map keys
+        // that are numbers (a node's id, `{"0": 4096}`) back into `u32`.
+        let mut value: serde_json::Value = serde_json::from_str(text).map_err(json)?;
+        if let Some(object) = value.as_object_mut() {
+            for key in ["schema", "schema_version", "numalab_version", "created"] {
+                object.remove(key);
+            }
+        }
+        T::deserialize(value).map_err(json)
     }
 }
 
@@ -244,6 +253,25 @@ mod tests {
             Document::<Thing>::parse("{"),
             Err(DocumentError::Json { .. })
         ));
+    }
+
+    #[test]
+    fn maps_keyed_by_node_read_back() {
+        use std::collections::BTreeMap;
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct PerNode {
+            pages: BTreeMap<u32, u64>,
+        }
+        impl Schema for PerNode {
+            const NAME: &'static str = "numalab.per-node";
+            const VERSION: u32 = 1;
+        }
+        let body = PerNode {
+            pages: BTreeMap::from([(0, 3), (1, 4)]),
+        };
+        let text = Document::new(&body).to_json().unwrap();
+        assert!(text.contains("\"0\": 3"), "{text}");
+        assert_eq!(Document::<PerNode>::parse(&text).unwrap(), body);
     }
 
     #[test]

@@ -3,9 +3,12 @@
 //! engine (`numalab run` / `numalab sweep`) built on them.
 
 pub mod document;
+pub mod exec;
 pub mod experiment;
+pub mod fill;
 pub mod kernels;
 pub mod matrix;
+pub mod report;
 pub mod stats;
 pub mod topo;
 pub mod workers;

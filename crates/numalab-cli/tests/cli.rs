@@ -1523,7 +1523,7 @@ fn report_measures_this_machine_and_says_what_it_means() {
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|f| f.as_str())
+        .filter_map(|f| f["text"].as_str())
         .collect();
     assert!(
         findings.iter().any(|f| f.contains("ns per dependent load")),

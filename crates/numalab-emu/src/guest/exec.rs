@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use std::fs;
 
 use anyhow::{bail, Result};
-use numalab::{CpuSet, NodeSet};
-use serde_json::Value;
+use numalab::audit::Verdict;
+use numalab::locate::MemoryKind;
+use numalab::NodeSet;
+use numalab_bench::exec::ExecReport;
 
 use super::{Guest, Outcome, Pages, Ran};
 
@@ -45,7 +47,7 @@ fn selected_word(text: &str) -> Option<String> {
 }
 
 /// Runs `numalab exec --json FLAGS -- ARGS` and returns the report.
-fn exec(guest: &Guest, flags: &[String], command: &[&str]) -> Result<(Ran, Value)> {
+fn exec(guest: &Guest, flags: &[String], command: &[&str]) -> Result<(Ran, ExecReport)> {
     let mut args: Vec<&str> = vec!["exec", "--json"];
     args.extend(flags.iter().map(String::as_str));
     args.push("--");
@@ -60,30 +62,31 @@ fn exec(guest: &Guest, flags: &[String], command: &[&str]) -> Result<(Ran, Value
             ran.stderr
         );
     }
-    let doc = Ran::json_in(&ran.stderr)?;
-    Ok((ran, doc))
+    let report = Ran::result_in(&ran.stderr)?;
+    Ok((ran, report))
 }
 
 const DD: [&str; 5] = ["dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1"];
 
 /// The command's private memory at its peak (heap, stack, anonymous,
 /// huge), in pages per node.
-fn private_pages(doc: &Value) -> Pages {
+fn private_pages(report: &ExecReport) -> Pages {
     let mut pages = BTreeMap::new();
     let page = 4096;
-    if let Some(kinds) = doc["run"]["peak"]["bytes"].as_object() {
-        for (kind, per_node) in kinds {
-            if kind == "file" {
-                continue;
-            }
-            for (node, bytes) in per_node.as_object().into_iter().flatten() {
-                if let (Ok(node), Some(bytes)) = (node.parse::<u32>(), bytes.as_u64()) {
-                    *pages.entry(node).or_insert(0) += bytes / page;
-                }
-            }
+    for (kind, per_node) in &report.run.peak.bytes {
+        if *kind == MemoryKind::File {
+            continue;
+        }
+        for (node, bytes) in per_node {
+            *pages.entry(*node).or_insert(0) += bytes / page;
         }
     }
     Pages(pages)
+}
+
+/// The audit's verdict as a check shows it.
+fn verdict(report: &ExecReport) -> String {
+    format!("{:?}", report.audit.verdict)
 }
 
 fn total(pages: &Pages) -> u64 {
@@ -131,8 +134,8 @@ pub fn policies(guest: &Guest, out: &mut Outcome) -> Result<()> {
     }
     for (flags, expect) in cases {
         let label = format!("exec {}", flags.join(" "));
-        let (_, doc) = exec(guest, &flags, &DD)?;
-        let found = private_pages(&doc);
+        let (_, report) = exec(guest, &flags, &DD)?;
+        let found = private_pages(&report);
         out.check(
             format!("{label}: private pages"),
             format!(">= {DD_PAGES}"),
@@ -157,8 +160,8 @@ pub fn policies(guest: &Guest, out: &mut Outcome) -> Result<()> {
         );
         out.same(
             format!("{label}: exec's audit"),
-            "match",
-            doc["audit"]["verdict"].as_str().unwrap_or("missing"),
+            format!("{:?}", Verdict::Match),
+            verdict(&report),
         );
     }
     Ok(())
@@ -176,7 +179,7 @@ pub fn cpunodebind(guest: &Guest, out: &mut Outcome) -> Result<()> {
         "grep Cpus_allowed_list /proc/self/status; dd if=/dev/zero of=/dev/null bs=8M count=1";
     for node in guest.preset.cpu_nodes().iter() {
         let flags = vec![format!("--cpunodebind={node}"), format!("--membind={node}")];
-        let (ran, doc) = exec(guest, &flags, &["sh", "-c", script])?;
+        let (ran, report) = exec(guest, &flags, &["sh", "-c", script])?;
         let allowed = ran
             .stdout
             .lines()
@@ -191,15 +194,17 @@ pub fn cpunodebind(guest: &Guest, out: &mut Outcome) -> Result<()> {
         out.same(
             format!("node {node}: exec report cpus"),
             &cpus,
-            serde_json::from_value::<CpuSet>(doc["cpus"].clone())
-                .map_or_else(|_| doc["cpus"].to_string(), |c| c.to_string()),
+            report
+                .cpus
+                .as_ref()
+                .map_or("missing".to_owned(), ToString::to_string),
         );
         out.same(
             format!("node {node}: exec report policy"),
             format!("bind:{node}"),
-            doc["policy"].as_str().unwrap_or("missing"),
+            report.policy.to_string(),
         );
-        let found = private_pages(&doc);
+        let found = private_pages(&report);
         out.check(
             format!("node {node}: private pages"),
             format!("node{node} >= {DD_PAGES}, nowhere else"),
@@ -209,8 +214,8 @@ pub fn cpunodebind(guest: &Guest, out: &mut Outcome) -> Result<()> {
         );
         out.same(
             format!("node {node}: exec's audit"),
-            "match",
-            doc["audit"]["verdict"].as_str().unwrap_or("missing"),
+            format!("{:?}", Verdict::Match),
+            verdict(&report),
         );
     }
     Ok(())
@@ -222,12 +227,12 @@ pub fn interleave_thp(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let _thp = ThpSetting::set("always")?;
     let nodes = guest.preset.node_ids();
     let flags = vec![format!("--interleave={nodes}")];
-    let (_, doc) = exec(
+    let (_, report) = exec(
         guest,
         &flags,
         &["dd", "if=/dev/zero", "of=/dev/null", "bs=16M", "count=1"],
     )?;
-    let found = private_pages(&doc);
+    let found = private_pages(&report);
     let expected = Pages::even(&nodes, total(&found));
     out.check(
         "pages (2 MiB pages interleaved)",
@@ -250,13 +255,10 @@ pub fn interleave_thp(guest: &Guest, out: &mut Outcome) -> Result<()> {
     );
     out.same(
         "exec's audit",
-        "match",
-        doc["audit"]["verdict"].as_str().unwrap_or("missing"),
+        format!("{:?}", Verdict::Match),
+        verdict(&report),
     );
-    out.note(format!(
-        "audit: {}",
-        doc["audit"]["note"].as_str().unwrap_or("missing")
-    ));
+    out.note(format!("audit: {}", report.audit.note));
     Ok(())
 }
 
@@ -268,8 +270,8 @@ pub fn weighted_interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let (a, b) = (nodes[0], nodes[nodes.len() - 1]);
     if guest.kernel_at_least(6, 9) {
         let flags = vec![format!("--weighted-interleave={a}:3,{b}:1")];
-        let (_, doc) = exec(guest, &flags, &DD)?;
-        let found = private_pages(&doc);
+        let (_, report) = exec(guest, &flags, &DD)?;
+        let found = private_pages(&report);
         let all = total(&found);
         let expected = Pages(BTreeMap::from([(a, all * 3 / 4), (b, all / 4)]));
         out.check(

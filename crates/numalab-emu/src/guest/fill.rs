@@ -6,9 +6,10 @@
 use std::fs;
 
 use anyhow::Result;
+use numalab::audit::Verdict;
 use numalab::system::NodeMemory;
 use numalab::NodeSet;
-use serde_json::Value;
+use numalab_bench::fill::FillReport;
 
 use super::{Guest, Outcome};
 
@@ -59,16 +60,10 @@ fn plan(guest: &Guest) -> Result<Option<Plan>> {
     }))
 }
 
-fn fill(guest: &Guest, flags: &[String]) -> Result<Value> {
+fn fill(guest: &Guest, flags: &[String]) -> Result<FillReport> {
     let mut args = vec!["fill", "--json"];
     args.extend(flags.iter().map(String::as_str));
-    guest.numalab_json(&args)
-}
-
-fn pages_on(doc: &Value, node: u32) -> u64 {
-    doc["pages"]["per_node"][node.to_string()]
-        .as_u64()
-        .unwrap_or(0)
+    guest.numalab_result(&args)
 }
 
 /// Sets `numa_balancing` for as long as it lives.
@@ -120,19 +115,19 @@ pub fn spill(guest: &Guest, out: &mut Outcome) -> Result<()> {
     for (label, balancing, mut flags) in cases {
         let _balancing = Balancing::set(balancing)?;
         flags.push(format!("--size={size}"));
-        let doc = fill(guest, &flags)?;
-        let page = doc["pages"]["page_size"].as_u64().unwrap_or(4096);
-        let queried = doc["pages"]["queried"].as_u64().unwrap_or(0);
-        let present: u64 = doc["pages"]["per_node"]
-            .as_object()
-            .map_or(0, |m| m.values().filter_map(Value::as_u64).sum());
+        let report = fill(guest, &flags)?;
+        let pages = &report.pages;
+        let page = pages.page_size;
+        let present = pages.present();
         out.same(
             format!("{label}: numa_balancing in the report"),
             balancing,
-            doc["numa_balancing"].to_string(),
+            report
+                .numa_balancing
+                .map_or("missing".to_owned(), |b| b.to_string()),
         );
-        out.same(format!("{label}: pages present"), queried, present);
-        let on_node = pages_on(&doc, plan.node);
+        out.same(format!("{label}: pages present"), pages.queried, present);
+        let on_node = pages.on_node(plan.node);
         let spilled = present - on_node;
         // The node fills to near its low watermark before anything spills.
         let floor = plan.free / page * 8 / 10;
@@ -148,7 +143,7 @@ pub fn spill(guest: &Guest, out: &mut Outcome) -> Result<()> {
             spilled,
             spilled > 0,
         );
-        let on_nearest = pages_on(&doc, plan.nearest);
+        let on_nearest = pages.on_node(plan.nearest);
         out.check(
             format!("{label}: spilled pages on node {} (nearest)", plan.nearest),
             format!(">= {} (99% of the spill)", spilled * 99 / 100),
@@ -157,14 +152,13 @@ pub fn spill(guest: &Guest, out: &mut Outcome) -> Result<()> {
         );
         out.same(
             format!("{label}: audit"),
-            "spilled",
-            doc["audit"]["verdict"].as_str().unwrap_or("missing"),
+            format!("{:?}", Verdict::Spilled),
+            format!("{:?}", report.audit.verdict),
         );
-        out.check(
+        out.same(
             format!("{label}: fallback_bytes"),
             spilled * page,
-            doc["fallback_bytes"].as_u64().unwrap_or(0),
-            doc["fallback_bytes"].as_u64() == Some(spilled * page),
+            report.fallback_bytes,
         );
     }
     Ok(())

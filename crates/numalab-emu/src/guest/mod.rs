@@ -294,6 +294,15 @@ impl Ran {
             .ok_or_else(|| anyhow!("no JSON document in:\n{text}"))?;
         serde_json::from_str(&text[start..]).with_context(|| format!("reading JSON from:\n{text}"))
     }
+
+    /// The first JSON document in `text`, read as the result type it is
+    /// after checking its schema and version (numalab exec writes its
+    /// report after the command's own messages).
+    pub fn result_in<T: Schema + DeserializeOwned>(text: &str) -> Result<T> {
+        let doc = Ran::json_in(text)?;
+        Document::<T>::parse(&doc.to_string())
+            .with_context(|| format!("reading {} from:\n{text}", T::NAME))
+    }
 }
 
 impl Guest {
@@ -748,5 +757,19 @@ mod tests {
         let doc = Ran::json_in("2+0 records in\n{\n \"a\": 1\n}\n").unwrap();
         assert_eq!(doc["a"], 1);
         assert!(Ran::json_in("nothing here").is_err());
+    }
+
+    #[test]
+    fn reads_the_result_after_other_output_as_its_type() {
+        let topology = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1").unwrap();
+        let json = Document::new(TopoReport::gather(topology))
+            .to_json()
+            .unwrap();
+        let text = format!("2+0 records in\n{json}");
+        let report: TopoReport = Ran::result_in(&text).unwrap();
+        assert_eq!(report.topology.nodes.len(), 2);
+        let other = text.replace("numalab.topo", "numalab.exec");
+        let err = Ran::result_in::<TopoReport>(&other).unwrap_err();
+        assert!(format!("{err:#}").contains("not numalab.topo"), "{err:#}");
     }
 }

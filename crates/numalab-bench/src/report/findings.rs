@@ -1,0 +1,417 @@
+//! What the report's figures mean: a sentence each, with the figures it
+//! rests on, picked out of the topology, the matrix and the policy sweep.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use numalab::units::Size;
+use serde::{Deserialize, Serialize};
+
+use crate::experiment::SweepResult;
+use crate::matrix::MatrixResult;
+use crate::topo::TopoReport;
+
+/// What a finding is about; in JSON, its name in snake case.
+///
+/// ```
+/// use numalab_bench::report::FindingKind;
+///
+/// let json = serde_json::to_string(&FindingKind::RemoteLatency).unwrap();
+/// assert_eq!(json, r#""remote_latency""#);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FindingKind {
+    /// The machine: nodes, CPUs, memory.
+    Machine,
+    /// The slowest remote node against the local one, beside the SLIT.
+    RemoteLatency,
+    /// A node's own memory when there is no other to compare with.
+    LocalLatency,
+    /// What 4 KiB pages cost against huge pages (TLB misses).
+    BasePages,
+    /// A node's threads reading their own memory, and the slowest remote.
+    LocalBandwidth,
+    /// A policy against local at the sweep's largest thread count.
+    PolicyCost,
+    /// The policy sweep could only run local memory.
+    LocalOnlySweep,
+    /// Every working set was on the node asked for.
+    PlacementChecked,
+    /// Some pages were not where they were asked to be.
+    PlacementMismatch,
+    /// Automatic NUMA balancing was on.
+    NumaBalancing,
+    /// Figures varied between repeats.
+    Noise,
+    /// A finding from a report written before findings had kinds.
+    Unclassified,
+}
+
+/// One thing the report's figures say, as a sentence, and the figures
+/// behind it by name (`local_ns`, `ratio`, `read_gbps`, …).
+///
+/// In JSON: `{"kind": "remote_latency", "text": "From node 0, …",
+/// "figures": {"ratio": 1.62, …}}`. A report that stored findings as bare
+/// sentences reads back as [`FindingKind::Unclassified`] findings.
+///
+/// ```
+/// use numalab_bench::report::{Finding, FindingKind};
+///
+/// let finding: Finding = serde_json::from_str(
+///     r#"{"kind": "noise", "text": "3 figure(s) varied", "figures": {"noisy_figures": 3.0}}"#,
+/// ).unwrap();
+/// assert_eq!(finding.kind, FindingKind::Noise);
+/// assert_eq!(finding.figure("noisy_figures"), Some(3.0));
+/// assert_eq!(finding.to_string(), "3 figure(s) varied");
+///
+/// let old: Finding = serde_json::from_str(r#""1 NUMA node(s), 2 CPUs.""#).unwrap();
+/// assert_eq!(old.kind, FindingKind::Unclassified);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "Stored")]
+pub struct Finding {
+    /// What it is about.
+    pub kind: FindingKind,
+    /// The sentence, as the report prints it.
+    pub text: String,
+    /// The figures it rests on, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub figures: BTreeMap<String, f64>,
+}
+
+impl Finding {
+    /// A finding of `kind` saying `text`, with no figures yet.
+    pub fn new(kind: FindingKind, text: impl Into<String>) -> Finding {
+        Finding {
+            kind,
+            text: text.into(),
+            figures: BTreeMap::new(),
+        }
+    }
+
+    /// The finding with `value` recorded as the figure `name`.
+    pub fn with(mut self, name: &str, value: impl Into<f64>) -> Finding {
+        self.figures.insert(name.to_owned(), value.into());
+        self
+    }
+
+    /// The figure `name`, if it has one.
+    pub fn figure(&self, name: &str) -> Option<f64> {
+        self.figures.get(name).copied()
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A finding as stored: typed, or a bare sentence from an older report.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Stored {
+    Sentence(String),
+    Typed {
+        kind: FindingKind,
+        text: String,
+        #[serde(default)]
+        figures: BTreeMap<String, f64>,
+    },
+}
+
+impl From<Stored> for Finding {
+    fn from(stored: Stored) -> Finding {
+        match stored {
+            Stored::Sentence(text) => Finding::new(FindingKind::Unclassified, text),
+            Stored::Typed {
+                kind,
+                text,
+                figures,
+            } => Finding {
+                kind,
+                text,
+                figures,
+            },
+        }
+    }
+}
+
+/// The findings of a report: the medians behind them, picked out of the
+/// results, in the order the report prints them.
+pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -> Vec<Finding> {
+    let mut found = Vec::new();
+    let t = &topo.topology;
+    let summary = t.summary();
+    let memory_nodes = t.nodes_with_memory().len();
+    found.push(
+        Finding::new(
+            FindingKind::Machine,
+            format!(
+                "{} NUMA node(s){}, {} CPUs, {} of memory.",
+                summary.nodes,
+                if summary.memory_only_nodes > 0 {
+                    format!(
+                        " ({} without CPUs: memory-only tiers)",
+                        summary.memory_only_nodes
+                    )
+                } else {
+                    String::new()
+                },
+                summary.cpus,
+                Size(summary.memory_bytes)
+            ),
+        )
+        .with("nodes", summary.nodes as f64)
+        .with("memory_only_nodes", summary.memory_only_nodes as f64)
+        .with("cpus", summary.cpus as f64)
+        .with("memory_bytes", summary.memory_bytes as f64),
+    );
+
+    if let Some(latency) = &matrix.latency {
+        for initiator in &matrix.shape.initiators {
+            let row: Vec<_> = latency
+                .cells
+                .iter()
+                .filter(|c| c.initiator == *initiator)
+                .collect();
+            let local = row.iter().find(|c| c.ratio_to_local == Some(1.0));
+            let worst = row
+                .iter()
+                .filter(|c| c.ratio_to_local.is_some_and(|r| r != 1.0))
+                .max_by(|a, b| {
+                    a.latency_ns
+                        .summary
+                        .median
+                        .total_cmp(&b.latency_ns.summary.median)
+                });
+            match (local, worst) {
+                (Some(local), Some(worst)) => {
+                    let measured = worst.ratio_to_local.unwrap_or(1.0);
+                    let claim = worst
+                        .firmware
+                        .slit_ratio
+                        .map(|r| format!("; the firmware's SLIT says {r:.2}x"))
+                        .unwrap_or_else(|| "; the firmware gives no SLIT".into());
+                    let mut finding = Finding::new(
+                        FindingKind::RemoteLatency,
+                        format!(
+                            "From node {initiator}, memory on node {} costs {:.0} ns per dependent load against {:.0} ns on node {}: {measured:.2}x{claim}.",
+                            worst.target,
+                            worst.latency_ns.summary.median,
+                            local.latency_ns.summary.median,
+                            local.target,
+                        ),
+                    )
+                    .with("initiator", *initiator)
+                    .with("target", worst.target)
+                    .with("local_target", local.target)
+                    .with("remote_ns", worst.latency_ns.summary.median)
+                    .with("local_ns", local.latency_ns.summary.median)
+                    .with("ratio", measured);
+                    if let Some(slit) = worst.firmware.slit_ratio {
+                        finding = finding.with("slit_ratio", slit);
+                    }
+                    found.push(finding);
+                }
+                (Some(local), None) => found.push(
+                    Finding::new(
+                        FindingKind::LocalLatency,
+                        format!(
+                            "Node {initiator}'s own memory: {:.0} ns per dependent load{}.",
+                            local.latency_ns.summary.median,
+                            if memory_nodes == 1 {
+                                "; with one memory node every access is local, so placement cannot cost anything here"
+                            } else {
+                                ""
+                            }
+                        ),
+                    )
+                    .with("initiator", *initiator)
+                    .with("local_ns", local.latency_ns.summary.median),
+                ),
+                _ => {}
+            }
+            if let Some(base) = local.and_then(|l| l.base_pages.as_ref()) {
+                if base.inflation > 0.05 {
+                    found.push(
+                        Finding::new(
+                            FindingKind::BasePages,
+                            format!(
+                                "4 KiB pages make those loads {:.0}% slower than huge pages (TLB misses): large working sets want transparent or explicit huge pages.",
+                                100.0 * base.inflation
+                            ),
+                        )
+                        .with("initiator", *initiator)
+                        .with("inflation", base.inflation),
+                    );
+                }
+            }
+        }
+    }
+    if let Some(bandwidth) = &matrix.bandwidth {
+        for cell in bandwidth
+            .cells
+            .iter()
+            .filter(|c| c.read_ratio_to_local == Some(1.0))
+        {
+            if let Some(read) = &cell.read_gbps {
+                let slowest_remote = bandwidth
+                    .cells
+                    .iter()
+                    .filter(|c| c.initiator == cell.initiator && c.target != cell.target)
+                    .filter_map(|c| c.read_gbps.as_ref().map(|f| (c.target, f.summary.median)))
+                    .min_by(|a, b| a.1.total_cmp(&b.1));
+                let mut finding = Finding::new(
+                    FindingKind::LocalBandwidth,
+                    format!(
+                        "{} thread(s) of node {} read their own memory at {:.1} GB/s{}.",
+                        cell.cpus.len(),
+                        cell.initiator,
+                        read.summary.median,
+                        slowest_remote
+                            .map(|(node, gbps)| format!(", node {node}'s at {gbps:.1} GB/s"))
+                            .unwrap_or_default()
+                    ),
+                )
+                .with("initiator", cell.initiator)
+                .with("threads", cell.cpus.len() as f64)
+                .with("read_gbps", read.summary.median);
+                if let Some((node, gbps)) = slowest_remote {
+                    finding = finding
+                        .with("remote_target", node)
+                        .with("remote_read_gbps", gbps);
+                }
+                found.push(finding);
+            }
+        }
+    }
+
+    // The sweep: each policy against local at the largest thread count.
+    let largest = sweep
+        .comparison
+        .iter()
+        .filter_map(|c| {
+            c.settings
+                .iter()
+                .find(|(k, _)| k == "threads.count")
+                .and_then(|(_, v)| v.parse::<u32>().ok())
+        })
+        .max();
+    for comparison in sweep.comparison.iter().filter(|c| {
+        c.policy != "local"
+            && c.settings
+                .iter()
+                .any(|(k, v)| k == "threads.count" && v.parse::<u32>().ok() == largest)
+    }) {
+        found.push(
+            Finding::new(
+                FindingKind::PolicyCost,
+                format!(
+                    "With {} thread(s) doing random 64-byte operations, {} memory takes {:+.0}% of local's time to the last thread.",
+                    largest.unwrap_or(1),
+                    comparison.policy,
+                    comparison.vs_local_percent
+                ),
+            )
+            .with("threads", largest.unwrap_or(1))
+            .with("time_s", comparison.time_s)
+            .with("vs_local_percent", comparison.vs_local_percent),
+        );
+    }
+    if memory_nodes == 1 {
+        found.push(Finding::new(
+            FindingKind::LocalOnlySweep,
+            "The policy sweep ran local memory only: remote and interleaved memory need a second node with memory.",
+        ));
+    }
+
+    let mismatched: Vec<_> = matrix
+        .audits()
+        .into_iter()
+        .filter(|(_, a)| !a.is_match())
+        .map(|(what, _)| what)
+        .collect();
+    let sweep_mismatch = sweep
+        .cells
+        .iter()
+        .filter_map(|c| c.result.as_ref())
+        .filter(|r| !r.placement_as_requested())
+        .count();
+    if mismatched.is_empty() && sweep_mismatch == 0 {
+        found.push(Finding::new(
+            FindingKind::PlacementChecked,
+            "Every working set measured was on the node asked for (checked page by page with move_pages).",
+        ));
+    } else {
+        found.push(
+            Finding::new(
+                FindingKind::PlacementMismatch,
+                format!(
+                    "Pages were not where asked in {} matrix cell(s) ({}) and {sweep_mismatch} sweep cell(s): those figures do not measure what they say.",
+                    mismatched.len(),
+                    mismatched.join(", ")
+                ),
+            )
+            .with("matrix_cells", mismatched.len() as f64)
+            .with("sweep_cells", sweep_mismatch as f64),
+        );
+    }
+    if let Some(kernel) = &topo.kernel {
+        if let Some(mode) = kernel.numa_balancing.filter(|m| *m > 0) {
+            found.push(
+                Finding::new(
+                    FindingKind::NumaBalancing,
+                    "Automatic NUMA balancing is on: the kernel migrates pages towards the threads using them while programs run, which moves results between runs.",
+                )
+                .with("numa_balancing", mode),
+            );
+        }
+    }
+    let noisy = matrix
+        .warnings
+        .iter()
+        .filter(|w| w.contains("noisy"))
+        .count()
+        + sweep
+            .cells
+            .iter()
+            .filter_map(|c| c.result.as_ref()?.figures.as_ref())
+            .filter(|f| f.time_to_last_s.is_noisy())
+            .count();
+    if noisy > 0 {
+        found.push(
+            Finding::new(
+                FindingKind::Noise,
+                format!(
+                    "{noisy} figure(s) varied by more than 5% between repeats: the machine was busy; re-run on a quiet machine before trusting small differences."
+                ),
+            )
+            .with("noisy_figures", noisy as f64),
+        );
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn findings_keep_their_sentence_and_figures_in_json() {
+        let finding = Finding::new(FindingKind::RemoteLatency, "From node 0, …")
+            .with("ratio", 1.5)
+            .with("initiator", 0u32);
+        let json = serde_json::to_value(&finding).unwrap();
+        assert_eq!(json["kind"], "remote_latency");
+        assert_eq!(json["text"], "From node 0, …");
+        assert_eq!(json["figures"]["ratio"], 1.5);
+        let back: Finding = serde_json::from_value(json).unwrap();
+        assert_eq!(back, finding);
+        // No figures: no empty object.
+        let bare = serde_json::to_value(Finding::new(FindingKind::PlacementChecked, "ok")).unwrap();
+        assert!(bare.get("figures").is_none(), "{bare}");
+    }
+}

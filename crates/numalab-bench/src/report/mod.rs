@@ -1,0 +1,99 @@
+//! `numalab report`, the main job on a machine: what the machine is
+//! (`topo`), what NUMA costs on it (`matrix`: latency and bandwidth from
+//! every CPU node to every memory node, beside the firmware's claims),
+//! what placement costs a workload (a policy sweep: random operations from
+//! one thread to a node's worth under local, remote and interleaved
+//! memory), and what it all means ([`Finding`]s).
+//!
+//! [`design::ReportPlan`] decides and checks everything before anything is
+//! measured; it measures the matrix and runs the sweep; [`Report::new`]
+//! puts the results together with their findings.
+
+pub mod design;
+pub mod findings;
+
+use serde::{Deserialize, Serialize};
+
+use crate::document::Schema;
+use crate::experiment::config::ConfigError;
+use crate::experiment::sweep::SweepError;
+use crate::experiment::SweepResult;
+use crate::matrix::{MatrixError, MatrixResult};
+use crate::topo::TopoReport;
+
+pub use design::ReportPlan;
+pub use findings::{Finding, FindingKind};
+
+/// The `numalab.report` document: the machine, the matrix, the policy
+/// sweep, and what they mean.
+///
+/// ```no_run
+/// use numalab::Topology;
+/// use numalab_bench::experiment::Control;
+/// use numalab_bench::report::{Report, ReportPlan};
+/// use numalab_bench::topo::TopoReport;
+///
+/// let topology = Topology::system()?;
+/// let plan = ReportPlan::new(&topology, true)?;
+/// let matrix = plan.measure_matrix(&topology, &mut |_| {})?;
+/// let sweep = plan.run_sweep(&topology, &Control::default(), |_, _, _| {})?;
+/// let report = Report::new(TopoReport::gather(topology), matrix, sweep);
+/// assert!(!report.findings.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// The machine.
+    pub topology: TopoReport,
+    /// Latency and bandwidth between nodes.
+    pub matrix: MatrixResult,
+    /// The policy sweep.
+    pub sweep: SweepResult,
+    /// What the figures mean, one sentence each.
+    pub findings: Vec<Finding>,
+}
+
+impl Schema for Report {
+    const NAME: &'static str = "numalab.report";
+    const VERSION: u32 = 1;
+}
+
+impl Report {
+    /// The report of these results, with its findings.
+    pub fn new(topology: TopoReport, matrix: MatrixResult, sweep: SweepResult) -> Report {
+        Report {
+            findings: findings::findings(&topology, &matrix, &sweep),
+            topology,
+            matrix,
+            sweep,
+        }
+    }
+}
+
+/// Why a report could not be made.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::report::{ReportError, ReportPlan};
+///
+/// let machine = Topology::from_synthetic("pack:1 numa:1 core:1 pu:1").unwrap();
+/// assert!(ReportPlan::new(&machine, true).is_ok(), "planned and checked");
+/// // A sweep stopped by Ctrl-C leaves no report behind:
+/// assert_eq!(ReportError::Interrupted.to_string(), "interrupted: no report written");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReportError {
+    /// The matrix cannot be measured here, or its measurement failed.
+    #[error(transparent)]
+    Matrix(#[from] MatrixError),
+    /// The policy sweep's experiment is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The policy sweep cannot be placed here.
+    #[error(transparent)]
+    Sweep(#[from] SweepError),
+    /// The sweep was stopped before its end.
+    #[error("interrupted: no report written")]
+    Interrupted,
+}
