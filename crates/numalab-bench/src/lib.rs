@@ -6,6 +6,7 @@ pub mod document;
 pub mod experiment;
 pub mod kernels;
 pub mod matrix;
+pub mod ring;
 pub mod stats;
 pub mod topo;
 pub mod workers;

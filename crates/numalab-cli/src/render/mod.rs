@@ -8,6 +8,7 @@
 //! output or atomically to `-o FILE`, and repeats the result's warnings on
 //! standard error when standard output is not a table a person reads.
 
+pub mod ring;
 pub mod topo;
 
 use anyhow::Result;

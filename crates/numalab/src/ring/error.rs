@@ -84,7 +84,7 @@ pub enum RingError {
     InvalidSize(String),
     /// Sizes that cannot make a ring ([`RingOptions::validate`](super::RingOptions::validate)).
     #[error("invalid ring size: {0}")]
-    Size(#[from] SizeError),
+    Size(SizeError),
     /// The memory policy cannot be applied, or the node lacks the memory.
     #[error(transparent)]
     Placement(#[from] BufferError),
@@ -190,6 +190,14 @@ impl RingError {
     pub(crate) fn os(what: impl Into<String>) -> impl FnOnce(io::Error) -> RingError {
         let what = what.into();
         move |source| RingError::Os { what, source }
+    }
+}
+
+// Not `#[from]`: that would make the size error a source as well as part
+// of the message, and error reports that print sources would say it twice.
+impl From<SizeError> for RingError {
+    fn from(err: SizeError) -> Self {
+        RingError::Size(err)
     }
 }
 
