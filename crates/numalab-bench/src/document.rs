@@ -138,8 +138,11 @@ impl<T: Schema + DeserializeOwned> Document<T> {
                 found: header.schema_version,
             });
         }
-        let doc: Document<T> = serde_json::from_str(text).map_err(json)?;
-        Ok(doc.body)
+        // The body's fields sit beside the envelope's; read them as `T`
+        // directly (it ignores the envelope's), not through
+        // `#[serde(flatten)]`, which cannot read maps keyed by numbers
+        // (pages per node, pools per node).
+        serde_json::from_str(text).map_err(json)
     }
 }
 
@@ -178,6 +181,23 @@ mod tests {
     impl Schema for Thing {
         const NAME: &'static str = "numalab.thing";
         const VERSION: u32 = 2;
+    }
+
+    #[test]
+    fn maps_keyed_by_numbers_read_back() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct PerNode {
+            pages: std::collections::BTreeMap<u32, u64>,
+        }
+        impl Schema for PerNode {
+            const NAME: &'static str = "numalab.per-node";
+            const VERSION: u32 = 1;
+        }
+        let per_node = PerNode {
+            pages: [(0, 5), (3, 7)].into(),
+        };
+        let text = Document::new(&per_node).to_json().unwrap();
+        assert_eq!(Document::<PerNode>::parse(&text).unwrap(), per_node);
     }
 
     #[test]
