@@ -246,9 +246,8 @@ pub fn custom_streams(
             None => memory
                 .iter()
                 .map(|&m| {
-                    topology
-                        .nodes_by_distance(m)
-                        .into_iter()
+                    std::iter::once(m)
+                        .chain(topology.nodes_by_distance(m))
                         .find(|&c| !cpus_of_node(topology, c).is_empty())
                         .unwrap_or(m)
                 })
@@ -428,17 +427,27 @@ mod tests {
     }
 
     #[test]
-    fn a_custom_cell_defaults_writer_and_reader_to_the_memory_node() {
+    fn a_custom_cell_is_named_after_its_placement() {
         let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1").unwrap();
         let mut config = RingConfig::new("numalab");
-        config.memory_node = Some("1".into());
+        config.writer_cpus = Some("0".into());
         let cells = cells(&config, &topology).unwrap();
         assert_eq!(cells.len(), 1);
-        assert_eq!(cells[0].name, "memory 1, writer 1, reader 1");
+        assert_eq!(cells[0].name, "memory 0, writer cpus 0, reader 0");
         let stream = &cells[0].streams.as_ref().unwrap()[0];
-        assert_eq!(stream.writer_cpus, "2-3".parse::<CpuSet>().unwrap());
+        assert_eq!(stream.writer_cpus, "0".parse::<CpuSet>().unwrap());
+        assert_eq!(stream.writer_node, None);
+        // Readers default to the memory's node when it has CPUs.
+        config.memory_node = Some("1".into());
+        let cells = super::cells(&config, &topology).unwrap();
+        assert_eq!(cells[0].name, "memory 1, writer cpus 0, reader 1");
         config.memory_node = Some("7".into());
         let err = super::cells(&config, &topology).unwrap_err();
         assert!(err.to_string().starts_with("--memory-node=7"), "{err}");
+        config.streams = 0;
+        assert!(matches!(
+            super::cells(&config, &topology),
+            Err(PlanError::NoStreams)
+        ));
     }
 }

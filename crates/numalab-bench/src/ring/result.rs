@@ -180,7 +180,7 @@ impl ProcessPlacement {
 /// use numalab_bench::ring::{ProcessPlacement, Role, WorkerReport};
 ///
 /// let line = r#"{"role":"reader","pid":7,"bytes":64,"blocks":1,"start_ns":0,"end_ns":9,
-///   "cpu_seconds":0.0,"cpus_allowed":"0-3","cpus_seen":"2","nodes_seen":"0","skipped_blocks":0}"#;
+///   "cpu_seconds":0.0,"cpus_allowed":[0,1,2,3],"cpus_seen":[2],"nodes_seen":[0],"skipped_blocks":0}"#;
 /// let report: WorkerReport = serde_json::from_str(line).unwrap();
 /// assert_eq!(report.role, Role::Reader);
 /// assert!(ProcessPlacement::of(&report, &"2-3".parse().unwrap()).ok);
