@@ -8,7 +8,6 @@
 //! and is not checked.
 
 use anyhow::{bail, Context, Result};
-use numalab::CpuSet;
 use numalab_bench::ring::{CellStatus, ProcessPlacement, RingReport};
 
 use super::{expect_pages, Guest, Outcome, Pages};
@@ -147,6 +146,8 @@ pub fn blog(guest: &Guest, out: &mut Outcome) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use numalab::CpuSet;
+
     use super::*;
 
     #[test]
