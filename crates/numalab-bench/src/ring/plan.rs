@@ -282,7 +282,9 @@ pub fn blog_cells(topology: &Topology) -> Vec<CellPlan> {
     let with_cpus: Vec<u32> = topology.nodes_with_cpus().iter().collect();
     let a = with_cpus.first().copied().unwrap_or(0);
     let b = with_cpus.get(1).copied().unwrap_or(a + 1);
-    let mut cells: Vec<(&'static str, String, Vec<(u32, u32, u32)>)> = Vec::new();
+    // (table, name, (memory, writer, reader) per stream)
+    type Cell = (&'static str, String, Vec<(u32, u32, u32)>);
+    let mut cells: Vec<Cell> = Vec::new();
     for mem in [a, b] {
         for writer in [a, b] {
             for reader in [a, b] {

@@ -172,7 +172,7 @@ fn now_ns() -> u64 {
     numalab::system::monotonic().as_nanos() as u64
 }
 
-/// Runs a worker in this process (started by [`run`](super::run) under
+/// Runs a worker in this process (started by [`run`](super::run()) under
 /// its interrupt shield, so it first restores Ctrl-C's default: an
 /// interrupt must end it).
 pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
