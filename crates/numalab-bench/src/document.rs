@@ -235,6 +235,23 @@ mod tests {
     }
 
     #[test]
+    fn maps_keyed_by_numbers_read_back() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct PerNode {
+            pages: std::collections::BTreeMap<u32, u64>,
+        }
+        impl Schema for PerNode {
+            const NAME: &'static str = "numalab.per-node";
+            const VERSION: u32 = 1;
+        }
+        let per_node = PerNode {
+            pages: [(0, 5), (3, 7)].into(),
+        };
+        let text = Document::new(&per_node).to_json().unwrap();
+        assert_eq!(Document::<PerNode>::parse(&text).unwrap(), per_node);
+    }
+
+    #[test]
     fn round_trip_and_refusals() {
         let text = Document::new(Thing { n: 7 }).to_json().unwrap();
         assert!(text.contains("\"schema\": \"numalab.thing\""), "{text}");

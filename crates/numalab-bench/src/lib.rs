@@ -9,6 +9,7 @@ pub mod fill;
 pub mod kernels;
 pub mod matrix;
 pub mod report;
+pub mod ring;
 pub mod stats;
 pub mod topo;
 pub mod workers;

@@ -452,6 +452,15 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// Each block size's ratio: "256 KiB 0.95, 1 MiB 0.97".
+fn ratios(ratios: &[(usize, f64)]) -> String {
+    ratios
+        .iter()
+        .map(|(block, r)| format!("{} KiB {r:.2}", block >> 10))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// "met at every block size", or where not, with the ratios.
 fn verdict(name: &str, target: f64, ratios: &[(usize, f64)]) -> String {
     if ratios.is_empty() {
@@ -518,6 +527,7 @@ fn main() {
     }
     println!();
     let (mut vs_memcpy, mut vs_copy, mut vs_dada) = (vec![], vec![], vec![]);
+    let mut vs_cached = vec![];
     let mut others = vec![];
     for &block in &blocks {
         let volume = volume / block as u64 * block as u64;
@@ -549,7 +559,9 @@ fn main() {
             );
         }
         let (memcpy, copy, in_place) = (median(memcpy), median(copy), median(in_place));
-        others.push((block, copy, median(whole), median(cached)));
+        let cached = median(cached);
+        others.push((block, copy, median(whole), cached));
+        vs_cached.push((block, copy / cached));
         vs_memcpy.push((block, copy / memcpy));
         vs_copy.push((block, in_place / copy));
         print!(
@@ -603,7 +615,23 @@ fn main() {
     } else {
         println!("  copy >= 1.0x PSRDada -l: not measured (set PSRDADA_BIN to a directory with PSRDada's dada_db, dada_junkdb and dada_dbnull)");
     }
-    println!("  {}", verdict("copy >= 0.9x memcpy", 0.9, &vs_memcpy));
+    // Both memcpy references this run measured, each with its ratio: the
+    // target is against memory-to-memory; the cache-resident one is a
+    // ceiling no ring reaches (see the module documentation).
+    println!(
+        "  {}; copy/memcpy {}",
+        verdict(
+            "copy >= 0.9x memcpy memory to memory (DRAM to DRAM, the target's reference)",
+            0.9,
+            &vs_memcpy
+        ),
+        ratios(&vs_memcpy)
+    );
+    println!(
+        "  copy against memcpy within the cache (a block into a ring-sized area; not a target): \
+         copy/memcpy {}",
+        ratios(&vs_cached)
+    );
     println!("  {}", verdict("in place >= 1.2x copy", 1.2, &vs_copy));
     println!(
         "  idle ring uses no CPU: {}",

@@ -11,6 +11,7 @@
 pub mod exec;
 pub mod fill;
 pub mod report;
+pub mod ring;
 pub mod topo;
 
 use anyhow::Result;

@@ -164,7 +164,7 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "ring.blog",
-        about: "numalab ring --layout blog: every cell runs with ring memory, writer and reader on their nodes",
+        about: "numalab ring --layout blog read as a RingReport: in every cell the pages found per node and the writer/reader CPUs are the nodes the cell's name and the preset give",
         run: ring::blog,
     },
     Check {

@@ -7,6 +7,65 @@ use std::time::Duration;
 use crate::buffer::BufferError;
 use crate::policy::PolicyError;
 
+use super::layout::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS};
+
+/// Which size rule of a ring [`RingOptions`](super::RingOptions) break;
+/// each variant carries the value that breaks it, so a caller can name
+/// the option it came from.
+///
+/// ```
+/// use numalab::ring::{RingError, RingOptions, SizeError};
+///
+/// let one_block = RingOptions::new("radio", 1 << 20, 1 << 20);
+/// match one_block.validate() {
+///     Err(RingError::Size(SizeError::Blocks { blocks })) => assert_eq!(blocks, 1),
+///     other => panic!("{other:?}"),
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SizeError {
+    /// The block size is not a multiple of 64 bytes (or is 0).
+    #[error("block size {block_size} must be a multiple of 64 bytes")]
+    BlockSize {
+        /// The block size given.
+        block_size: usize,
+    },
+    /// The size is not a whole number of blocks.
+    #[error("size {size} is not a whole number of {block_size}-byte blocks")]
+    NotWholeBlocks {
+        /// The size given.
+        size: usize,
+        /// The block size given.
+        block_size: usize,
+    },
+    /// Fewer than 2 blocks, or more than [`MAX_BLOCKS`](super::MAX_BLOCKS).
+    #[error("{blocks} blocks; a ring has 2 to {MAX_BLOCKS}")]
+    Blocks {
+        /// Blocks the sizes give.
+        blocks: u64,
+    },
+    /// No reader slot, or more than [`MAX_READERS`](super::MAX_READERS).
+    #[error("{max_readers} reader slots; a ring has 1 to {MAX_READERS}")]
+    Readers {
+        /// Reader slots asked for.
+        max_readers: u32,
+    },
+    /// A transfer header room that is not a multiple of 64 from 64 to
+    /// [`MAX_META_SIZE`](super::MAX_META_SIZE).
+    #[error("header size {header_size} must be a multiple of 64 from 64 to {MAX_META_SIZE}")]
+    HeaderSize {
+        /// The header size given.
+        header_size: usize,
+    },
+    /// The segment would be larger than an address can describe.
+    #[error("{size} bytes is too large")]
+    TooLarge {
+        /// The size given.
+        size: usize,
+    },
+}
+
 /// Why a ring could not be made, opened, written or read.
 ///
 /// Names and sizes are checked before anything is made, and a ring that
@@ -38,9 +97,13 @@ pub enum RingError {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// Sizes that cannot make a ring.
+    /// Something other than the sizes that makes a ring impossible to
+    /// make as asked (a hugetlbfs that is not mounted, a header too large).
     #[error("invalid ring size: {0}")]
     InvalidSize(String),
+    /// Sizes that cannot make a ring ([`RingOptions::validate`](super::RingOptions::validate)).
+    #[error("invalid ring size: {0}")]
+    Size(SizeError),
     /// The memory policy cannot be applied, or the node lacks the memory.
     #[error(transparent)]
     Placement(#[from] BufferError),
@@ -146,6 +209,14 @@ impl RingError {
     pub(crate) fn os(what: impl Into<String>) -> impl FnOnce(io::Error) -> RingError {
         let what = what.into();
         move |source| RingError::Os { what, source }
+    }
+}
+
+// Not `#[from]`: that would make the size error a source as well as part
+// of the message, and error reports that print sources would say it twice.
+impl From<SizeError> for RingError {
+    fn from(err: SizeError) -> Self {
+        RingError::Size(err)
     }
 }
 

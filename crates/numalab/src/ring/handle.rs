@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::error::RingError;
+use super::error::{RingError, SizeError};
 use super::layout::{
     Geometry, FLAG_HUGE_2M, FLAG_LAG_DEFAULT, FLAG_LOCKED, FLAG_THP, MAX_BLOCKS, MAX_META_SIZE,
     MAX_READERS,
 };
 use super::monitor::RingStats;
 use super::reader::Reader;
-use super::segment::{CreateSpec, Segment};
+use super::segment::{check_name, CreateSpec, Segment};
 use super::writer::Writer;
 use crate::audit::{audit, PlacementAudit};
 use crate::buffer::HugePages;
@@ -176,36 +176,55 @@ impl RingOptions {
         flags
     }
 
+    /// Checks everything about these options that can be checked without
+    /// making the ring: the name, and the sizes (block size, whole blocks,
+    /// block count, reader slots, header room). [`Ring::create`] checks the
+    /// same before anything is allocated; call this to refuse bad input
+    /// before starting anything else. Whether the node exists and has the
+    /// memory is only known when the ring is made.
+    ///
+    /// ```
+    /// use numalab::ring::{RingError, RingOptions, SizeError};
+    ///
+    /// assert!(RingOptions::new("radio", 8 << 20, 1 << 20).validate().is_ok());
+    /// let err = RingOptions::new("radio", 8 * 100, 100).validate().unwrap_err();
+    /// assert!(matches!(err, RingError::Size(SizeError::BlockSize { block_size: 100 })));
+    /// assert_eq!(err.to_string(), "invalid ring size: block size 100 must be a multiple of 64 bytes");
+    /// ```
+    pub fn validate(&self) -> Result<(), RingError> {
+        check_name(&self.name)?;
+        self.geometry()?;
+        Ok(())
+    }
+
     /// Checks the sizes; the layout they give.
     pub(crate) fn geometry(&self) -> Result<Geometry, RingError> {
-        let bad = |reason: String| Err(RingError::InvalidSize(reason));
         if self.block_size < 64 || !self.block_size.is_multiple_of(64) {
-            return bad(format!(
-                "block size {} must be a multiple of 64 bytes",
-                self.block_size
-            ));
+            return Err(SizeError::BlockSize {
+                block_size: self.block_size,
+            }
+            .into());
         }
         if !self.size.is_multiple_of(self.block_size) {
-            return bad(format!(
-                "size {} is not a whole number of {}-byte blocks",
-                self.size, self.block_size
-            ));
+            return Err(SizeError::NotWholeBlocks {
+                size: self.size,
+                block_size: self.block_size,
+            }
+            .into());
         }
         let blocks = (self.size / self.block_size) as u64;
         if !(2..=MAX_BLOCKS).contains(&blocks) {
-            return bad(format!("{blocks} blocks; a ring has 2 to {MAX_BLOCKS}"));
+            return Err(SizeError::Blocks { blocks }.into());
         }
         if !(1..=MAX_READERS).contains(&self.max_readers) {
-            return bad(format!(
-                "{} reader slots; a ring has 1 to {MAX_READERS}",
-                self.max_readers
-            ));
+            return Err(SizeError::Readers {
+                max_readers: self.max_readers,
+            }
+            .into());
         }
         let meta = self.header_size;
         if meta < 64 || meta > MAX_META_SIZE as usize || !meta.is_multiple_of(64) {
-            return bad(format!(
-                "header size {meta} must be a multiple of 64 from 64 to {MAX_META_SIZE}"
-            ));
+            return Err(SizeError::HeaderSize { header_size: meta }.into());
         }
         Geometry::compute(
             self.block_size as u64,
@@ -215,7 +234,7 @@ impl RingOptions {
             self.flags(),
             linux::page_size() as u64,
         )
-        .ok_or_else(|| RingError::InvalidSize(format!("{} bytes is too large", self.size)))
+        .ok_or_else(|| SizeError::TooLarge { size: self.size }.into())
     }
 }
 
@@ -384,5 +403,73 @@ impl Drop for Ring {
         if self.owner && self.seg.still_named() {
             let _ = linux::unlink(&self.seg.path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn size_error(options: &RingOptions) -> SizeError {
+        match options.validate() {
+            Err(RingError::Size(err)) => err,
+            other => panic!("expected a size error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn validate_names_the_size_rule_each_option_breaks() {
+        assert!(RingOptions::new("ok", 2 * 64, 64).validate().is_ok());
+        assert_eq!(
+            size_error(&RingOptions::new("r", 8 * 100, 100)),
+            SizeError::BlockSize { block_size: 100 }
+        );
+        assert_eq!(
+            size_error(&RingOptions::new("r", 0, 0)),
+            SizeError::BlockSize { block_size: 0 }
+        );
+        assert_eq!(
+            size_error(&RingOptions::new("r", 101 * 64, 128)),
+            SizeError::NotWholeBlocks {
+                size: 6464,
+                block_size: 128
+            }
+        );
+        assert_eq!(
+            size_error(&RingOptions::new("r", 64, 64)),
+            SizeError::Blocks { blocks: 1 }
+        );
+        assert_eq!(
+            size_error(&RingOptions::new("r", (MAX_BLOCKS as usize + 1) * 64, 64)),
+            SizeError::Blocks {
+                blocks: MAX_BLOCKS + 1
+            }
+        );
+        for readers in [0, MAX_READERS + 1] {
+            assert_eq!(
+                size_error(&RingOptions::new("r", 4 * 64, 64).max_readers(readers)),
+                SizeError::Readers {
+                    max_readers: readers
+                }
+            );
+        }
+        assert_eq!(
+            size_error(&RingOptions::new("r", 4 * 64, 64).header_size(100)),
+            SizeError::HeaderSize { header_size: 100 }
+        );
+    }
+
+    #[test]
+    fn validate_checks_the_name_and_makes_nothing() {
+        let err = RingOptions::new("../etc", 4 * 64, 64)
+            .validate()
+            .unwrap_err();
+        assert!(matches!(err, RingError::InvalidName { .. }), "{err}");
+        let name = format!("validate-only-{}", std::process::id());
+        RingOptions::new(&name, 4 * 64, 64).validate().unwrap();
+        assert!(
+            !crate::ring::list().iter().any(|e| e.name == name),
+            "validate must not make a segment"
+        );
     }
 }

@@ -115,7 +115,7 @@ mod writer;
 #[cfg(not(loom))]
 pub use self::{
     copy::{CopyStores, STREAMING_FROM},
-    error::RingError,
+    error::{RingError, SizeError},
     layout::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS},
     meta::{Transfer, TransferHeader},
     monitor::{list, remove, ReaderStats, RingMonitor, RingStats, SegmentEntry, WriterStats},

@@ -1,0 +1,244 @@
+//! What `numalab ring` found: the `numalab.ring` document, and the
+//! `numalab.ring-list` document of `numalab ring --list`.
+
+use numalab::audit::PlacementAudit;
+use numalab::ring::{RingStats, SegmentEntry};
+use numalab::system::Environment;
+use numalab::{CpuSet, HugePages, NodeSet};
+use serde::{Deserialize, Serialize};
+
+use super::config::Mode;
+use super::plan::StreamPlan;
+use super::worker::Role;
+use crate::document::Schema;
+
+/// The `numalab.ring` document.
+///
+/// ```
+/// use numalab::system::Environment;
+/// use numalab::{HugePages, Topology};
+/// use numalab_bench::document::{Document, Schema};
+/// use numalab_bench::ring::{Mode, RingReport, Settings};
+///
+/// assert_eq!(RingReport::NAME, "numalab.ring");
+/// let topology = Topology::from_synthetic("pack:1 numa:1 core:1 pu:1").unwrap();
+/// let report = RingReport {
+///     environment: Environment::current(&topology),
+///     settings: Settings { volume_bytes: 1 << 20, block_size: 64 << 10, blocks: 8,
+///         mode: Mode::InPlace, huge_pages: HugePages::None, readers_per_stream: 1,
+///         verify: false },
+///     cells: Vec::new(),
+/// };
+/// let text = Document::new(&report).to_json().unwrap();
+/// assert!(text.contains(r#""mode": "in-place""#));
+/// let back: RingReport = Document::parse(&text).unwrap();
+/// assert_eq!(back.settings, report.settings);
+/// assert!(back.failed_cell().is_none());
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RingReport {
+    /// Where it was measured.
+    pub environment: Environment,
+    /// The settings every cell used.
+    pub settings: Settings,
+    /// The cells, in table order; each says whether it ran.
+    pub cells: Vec<CellResult>,
+}
+
+impl Schema for RingReport {
+    const NAME: &'static str = "numalab.ring";
+    const VERSION: u32 = 1;
+}
+
+impl RingReport {
+    /// The first cell that failed, if one did.
+    pub fn failed_cell(&self) -> Option<&CellResult> {
+        self.cells.iter().find(|c| c.status == CellStatus::Failed)
+    }
+}
+
+/// Settings shared by every cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Bytes each stream moves.
+    pub volume_bytes: u64,
+    /// Bytes per block.
+    pub block_size: u64,
+    /// Blocks per ring.
+    pub blocks: u64,
+    /// `copy` or `in-place`.
+    pub mode: Mode,
+    /// Ring pages.
+    pub huge_pages: HugePages,
+    /// Readers per stream.
+    pub readers_per_stream: usize,
+    /// Whether every byte was checked.
+    pub verify: bool,
+}
+
+/// Whether a cell ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CellStatus {
+    /// It ran; its streams have figures.
+    Ran,
+    /// This machine cannot place it.
+    Skipped,
+    /// It was started and failed.
+    Failed,
+}
+
+impl CellStatus {
+    /// `ran`, `skipped` or `failed`, as the JSON spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellStatus::Ran => "ran",
+            CellStatus::Skipped => "skipped",
+            CellStatus::Failed => "failed",
+        }
+    }
+}
+
+/// One cell: streams run at the same time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CellResult {
+    /// `single-stream`, `two-stream` (the blog's tables) or `custom`.
+    pub table: String,
+    /// The cell's name in its table.
+    pub name: String,
+    /// `ran`, `skipped` (this machine cannot place it) or `failed`.
+    pub status: CellStatus,
+    /// Why it was skipped or failed.
+    pub reason: Option<String>,
+    /// Each stream.
+    pub streams: Vec<StreamResult>,
+    /// Sum of the streams' MB/s.
+    pub total_mb_per_s: Option<f64>,
+    /// Whether every stream's memory, writer and readers were where asked.
+    pub placement_ok: bool,
+}
+
+/// One stream of a cell.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StreamResult {
+    /// Where its parts were asked to run.
+    pub plan: StreamPlan,
+    /// Bytes the writer moved (each reader read them all).
+    pub bytes: u64,
+    /// From the writer's first byte to the last reader's last byte.
+    pub seconds: f64,
+    /// `bytes / seconds` in MB/s (10^6 bytes per second).
+    pub mb_per_s: f64,
+    /// The ring's pages against `bind:memory_node`.
+    pub memory: PlacementAudit,
+    /// The writer process.
+    pub writer: ProcessPlacement,
+    /// The reader processes.
+    pub readers: Vec<ProcessPlacement>,
+    /// Memory, writer and readers all where asked.
+    pub placement_ok: bool,
+    /// The ring's counters at the end: blocks, waits and sleeps of each
+    /// side.
+    pub counters: RingStats,
+}
+
+/// Where a worker process ran, as it saw itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessPlacement {
+    /// Process id.
+    pub pid: u32,
+    /// CPUs it was pinned to (as the kernel reported its affinity).
+    pub cpus_allowed: CpuSet,
+    /// CPUs it was seen running on (sampled every block).
+    pub cpus_seen: CpuSet,
+    /// Their nodes.
+    pub nodes_seen: NodeSet,
+    /// CPU time it used, seconds.
+    pub cpu_seconds: f64,
+    /// Whether it stayed on the CPUs asked for.
+    pub ok: bool,
+}
+
+impl ProcessPlacement {
+    /// The placement `report` shows against the CPUs it was asked to
+    /// stay on.
+    pub fn of(report: &WorkerReport, cpus: &CpuSet) -> ProcessPlacement {
+        ProcessPlacement {
+            pid: report.pid,
+            cpus_allowed: report.cpus_allowed.clone(),
+            cpus_seen: report.cpus_seen.clone(),
+            nodes_seen: report.nodes_seen.clone(),
+            cpu_seconds: report.cpu_seconds,
+            ok: report.cpus_seen.is_subset(cpus) && !report.cpus_seen.is_empty(),
+        }
+    }
+}
+
+/// What a worker process prints when it is done (one JSON line).
+///
+/// ```
+/// use numalab_bench::ring::{ProcessPlacement, Role, WorkerReport};
+///
+/// let line = r#"{"role":"reader","pid":7,"bytes":64,"blocks":1,"start_ns":0,"end_ns":9,
+///   "cpu_seconds":0.0,"cpus_allowed":[0,1,2,3],"cpus_seen":[2],"nodes_seen":[0],"skipped_blocks":0}"#;
+/// let report: WorkerReport = serde_json::from_str(line).unwrap();
+/// assert_eq!(report.role, Role::Reader);
+/// assert!(ProcessPlacement::of(&report, &"2-3".parse().unwrap()).ok);
+/// assert!(!ProcessPlacement::of(&report, &"0".parse().unwrap()).ok);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerReport {
+    /// `writer` or `reader`.
+    pub role: Role,
+    /// Process id.
+    pub pid: u32,
+    /// Payload bytes moved.
+    pub bytes: u64,
+    /// Blocks moved.
+    pub blocks: u64,
+    /// `CLOCK_MONOTONIC` at the first byte, nanoseconds.
+    pub start_ns: u64,
+    /// `CLOCK_MONOTONIC` after the last byte, nanoseconds.
+    pub end_ns: u64,
+    /// CPU time used, seconds.
+    pub cpu_seconds: f64,
+    /// The CPUs it was pinned to.
+    pub cpus_allowed: CpuSet,
+    /// CPUs it ran on.
+    pub cpus_seen: CpuSet,
+    /// Their nodes.
+    pub nodes_seen: NodeSet,
+    /// Blocks the ring skipped for it (lag mode).
+    pub skipped_blocks: u64,
+}
+
+/// The `numalab.ring-list` document: the ring segments on this machine.
+///
+/// ```
+/// use numalab_bench::document::{Document, Schema};
+/// use numalab_bench::ring::RingList;
+///
+/// assert_eq!(RingList::NAME, "numalab.ring-list");
+/// let text = Document::new(&RingList { segments: Vec::new() }).to_json().unwrap();
+/// let back: RingList = Document::parse(&text).unwrap();
+/// assert!(back.segments.is_empty());
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RingList {
+    /// Every segment found.
+    pub segments: Vec<SegmentEntry>,
+}
+
+impl Schema for RingList {
+    const NAME: &'static str = "numalab.ring-list";
+    const VERSION: u32 = 1;
+}
+
+impl RingList {
+    /// The ring segments on this machine now, live and stale.
+    pub fn current() -> RingList {
+        RingList {
+            segments: numalab::ring::list(),
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! A writer or reader process of `numalab ring`: pinned to its CPUs, it
+//! attaches to the ring the run made, moves the volume, and reports where
+//! it ran and when its first and last bytes moved.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use numalab::affinity::{self, BindError};
+use numalab::ring::{Ring, RingError};
+use numalab::{CpuSet, NodeSet};
+use serde::{Deserialize, Serialize};
+
+use super::config::Mode;
+use super::result::WorkerReport;
+use crate::kernels::{self, Isa, Store};
+
+/// A worker's side of the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Attaches as the writer and moves the volume in.
+    Writer,
+    /// Joins as a reader and reads everything out.
+    Reader,
+}
+
+impl Role {
+    /// `writer` or `reader`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Writer => "writer",
+            Role::Reader => "reader",
+        }
+    }
+}
+
+/// What one worker process does.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab_bench::ring::{Mode, Role, WorkerConfig};
+///
+/// let worker = WorkerConfig {
+///     role: Role::Reader, name: "run-1-0".into(), cpus: "0-3".parse().unwrap(),
+///     mode: Mode::InPlace, timeout: Duration::from_secs(30), volume: 1 << 30,
+///     readers: 1, verify: false,
+/// };
+/// let args = worker.args();
+/// assert_eq!(args[..3], ["ring-worker", "--role", "reader"]);
+/// assert!(args.windows(2).any(|w| w == ["--mode", "in-place"]));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerConfig {
+    /// Writer or reader.
+    pub role: Role,
+    /// The ring to attach to.
+    pub name: String,
+    /// CPUs to pin to.
+    pub cpus: CpuSet,
+    /// How data goes in and out.
+    pub mode: Mode,
+    /// How long to wait for the other side.
+    pub timeout: Duration,
+    /// Bytes to write (the writer).
+    pub volume: u64,
+    /// Readers the writer waits for.
+    pub readers: usize,
+    /// Sequence-numbered words, checked by readers.
+    pub verify: bool,
+}
+
+impl WorkerConfig {
+    /// The worker executable's arguments that start this worker: the
+    /// hidden `numalab ring-worker` subcommand and its options.
+    pub fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "ring-worker",
+            "--role",
+            self.role.as_str(),
+            "--name",
+            &self.name,
+            "--cpus",
+            &self.cpus.to_string(),
+            "--mode",
+            self.mode.as_str(),
+            "--timeout",
+            &self.timeout.as_secs_f64().to_string(),
+            "--volume",
+            &self.volume.to_string(),
+            "--readers",
+            &self.readers.to_string(),
+        ]
+        .map(str::to_owned)
+        .into();
+        if self.verify {
+            args.push("--verify".into());
+        }
+        args
+    }
+}
+
+/// Why a worker failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// It could not be pinned.
+    #[error("pinning to CPUs {cpus}")]
+    Pin {
+        /// The CPUs.
+        cpus: CpuSet,
+        /// Why.
+        #[source]
+        source: BindError,
+    },
+    /// The ring could not be opened.
+    #[error("opening ring {name:?}")]
+    Open {
+        /// The ring's name.
+        name: String,
+        /// Why.
+        #[source]
+        source: RingError,
+    },
+    /// Attaching, writing or reading failed.
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    /// A reader got a second transfer.
+    #[error("a second transfer arrived; the writer sends one")]
+    SecondTransfer,
+    /// A read that is not whole words (with verification).
+    #[error("verify: a read of {len} bytes is not whole words")]
+    PartialWord {
+        /// Bytes read.
+        len: usize,
+    },
+    /// A word that is not the one expected (with verification).
+    #[error("verify: byte {offset} of the stream is wrong (word {found:#x}, expected {expected:#x}): lost, repeated or reordered data")]
+    WrongWord {
+        /// Offset of the word in the stream.
+        offset: u64,
+        /// The word found.
+        found: u64,
+        /// The word expected.
+        expected: u64,
+    },
+}
+
+/// The word at position `index` of a verified stream.
+fn word(index: u64) -> u64 {
+    index.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (index >> 29)
+}
+
+/// Where the worker ran.
+#[derive(Default)]
+struct Seen {
+    cpus: BTreeSet<u32>,
+    nodes: BTreeSet<u32>,
+}
+
+impl Seen {
+    fn sample(&mut self) {
+        let here = affinity::current();
+        self.cpus.insert(here.cpu);
+        self.nodes.insert(here.node);
+    }
+}
+
+/// The most a copying writer copies from (without verification).
+const SOURCE_MAX: usize = 4 << 20;
+
+fn now_ns() -> u64 {
+    numalab::system::monotonic().as_nanos() as u64
+}
+
+/// Runs a worker in this process (started by [`run`](super::run()) under
+/// its interrupt shield, so it first restores Ctrl-C's default: an
+/// interrupt must end it).
+pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
+    numalab::system::default_interrupts();
+    affinity::bind_thread_to_cpus(&config.cpus).map_err(|source| WorkerError::Pin {
+        cpus: config.cpus.clone(),
+        source,
+    })?;
+    let timeout = config.timeout;
+    // SAFETY: the ring was made by the `numalab ring` that started this
+    // process, and every process touching it is a numalab worker.
+    let ring = unsafe { Ring::open(&config.name) }.map_err(|source| WorkerError::Open {
+        name: config.name.clone(),
+        source,
+    })?;
+    let block = ring.block_size();
+    let cpu_before = numalab::system::process_cpu_time();
+    let mut seen = Seen::default();
+    seen.sample();
+    let (bytes, blocks, start_ns, end_ns, skipped) = match config.role {
+        Role::Writer => {
+            let mut writer = ring.writer()?;
+            writer.set_timeout(Some(timeout));
+            writer.wait_for_readers(config.readers, timeout)?;
+            // The source buffer, written here: on this process's node. A
+            // block of sequence words with verification; otherwise at most
+            // SOURCE_MAX, copied in as often as a block takes, as
+            // PSRDada's dada_junkdb does: a producer's data is usually
+            // fresh in its cache, not read back from memory.
+            let source_len = if config.verify {
+                block
+            } else {
+                block.min(SOURCE_MAX)
+            };
+            let mut source = vec![1u8; source_len];
+            // An in-place producer stores as the ring's own copy-in would
+            // (streaming for blocks too large to stay in the cache).
+            let isa = Isa::detect();
+            let store = if writer.streams() {
+                Store::NonTemporal
+            } else {
+                Store::Cached
+            };
+            let mut written = 0u64;
+            let mut blocks = 0u64;
+            let start = now_ns();
+            while written < config.volume {
+                let len = (config.volume - written).min(block as u64) as usize;
+                let first_word = written / 8;
+                match config.mode {
+                    Mode::Copy => {
+                        if config.verify {
+                            fill_words(&mut source[..len], first_word);
+                            writer.write(&source[..len])?;
+                        } else {
+                            source[0] = blocks as u8;
+                            let mut left = len;
+                            while left > 0 {
+                                let part = left.min(source.len());
+                                writer.write(&source[..part])?;
+                                left -= part;
+                            }
+                        }
+                    }
+                    Mode::InPlace => {
+                        let mut slot = writer.claim()?;
+                        if config.verify {
+                            fill_words(&mut slot[..len], first_word);
+                        } else {
+                            kernels::write(&mut slot[..len], blocks as u8, isa, store);
+                        }
+                        slot.commit(len)?;
+                    }
+                }
+                written += len as u64;
+                blocks += 1;
+                if blocks.is_multiple_of(64) {
+                    seen.sample();
+                }
+            }
+            writer.finish()?;
+            (written, blocks, start, now_ns(), 0)
+        }
+        Role::Reader => {
+            let mut reader = ring.reader()?;
+            reader.set_timeout(Some(timeout));
+            // Written here, so its pages are this process's own.
+            let mut buf = vec![1u8; block];
+            let isa = Isa::detect();
+            let mut read = 0u64;
+            let mut blocks = 0u64;
+            let mut start = None;
+            let mut sink = 0u64;
+            loop {
+                let n = match config.mode {
+                    Mode::Copy => {
+                        let n = reader.read(&mut buf)?;
+                        if n == 0 {
+                            // End of the transfer; then the stream's end.
+                            if reader.read(&mut buf)? == 0 {
+                                break;
+                            }
+                            return Err(WorkerError::SecondTransfer);
+                        }
+                        if config.verify {
+                            check_words(&buf[..n], read / 8)?;
+                        } else {
+                            sink = sink.wrapping_add(u64::from(buf[n - 1]));
+                        }
+                        n
+                    }
+                    Mode::InPlace => {
+                        let Some(slot) = reader.borrow()? else { break };
+                        if config.verify {
+                            check_words(&slot, read / 8)?;
+                        } else {
+                            // Every byte, with the widest loads there are.
+                            sink ^= kernels::read(&slot, isa);
+                        }
+                        slot.len()
+                    }
+                };
+                start.get_or_insert_with(now_ns);
+                read += n as u64;
+                blocks += 1;
+                if blocks.is_multiple_of(64) {
+                    seen.sample();
+                }
+            }
+            std::hint::black_box(sink);
+            let end = now_ns();
+            (read, blocks, start.unwrap_or(end), end, reader.skipped())
+        }
+    };
+    seen.sample();
+    Ok(WorkerReport {
+        role: config.role,
+        pid: std::process::id(),
+        bytes,
+        blocks,
+        start_ns,
+        end_ns,
+        cpu_seconds: (numalab::system::process_cpu_time() - cpu_before).as_secs_f64(),
+        cpus_allowed: affinity::thread_cpus().unwrap_or_default(),
+        cpus_seen: seen.cpus.iter().copied().collect(),
+        nodes_seen: seen.nodes.iter().copied().collect::<NodeSet>(),
+        skipped_blocks: skipped,
+    })
+}
+
+fn fill_words(bytes: &mut [u8], first: u64) {
+    for (i, chunk) in bytes.chunks_exact_mut(8).enumerate() {
+        chunk.copy_from_slice(&word(first + i as u64).to_le_bytes());
+    }
+}
+
+fn check_words(bytes: &[u8], first: u64) -> Result<(), WorkerError> {
+    if !bytes.len().is_multiple_of(8) {
+        return Err(WorkerError::PartialWord { len: bytes.len() });
+    }
+    for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+        let index = first + i as u64;
+        let found = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        if found != word(index) {
+            return Err(WorkerError::WrongWord {
+                offset: index * 8,
+                found,
+                expected: word(index),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verified_words_catch_a_repeat() {
+        let mut block = vec![0u8; 64];
+        fill_words(&mut block, 8);
+        check_words(&block, 8).unwrap();
+        let err = check_words(&block, 0).unwrap_err().to_string();
+        assert!(err.contains("byte 0 of the stream is wrong"), "{err}");
+        let err = check_words(&block[..12], 8).unwrap_err().to_string();
+        assert!(err.contains("not whole words"), "{err}");
+    }
+}
