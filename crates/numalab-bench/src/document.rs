@@ -138,8 +138,11 @@ impl<T: Schema + DeserializeOwned> Document<T> {
                 found: header.schema_version,
             });
         }
-        let doc: Document<T> = serde_json::from_str(text).map_err(json)?;
-        Ok(doc.body)
+        // The body is read from the whole object (the envelope's fields
+        // are ignored), not through `#[serde(flatten)]`: flattening buffers
+        // the fields, and buffered map keys such as node numbers ("0")
+        // would no longer read as integers.
+        serde_json::from_str(text).map_err(json)
     }
 }
 
@@ -199,6 +202,25 @@ mod tests {
             Document::<Thing>::parse("{"),
             Err(DocumentError::Json { .. })
         ));
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct PerNode {
+        pages: std::collections::BTreeMap<u32, u64>,
+    }
+    impl Schema for PerNode {
+        const NAME: &'static str = "numalab.per-node";
+        const VERSION: u32 = 1;
+    }
+
+    #[test]
+    fn maps_keyed_by_node_read_back() {
+        let body = PerNode {
+            pages: [(0, 3), (2, 5)].into(),
+        };
+        let text = Document::new(&body).to_json().unwrap();
+        assert!(text.contains("\"2\": 5"), "{text}");
+        assert_eq!(Document::<PerNode>::parse(&text).unwrap(), body);
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! output or atomically to `-o FILE`, and repeats the result's warnings on
 //! standard error when standard output is not a table a person reads.
 
+pub mod experiment;
+pub mod figures;
+pub mod matrix;
 pub mod topo;
 
 use anyhow::Result;

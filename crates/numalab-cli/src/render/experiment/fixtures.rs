@@ -215,7 +215,7 @@ pub const SWEEP: &str = "name = \"fixture-sweep\"\n[memory]\nsize = \"16MiB\"\n[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exp::{csv, text};
+    use crate::render::experiment::{csv, text};
 
     #[test]
     fn run_table() {
@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn sweep_chart_has_a_line_per_policy() {
-        let chart = crate::exp::figures::sweep_chart(&sweep(SWEEP));
+        let chart = crate::render::figures::sweep_chart(&sweep(SWEEP));
         assert_eq!(chart.x_label, "threads.count");
         let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["local", "remote"]);
