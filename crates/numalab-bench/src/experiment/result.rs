@@ -7,10 +7,12 @@ use std::collections::BTreeMap;
 
 use numalab::audit::PlacementAudit;
 use numalab::system::Environment;
+use numalab::MemPolicy;
 use serde::{Deserialize, Serialize};
 
 use super::config::Experiment;
 use super::plan::Plan;
+use super::values::PolicySpec;
 use crate::stats::{quantile, Summary};
 
 /// `schema` of a run's JSON document.
@@ -43,11 +45,93 @@ pub enum WarningKind {
     Failed,
 }
 
+/// What exactly a warning is about: the region, copy, key or sweep cell
+/// involved, for code and tests to match on (the message is for people).
+///
+/// Written in JSON as `"cause": {"no_remote_node": {"region": 0}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Cause {
+    /// `remote` asked on a machine with one node with memory: the
+    /// region's pages are local.
+    NoRemoteNode {
+        /// The region.
+        region: usize,
+    },
+    /// A region shared by threads on several nodes: `local` or `remote`
+    /// can hold for one node's threads only.
+    SharedRegion {
+        /// The region.
+        region: usize,
+    },
+    /// The threads' node has no memory: `local` pages went to the nearest
+    /// node with memory.
+    NodeWithoutMemory {
+        /// The region.
+        region: usize,
+        /// The threads' node.
+        node: u32,
+    },
+    /// A region's pages, found after the run, are not where asked.
+    Mismatch {
+        /// The region.
+        region: usize,
+    },
+    /// A key of the experiment that could not be honoured as written
+    /// (e.g. `threads.placement` naming more nodes than have CPUs).
+    Key {
+        /// The key, e.g. `threads.placement`.
+        key: String,
+    },
+    /// Replication with one copy: nothing to compare.
+    OneCopy,
+    /// Replicated regions each read by one node's threads only
+    /// (`memory.sharing` other than `shared`).
+    CopiesNeverRead,
+    /// Every thread of a replicated region reads the same copy.
+    OneCopyRead {
+        /// The region.
+        region: usize,
+    },
+    /// A sweep cell, by its settings.
+    Cell {
+        /// The cell's (key, value) settings.
+        settings: Vec<(String, String)>,
+    },
+}
+
+impl Cause {
+    /// The region it is about, if one.
+    pub fn region(&self) -> Option<usize> {
+        match self {
+            Cause::NoRemoteNode { region }
+            | Cause::SharedRegion { region }
+            | Cause::NodeWithoutMemory { region, .. }
+            | Cause::Mismatch { region }
+            | Cause::OneCopyRead { region } => Some(*region),
+            _ => None,
+        }
+    }
+}
+
 /// Something every output shows beside the figures.
+///
+/// ```
+/// use numalab_bench::experiment::result::{Cause, Warning, WarningKind};
+/// let w = Warning::new(WarningKind::Placement, "region 0's pages are local")
+///     .because(Cause::NoRemoteNode { region: 0 });
+/// assert_eq!(w.cause.as_ref().and_then(Cause::region), Some(0));
+/// let json = serde_json::to_string(&w).unwrap();
+/// assert!(json.contains(r#""cause":{"no_remote_node":{"region":0}}"#), "{json}");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Warning {
     /// What it is about.
     pub kind: WarningKind,
+    /// The region, key or cell involved, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<Cause>,
     /// One sentence for people.
     pub message: String,
 }
@@ -57,8 +141,20 @@ impl Warning {
     pub fn new(kind: WarningKind, message: impl Into<String>) -> Warning {
         Warning {
             kind,
+            cause: None,
             message: message.into(),
         }
+    }
+
+    /// The warning, naming what it is about.
+    pub fn because(mut self, cause: Cause) -> Warning {
+        self.cause = Some(cause);
+        self
+    }
+
+    /// Whether it is about `region`.
+    pub fn is_about_region(&self, region: usize) -> bool {
+        self.cause.as_ref().and_then(Cause::region) == Some(region)
     }
 }
 
@@ -208,10 +304,10 @@ pub struct RegionCheck {
     pub region: usize,
     /// Bytes.
     pub bytes: u64,
-    /// The policy asked for (`remote`).
-    pub requested: String,
-    /// The kernel policy used.
-    pub policy: String,
+    /// The policy asked for (`remote`; written as that text).
+    pub requested: PolicySpec,
+    /// The kernel policy used (written in numactl's spelling).
+    pub policy: MemPolicy,
     /// Nodes of the threads that use it.
     pub thread_nodes: numalab::NodeSet,
     /// Pages found against the kernel policy.

@@ -33,7 +33,8 @@ use numalab::{BufferError, CpuSet, NodeSet, SpecError};
 pub use plan::PlanReport;
 pub use result::{
     BandwidthCell, BandwidthMatrix, BasePages, C2cCell, C2cMatrix, Figure, LatencyCell,
-    LatencyMatrix, LoadedCurve, LoadedPoint, MatrixResult, PlacementSummary, Settings,
+    LatencyMatrix, LoadedCurve, LoadedPoint, MatrixResult, MatrixWarning, MatrixWarningKind,
+    PlacementSummary, Settings,
 };
 pub use run::{validate, MatrixConfig, Measurements};
 pub use shape::{Firmware, FirmwareCell, NodeSelection, Shape};
