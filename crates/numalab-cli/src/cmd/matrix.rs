@@ -82,8 +82,10 @@ pub struct MatrixArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub repeats: Option<u32>,
 
-    /// Seconds, not minutes: a fixed 16 MiB working set (not sized from the cache), short samples,
-    /// 4 KiB pages compared on the first cell only, a coarse load curve
+    /// Seconds, not minutes: fixed working sets (32 MiB chase, 128 MiB
+    /// streams; 4 MiB on an emulated CPU), not sized from the cache; 10 ms
+    /// samples, 3 per figure; 4 KiB pages compared on the first cell only;
+    /// a 3-point load curve for the first CPU node only
     #[arg(long)]
     pub quick: bool,
 
@@ -275,5 +277,27 @@ fn config_of(args: &MatrixArgs) -> MatrixConfig {
         repeats: args.repeats.map_or(base.repeats, |r| r as usize),
         huge_pages: args.huge_pages,
         ..base
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Args as _;
+    use numalab::units::format_size;
+    use numalab_bench::matrix::run::{EMULATED_QUICK_SIZE, QUICK_SIZE, QUICK_STREAM_SIZE};
+
+    #[test]
+    fn quick_help_names_the_sizes_it_uses() {
+        let command = MatrixArgs::augment_args(clap::Command::new("matrix"));
+        let quick = command
+            .get_arguments()
+            .find(|a| a.get_id() == "quick")
+            .unwrap();
+        let help = quick.get_help().unwrap().to_string();
+        for size in [QUICK_SIZE, QUICK_STREAM_SIZE, EMULATED_QUICK_SIZE] {
+            let size = format_size(size as u64);
+            assert!(help.contains(&size), "{size} missing from: {help}");
+        }
     }
 }
