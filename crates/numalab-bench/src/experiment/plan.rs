@@ -6,12 +6,14 @@
 use std::collections::BTreeMap;
 
 use numalab::system::NodeMemory;
-use numalab::{CpuSet, HugePages, MemPolicy, NodeSet, PolicyError, SpecError, Support, Topology};
+use numalab::{
+    CpuSet, HugePages, MemPolicy, NodeSet, PolicyError, Role, SpecError, Support, Topology,
+};
 use serde::{Deserialize, Serialize};
 
 use super::config::Experiment;
-use super::result::{Cause, Warning, WarningKind};
 use super::values::{Pattern, PolicySpec, Sharing, ThreadPlacement};
+use super::warning::{Cause, Warning, WarningKind};
 
 /// One worker thread's place.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -434,14 +436,14 @@ fn thread_cpus(
     let (nodes, weights): (Vec<u32>, Vec<u32>) = match &exp.threads.placement {
         ThreadPlacement::Balanced => (cpu_nodes.clone(), vec![1; cpu_nodes.len()]),
         ThreadPlacement::Nodes(list) => {
-            let set = topology
-                .parse_nodes(list)
-                .and_then(|set| topology.check_cpu_nodes(&set).map(|()| set))
-                .map_err(|source| PlanError::Spec {
-                    key: "threads.placement",
-                    value: placement.clone(),
-                    source,
-                })?;
+            let set =
+                topology
+                    .resolve_nodes(list, Role::Cpus)
+                    .map_err(|source| PlanError::Spec {
+                        key: "threads.placement",
+                        value: placement.clone(),
+                        source,
+                    })?;
             let nodes: Vec<u32> = set.iter().filter(|n| cpu_nodes.contains(n)).collect();
             let weights = vec![1; nodes.len()];
             (nodes, weights)
@@ -617,8 +619,7 @@ fn replica_nodes(
         .intersection(&topology.allowed_nodes);
     let set = match nodes {
         Some(list) => topology
-            .parse_nodes(list)
-            .and_then(|set| topology.check_memory_nodes(&set).map(|()| set))
+            .resolve_nodes(list, Role::Memory)
             .map_err(|source| PlanError::Spec {
                 key: "memory.policy",
                 value: exp.memory.policy.to_string(),
@@ -991,6 +992,39 @@ mod tests {
         .unwrap_err();
         assert!(
             err.to_string().contains("puts 3 threads on CPUs 0-1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn node_lists_mean_the_nodes_that_can_play_the_role() {
+        // CPUs on nodes 0 and 2, memory on nodes 0 and 1 (a CXL node).
+        let topo = xml("cpuless.xml");
+        // `all` places threads on the nodes with CPUs only.
+        let p = plan(&topo, "[threads]\ncount = 2\nplacement = \"nodes:all\"");
+        assert_eq!(nodes_of_threads(&p), [0, 2]);
+        let p = plan(&topo, "[threads]\ncount = 1\nplacement = \"nodes:!0\"");
+        assert_eq!(nodes_of_threads(&p), [2]);
+        // An explicit memory-only node is refused, as before.
+        let err = Plan::resolve(&exp("[threads]\nplacement = \"nodes:0,1\""), &topo).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "threads.placement = \"nodes:0,1\": node 1 has no CPUs (a memory-only node) and cannot run threads; nodes with CPUs: 0,2"
+        );
+        // Copies go on nodes with memory: `replicate:all` skips node 2.
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 2\n[memory]\npolicy = \"replicate:all\"\nsharing = \"shared\"\nsize = \"1MiB\"",
+        );
+        assert_eq!(p.regions[0].replicas, [0, 1]);
+        let err = Plan::resolve(
+            &exp("[memory]\npolicy = \"replicate:1,2\"\nsharing = \"shared\""),
+            &topo,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("node 2 has no memory; nodes with memory: 0-1"),
             "{err}"
         );
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use numalab::{NodeSet, Topology};
+use numalab::{NodeSet, Role, Topology};
 use numalab_bench::matrix::{
     self, run::run_until as measure, MatrixConfig, MatrixError, Measurements, NodeSelection,
     PlanReport, Shape,
@@ -195,37 +195,20 @@ fn flag_error(args: &MatrixArgs, err: MatrixError) -> anyhow::Error {
 }
 
 fn shape_of(topology: &Topology, args: &MatrixArgs) -> Result<Shape> {
-    let nodes = |flag: &str, spec: &Option<String>| -> Result<Option<NodeSet>> {
+    // `all` and `!list` mean the nodes that can take the role.
+    let nodes = |flag: &str, spec: &Option<String>, role: Role| -> Result<Option<NodeSet>> {
         spec.as_ref()
             .map(|s| {
                 topology
-                    .parse_nodes(s)
+                    .resolve_nodes(s, role)
                     .with_context(|| format!("--{flag}={s}"))
             })
             .transpose()
     };
     let selection = NodeSelection {
-        nodes: nodes("nodes", &args.nodes)?,
-        cpu_nodes: nodes("cpu-nodes", &args.cpu_nodes)?,
-        mem_nodes: nodes("mem-nodes", &args.mem_nodes)?,
-    };
-    // `all` and `!list` mean the nodes that can take the role.
-    let selection = NodeSelection {
-        cpu_nodes: selection.cpu_nodes.map(|set| {
-            if is_wide(&args.cpu_nodes) {
-                set.intersection(&topology.nodes_with_cpus())
-            } else {
-                set
-            }
-        }),
-        mem_nodes: selection.mem_nodes.map(|set| {
-            if is_wide(&args.mem_nodes) {
-                set.intersection(&topology.nodes_with_memory())
-            } else {
-                set
-            }
-        }),
-        ..selection
+        nodes: nodes("nodes", &args.nodes, Role::Any)?,
+        cpu_nodes: nodes("cpu-nodes", &args.cpu_nodes, Role::Cpus)?,
+        mem_nodes: nodes("mem-nodes", &args.mem_nodes, Role::Memory)?,
     };
     Shape::of(topology, &selection).map_err(|err| {
         let flag = match &err {
@@ -247,11 +230,6 @@ fn shape_of(topology: &Topology, args: &MatrixArgs) -> Result<Shape> {
             None => anyhow::Error::new(err),
         }
     })
-}
-
-fn is_wide(spec: &Option<String>) -> bool {
-    spec.as_deref()
-        .is_some_and(|s| s.trim() == "all" || s.trim().starts_with('!'))
 }
 
 fn config_of(args: &MatrixArgs) -> MatrixConfig {
@@ -283,7 +261,6 @@ fn config_of(args: &MatrixArgs) -> MatrixConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Args as _;
     use numalab::units::format_size;
     use numalab_bench::matrix::run::{EMULATED_QUICK_SIZE, QUICK_SIZE, QUICK_STREAM_SIZE};
 
@@ -299,5 +276,40 @@ mod tests {
             let size = format_size(size as u64);
             assert!(help.contains(&size), "{size} missing from: {help}");
         }
+    }
+
+    fn args(flags: &[&str]) -> MatrixArgs {
+        use clap::FromArgMatches as _;
+        let command = MatrixArgs::augment_args(clap::Command::new("matrix"));
+        let matches =
+            command.get_matches_from(std::iter::once("matrix").chain(flags.iter().copied()));
+        MatrixArgs::from_arg_matches(&matches).unwrap()
+    }
+
+    #[test]
+    fn node_flags_mean_the_nodes_that_can_play_the_role() {
+        // CPUs on nodes 0 and 2, memory on nodes 0 and 1 (a CXL node).
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/topologies/cpuless.xml"
+        );
+        let topology = Topology::from_xml_file(path).unwrap();
+        let shape = shape_of(
+            &topology,
+            &args(&["--cpu-nodes", "all", "--mem-nodes", "!0"]),
+        )
+        .unwrap();
+        assert_eq!(shape.initiators, [0, 2]);
+        assert_eq!(shape.targets, [1]);
+        let err = shape_of(&topology, &args(&["--mem-nodes", "2"])).unwrap_err();
+        assert_eq!(
+            format!("{err:#}"),
+            "--mem-nodes=2: node 2 has no memory; nodes with memory: 0-1"
+        );
+        let err = shape_of(&topology, &args(&["--cpu-nodes", "1"])).unwrap_err();
+        assert_eq!(
+            format!("{err:#}"),
+            "--cpu-nodes=1: node 1 has no CPUs (a memory-only node) and cannot run threads; nodes with CPUs: 0,2"
+        );
     }
 }
