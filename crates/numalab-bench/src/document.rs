@@ -273,25 +273,6 @@ mod tests {
     }
 
     #[test]
-    fn maps_keyed_by_node_read_back() {
-        use std::collections::BTreeMap;
-        #[derive(Debug, PartialEq, Serialize, Deserialize)]
-        struct PerNode {
-            pages: BTreeMap<u32, u64>,
-        }
-        impl Schema for PerNode {
-            const NAME: &'static str = "numalab.per-node";
-            const VERSION: u32 = 1;
-        }
-        let body = PerNode {
-            pages: BTreeMap::from([(0, 3), (1, 4)]),
-        };
-        let text = Document::new(&body).to_json().unwrap();
-        assert!(text.contains("\"0\": 3"), "{text}");
-        assert_eq!(Document::<PerNode>::parse(&text).unwrap(), body);
-    }
-
-    #[test]
     fn timestamps_are_rfc3339() {
         let now = now_rfc3339();
         assert_eq!(now.len(), 20, "{now}");

@@ -4,12 +4,10 @@
 use std::fs;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use clap::Args;
 use comfy_table::{presets, ContentArrangement, Table};
-use serde::Serialize;
 
 /// Output options shared by every command.
 #[derive(Debug, Clone, Args)]
@@ -121,60 +119,6 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// The envelope of every JSON document numalab writes.
-#[derive(Debug, Serialize)]
-pub struct Document<'a, T: Serialize> {
-    /// What the document holds, e.g. `numalab.topo`.
-    pub schema: &'a str,
-    /// Version of that schema; bumped on incompatible changes.
-    pub schema_version: u32,
-    /// The numalab version that wrote it.
-    pub numalab_version: &'a str,
-    /// When it was written (UTC, RFC 3339).
-    pub created: String,
-    /// The payload.
-    #[serde(flatten)]
-    pub body: &'a T,
-}
-
-/// Serialises `body` in numalab's JSON envelope.
-pub fn to_json<T: Serialize>(schema: &str, schema_version: u32, body: &T) -> Result<String> {
-    let doc = Document {
-        schema,
-        schema_version,
-        numalab_version: env!("CARGO_PKG_VERSION"),
-        created: now_rfc3339(),
-        body,
-    };
-    let mut text = serde_json::to_string_pretty(&doc)?;
-    text.push('\n');
-    Ok(text)
-}
-
-/// The current UTC time as `2026-11-22T02:07:54Z`.
-pub fn now_rfc3339() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// A table in numalab's style: light rules on a terminal, plain columns on
 /// a pipe or in a file.
 pub fn table(header: impl Into<comfy_table::Row>) -> Table {
@@ -280,13 +224,6 @@ mod tests {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(480 << 20), "480 MiB");
         assert_eq!(human_bytes(5 << 29), "2.5 GiB");
-    }
-
-    #[test]
-    fn timestamps_are_rfc3339() {
-        let now = now_rfc3339();
-        assert_eq!(now.len(), 20, "{now}");
-        assert!(now.ends_with('Z') && now.as_bytes()[10] == b'T', "{now}");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 pub mod affinity;
 pub mod audit;
 pub mod buffer;
+pub mod inventory;
 pub mod launch;
 pub mod locate;
 pub mod policy;
@@ -20,9 +21,10 @@ pub mod topology;
 pub mod units;
 
 pub use buffer::{BufferError, BufferOptions, HugePages, NodeBuffer};
+pub use inventory::{NodeInventory, Role, SpecError};
 pub use policy::{InterleaveWeights, MemPolicy, PolicyError, RangeMode, Support};
 #[cfg(not(loom))]
 pub use replicated::ReplicatedPages;
 pub use replicated::{Mode, ReplicaSet, Replicated};
 pub use sets::{CpuSet, NodeSet, ParseSetError};
-pub use topology::{NodeInventory, SpecError, Topology, TopologyError};
+pub use topology::{Topology, TopologyError};

@@ -15,9 +15,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::inventory::{NodeInventory, SpecError};
 use crate::sets::{NodeSet, ParseSetError};
 use crate::sys::{linux, procfs};
-use crate::topology::{NodeInventory, SpecError};
 
 /// A Linux memory policy.
 ///

@@ -75,7 +75,11 @@ fn every_public_type_has_an_example() {
         sources(&crates.join(name).join("src"), &mut files);
     }
     files.sort();
-    assert!(files.len() > 20, "sources not found under {}", crates.display());
+    assert!(
+        files.len() > 20,
+        "sources not found under {}",
+        crates.display()
+    );
     let mut report = String::new();
     let mut types = 0;
     for file in &files {

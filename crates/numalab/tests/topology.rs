@@ -323,3 +323,79 @@ fn non_topology_files_are_named() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn node_lists_resolve_for_the_role_they_play() {
+    use numalab::Role;
+    // CPUs on nodes 0 and 2, memory on nodes 0 and 1.
+    let topo = xml("cpuless.xml");
+    assert_eq!(topo.resolve_nodes("all", Role::Any).unwrap(), nodes("0-2"));
+    assert_eq!(topo.resolve_nodes("all", Role::Cpus).unwrap(), nodes("0,2"));
+    assert_eq!(
+        topo.resolve_nodes("all", Role::Memory).unwrap(),
+        nodes("0-1")
+    );
+    assert_eq!(topo.resolve_nodes("!0", Role::Cpus).unwrap(), nodes("2"));
+    assert_eq!(topo.resolve_nodes("!0", Role::Memory).unwrap(), nodes("1"));
+    assert_eq!(topo.resolve_nodes(" 1 ", Role::Memory).unwrap(), nodes("1"));
+    // An explicit list must name nodes that can play the role, with the
+    // messages the check_* functions always gave.
+    let err = topo.resolve_nodes("0-1", Role::Cpus).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "node 1 has no CPUs (a memory-only node) and cannot run threads; nodes with CPUs: 0,2"
+    );
+    let err = topo.resolve_nodes("2", Role::Memory).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "node 2 has no memory; nodes with memory: 0-1"
+    );
+    let err = topo.resolve_nodes("!0,1", Role::Memory).unwrap_err();
+    assert!(
+        matches!(err, SpecError::Nothing { what: "node", .. }),
+        "{err}"
+    );
+    let err = topo.resolve_nodes("!7", Role::Cpus).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "node 7 does not exist; this machine has nodes 0-2"
+    );
+    // The Topology and the inventory it gives answer alike, and the
+    // check_* functions are the role check.
+    let inventory = topo.inventory();
+    for spec in ["all", "!2", "0", "1-2", "0,2"] {
+        for role in [Role::Any, Role::Cpus, Role::Memory] {
+            assert_eq!(
+                topo.resolve_nodes(spec, role).map_err(|e| e.to_string()),
+                inventory
+                    .resolve_nodes(spec, role)
+                    .map_err(|e| e.to_string()),
+                "{spec} as {role:?}"
+            );
+        }
+    }
+    assert_eq!(
+        topo.check_cpu_nodes(&nodes("1")),
+        inventory.check_role(&nodes("1"), Role::Cpus)
+    );
+    assert_eq!(
+        topo.parse_nodes("all").unwrap(),
+        topo.resolve_nodes("all", Role::Any).unwrap()
+    );
+    // Policies name memory nodes: `interleave:all` skips node 2.
+    assert_eq!(
+        topo.parse_policy("interleave:all").unwrap().to_string(),
+        "interleave:0-1"
+    );
+    // A restricted cpuset: `all` is the allowed nodes of the role only.
+    let restricted = xml("16amd64-8n2c-cpusets.xml");
+    assert_eq!(
+        restricted.resolve_nodes("all", Role::Cpus).unwrap(),
+        restricted.allowed_nodes.intersection(&nodes("1-3"))
+    );
+    // A synthetic machine: every node plays every role.
+    let synthetic = Topology::from_synthetic("pack:2 numa:2 core:2 pu:1").unwrap();
+    for role in [Role::Any, Role::Cpus, Role::Memory] {
+        assert_eq!(synthetic.resolve_nodes("!3", role).unwrap(), nodes("0-2"));
+    }
+}

@@ -24,11 +24,11 @@ use super::config::Experiment;
 use super::counters::{Available, ThreadCounters};
 use super::plan::{Plan, PlanError};
 use super::result::{
-    figures, thread_figures, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat,
+    figures, thread_figures, Cause, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat,
     ReplicaCheck, RunResult, ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
 };
 use super::rwlock::StripeLock;
-use super::values::Sync;
+use super::values::{PolicySpec, Sync};
 use crate::kernels::Rng;
 use crate::stats::NOISY_CV;
 use crate::workers::run_pinned;
@@ -196,20 +196,25 @@ pub fn execute_plan(
     for check in checks.iter().filter(|c| !c.as_requested) {
         // The plan already explained this region (e.g. `remote` on a
         // one-node machine): one line is enough.
-        let region = format!("region {} ", check.region);
         let already = plan.warnings.iter().any(|w| {
             w.kind == WarningKind::Placement
-                && (w.message.contains(&region)
-                    || (check.requested == "remote" && w.message.contains("cannot be remote")))
+                && (w.is_about_region(check.region)
+                    || (check.requested == PolicySpec::Remote
+                        && matches!(w.cause, Some(Cause::NoRemoteNode { .. }))))
         });
         if !already {
-            warnings.push(Warning::new(
-                WarningKind::Placement,
-                format!(
-                    "placement did not match the request: region {}: {}",
-                    check.region, check.note
-                ),
-            ));
+            warnings.push(
+                Warning::new(
+                    WarningKind::Placement,
+                    format!(
+                        "placement did not match the request: region {}: {}",
+                        check.region, check.note
+                    ),
+                )
+                .because(Cause::Mismatch {
+                    region: check.region,
+                }),
+            );
         }
     }
 
@@ -334,7 +339,7 @@ fn install_weights(plan: &Plan) -> Result<Option<InterleaveWeights>, ExecuteErro
     InterleaveWeights::set(weights)
         .map(Some)
         .map_err(|source| ExecuteError::Weights {
-            policy: region.requested.clone(),
+            policy: region.requested.to_string(),
             source,
         })
 }
@@ -519,8 +524,8 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                     (false, format!("first-touch: {}; found {found}", strays.join("; ")))
                 }
             } else {
-                match r.requested.as_str() {
-                    "local" => {
+                match &r.requested {
+                    PolicySpec::Local => {
                         let off = found.present() - found.on_nodes(&thread_nodes);
                         if check.is_match() && off == 0 {
                             (true, format!("local: {}", check.note))
@@ -528,7 +533,7 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                             (false, format!("local asked, but {off} of {} pages are off the threads' node(s) {thread_nodes}; found {found}", found.present()))
                         }
                     }
-                    "remote" => {
+                    PolicySpec::Remote => {
                         let on_own = found.on_nodes(&thread_nodes);
                         if check.is_match() && on_own == 0 {
                             (true, format!("remote: {}", check.note))
@@ -543,7 +548,7 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                 region: r.region,
                 bytes: r.bytes,
                 requested: r.requested.clone(),
-                policy: r.policy.to_string(),
+                policy: r.policy.clone(),
                 thread_nodes,
                 audit: check,
                 as_requested,
@@ -614,7 +619,7 @@ fn check_replicated(
         region: r.region,
         bytes: r.bytes,
         requested: r.requested.clone(),
-        policy: r.policy.to_string(),
+        policy: r.policy.clone(),
         thread_nodes,
         audit: check,
         as_requested,
@@ -958,9 +963,11 @@ mod tests {
         if numalab::NodeInventory::live().with_memory.len() == 1 {
             // One node: the pages cannot be remote, and every output says so.
             assert!(!result.placement_as_requested());
-            assert!(result.warnings.iter().any(
-                |w| w.kind == WarningKind::Placement && w.message.contains("cannot be remote")
-            ));
+            assert!(result
+                .warnings
+                .iter()
+                .any(|w| w.kind == WarningKind::Placement
+                    && w.cause == Some(Cause::NoRemoteNode { region: 0 })));
             assert!(
                 region.note.starts_with("remote asked, but"),
                 "{}",
@@ -1022,10 +1029,10 @@ mod tests {
                 );
             }
             let one_copy = planned.len() == 1;
-            let says_so = result.warnings.iter().any(|w| {
-                w.kind == WarningKind::Inconclusive
-                    && w.message.contains("replication cannot help on one node")
-            });
+            let says_so = result
+                .warnings
+                .iter()
+                .any(|w| w.kind == WarningKind::Inconclusive && w.cause == Some(Cause::OneCopy));
             assert_eq!(says_so, one_copy, "{what}: {:?}", result.warnings);
         }
     }

@@ -13,6 +13,8 @@
 //! - [`plan`]: threads' CPUs and nodes, regions' policies, refusals;
 //! - [`mod@execute`]: the run itself (its access loops are in `access`);
 //! - [`result`]: the one result type every exporter reads;
+//! - [`warning`]: what every output shows beside the figures, made by the
+//!   plan, the run and the sweep;
 //! - [`sweep`]: grids of experiments and the comparison against `local`.
 
 pub(crate) mod access;
@@ -25,11 +27,13 @@ pub mod result;
 pub mod rwlock;
 pub mod sweep;
 pub mod values;
+pub mod warning;
 
 pub use clock::Clock;
 pub use config::{ConfigError, Experiment, Key, KEYS};
 pub use execute::{execute, execute_plan, Control, ExecuteError, Progress};
 pub use plan::{Plan, PlanError, RegionPlan, ThreadPlan};
-pub use result::{RunResult, SweepResult, Warning, WarningKind};
+pub use result::{RunResult, SweepResult};
 pub use sweep::run_sweep;
 pub use values::{ByteSize, Pattern, PolicySpec, ReadWrite, Seconds, Sharing, ThreadPlacement};
+pub use warning::{Cause, Warning, WarningKind};

@@ -6,12 +6,14 @@
 use std::collections::BTreeMap;
 
 use numalab::system::NodeMemory;
-use numalab::{CpuSet, HugePages, MemPolicy, NodeSet, PolicyError, SpecError, Support, Topology};
+use numalab::{
+    CpuSet, HugePages, MemPolicy, NodeSet, PolicyError, Role, SpecError, Support, Topology,
+};
 use serde::{Deserialize, Serialize};
 
 use super::config::Experiment;
-use super::result::{Warning, WarningKind};
 use super::values::{Pattern, PolicySpec, Sharing, ThreadPlacement};
+use super::warning::{Cause, Warning, WarningKind};
 
 /// One worker thread's place.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,8 +46,9 @@ pub struct RegionPlan {
     pub region: usize,
     /// Its size in bytes.
     pub bytes: u64,
-    /// The policy the experiment asked for (`local`, `remote`, ...).
-    pub requested: String,
+    /// The policy the experiment asked for (`local`, `remote`, ...;
+    /// written as that text).
+    pub requested: PolicySpec,
     /// The kernel policy that gives it, on this topology.
     pub policy: MemPolicy,
     /// No policy: each thread faults in its own share.
@@ -307,7 +310,7 @@ impl Plan {
             regions.push(RegionPlan {
                 region: r,
                 bytes: exp.memory.size.0,
-                requested: exp.memory.policy.to_string(),
+                requested: exp.memory.policy.clone(),
                 policy,
                 first_touch,
                 home,
@@ -433,14 +436,14 @@ fn thread_cpus(
     let (nodes, weights): (Vec<u32>, Vec<u32>) = match &exp.threads.placement {
         ThreadPlacement::Balanced => (cpu_nodes.clone(), vec![1; cpu_nodes.len()]),
         ThreadPlacement::Nodes(list) => {
-            let set = topology
-                .parse_nodes(list)
-                .and_then(|set| topology.check_cpu_nodes(&set).map(|()| set))
-                .map_err(|source| PlanError::Spec {
-                    key: "threads.placement",
-                    value: placement.clone(),
-                    source,
-                })?;
+            let set =
+                topology
+                    .resolve_nodes(list, Role::Cpus)
+                    .map_err(|source| PlanError::Spec {
+                        key: "threads.placement",
+                        value: placement.clone(),
+                        source,
+                    })?;
             let nodes: Vec<u32> = set.iter().filter(|n| cpu_nodes.contains(n)).collect();
             let weights = vec![1; nodes.len()];
             (nodes, weights)
@@ -456,7 +459,7 @@ fn thread_cpus(
                         place_name(&cpu_nodes.iter().copied().collect()),
                         if cpu_nodes.len() == 1 { "has" } else { "have" },
                     ),
-                ));
+                ).because(Cause::Key { key: "threads.placement".into() }));
             }
             if weights.is_empty() {
                 return Err(PlanError::NoCpus { placement });
@@ -520,7 +523,7 @@ fn region_policy(
                 format!(
                     "region {region} is shared by threads on nodes {user_nodes}: `{what}` can only be {what} to one node's threads; it is on node {node} (memory.sharing = \"per-node\" gives each node its own region)"
                 ),
-            ));
+            ).because(Cause::SharedRegion { region }));
         }
     };
     let policy = match &exp.memory.policy {
@@ -540,7 +543,7 @@ fn region_policy(
                 warnings.push(Warning::new(
                     WarningKind::Placement,
                     format!("node {home} has no memory: region {region}'s `local` pages go to the nearest node with memory, {nearest}"),
-                ));
+                ).because(Cause::NodeWithoutMemory { region, node: home }));
                 nearest
             };
             shared_note("local", node, warnings);
@@ -563,7 +566,7 @@ fn region_policy(
                         warnings.push(Warning::new(
                             WarningKind::Placement,
                             format!("region {region} is shared by threads on nodes {user_nodes}: no node is remote to all of them; it is on node {node}, local to that node's threads"),
-                        ));
+                        ).because(Cause::SharedRegion { region }));
                     }
                     MemPolicy::Bind(NodeSet::single(node))
                 }
@@ -579,7 +582,7 @@ fn region_policy(
                             "memory.policy = \"remote\": this machine has one NUMA node with memory ({}), so the pages cannot be remote; region {region} is on node {node} and its figures are local figures",
                             memory_nodes
                         ),
-                    ));
+                    ).because(Cause::NoRemoteNode { region }));
                     MemPolicy::Bind(NodeSet::single(node))
                 }
             }
@@ -616,8 +619,7 @@ fn replica_nodes(
         .intersection(&topology.allowed_nodes);
     let set = match nodes {
         Some(list) => topology
-            .parse_nodes(list)
-            .and_then(|set| topology.check_memory_nodes(&set).map(|()| set))
+            .resolve_nodes(list, Role::Memory)
             .map_err(|source| PlanError::Spec {
                 key: "memory.policy",
                 value: exp.memory.policy.to_string(),
@@ -690,7 +692,7 @@ fn replication_notes(
                 "memory.policy = \"{policy}\": one copy, on node {}{why}: every thread reads it as it would `local` memory, so replication cannot help on one node; these are local figures with the write path of a single copy",
                 copies[0]
             ),
-        ));
+        ).because(Cause::OneCopy));
         return;
     }
     let read_from = |region: &RegionPlan| -> NodeSet {
@@ -708,7 +710,7 @@ fn replication_notes(
                 "memory.policy = \"{policy}\" with memory.sharing = \"{}\": each region is read by one node's threads only, so its copies on the other nodes are written and never read; memory.sharing = \"shared\" mirrors one region for every thread (the deck's Experiment 2)",
                 exp.memory.sharing
             ),
-        ));
+        ).because(Cause::CopiesNeverRead));
         return;
     }
     for region in regions {
@@ -724,7 +726,7 @@ fn replication_notes(
                     copies.len() - 1,
                     if copies.len() == 2 { "y" } else { "ies" },
                 ),
-            ));
+            ).because(Cause::OneCopyRead { region: region.region }));
         }
     }
 }
@@ -995,15 +997,49 @@ mod tests {
     }
 
     #[test]
+    fn node_lists_mean_the_nodes_that_can_play_the_role() {
+        // CPUs on nodes 0 and 2, memory on nodes 0 and 1 (a CXL node).
+        let topo = xml("cpuless.xml");
+        // `all` places threads on the nodes with CPUs only.
+        let p = plan(&topo, "[threads]\ncount = 2\nplacement = \"nodes:all\"");
+        assert_eq!(nodes_of_threads(&p), [0, 2]);
+        let p = plan(&topo, "[threads]\ncount = 1\nplacement = \"nodes:!0\"");
+        assert_eq!(nodes_of_threads(&p), [2]);
+        // An explicit memory-only node is refused, as before.
+        let err = Plan::resolve(&exp("[threads]\nplacement = \"nodes:0,1\""), &topo).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "threads.placement = \"nodes:0,1\": node 1 has no CPUs (a memory-only node) and cannot run threads; nodes with CPUs: 0,2"
+        );
+        // Copies go on nodes with memory: `replicate:all` skips node 2.
+        let p = plan(
+            &topo,
+            "[threads]\ncount = 2\n[memory]\npolicy = \"replicate:all\"\nsharing = \"shared\"\nsize = \"1MiB\"",
+        );
+        assert_eq!(p.regions[0].replicas, [0, 1]);
+        let err = Plan::resolve(
+            &exp("[memory]\npolicy = \"replicate:1,2\"\nsharing = \"shared\""),
+            &topo,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .ends_with("node 2 has no memory; nodes with memory: 0-1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn ratio_beyond_the_nodes_warns() {
         let one = Topology::from_synthetic("numa:1 core:4 pu:1").unwrap();
         let p = plan(&one, "[threads]\ncount = 4\nplacement = \"ratio:3:1\"");
         assert_eq!(nodes_of_threads(&p), [0, 0, 0, 0]);
         assert_eq!(p.warnings[0].kind, WarningKind::Placement);
-        assert!(
-            p.warnings[0]
-                .message
-                .contains("names 2 nodes but only node 0 has CPUs"),
+        assert_eq!(
+            p.warnings[0].cause,
+            Some(Cause::Key {
+                key: "threads.placement".into()
+            }),
             "{}",
             p.warnings[0].message
         );
@@ -1082,8 +1118,9 @@ mod tests {
         let p = plan(&one, "[threads]\ncount = 2\n[memory]\npolicy = \"remote\"");
         assert_eq!(p.regions[0].policy, MemPolicy::Bind(NodeSet::single(0)));
         assert_eq!(p.warnings.len(), 1);
-        assert!(
-            p.warnings[0].message.contains("cannot be remote"),
+        assert_eq!(
+            p.warnings[0].cause,
+            Some(Cause::NoRemoteNode { region: 0 }),
             "{}",
             p.warnings[0].message
         );
@@ -1100,10 +1137,9 @@ mod tests {
             MemPolicy::Bind(NodeSet::single(0)),
             "home = most threads"
         );
-        assert!(
-            p.warnings[0]
-                .message
-                .contains("can only be local to one node"),
+        assert_eq!(
+            p.warnings[0].cause,
+            Some(Cause::SharedRegion { region: 0 }),
             "{:?}",
             p.warnings
         );
@@ -1112,8 +1148,9 @@ mod tests {
             "[threads]\ncount = 4\n[memory]\nsharing = \"shared\"\npolicy = \"remote\"",
         );
         assert_eq!(p.regions[0].policy, MemPolicy::Bind(NodeSet::single(1)));
-        assert!(
-            p.warnings[0].message.contains("no node is remote"),
+        assert_eq!(
+            p.warnings[0].cause,
+            Some(Cause::SharedRegion { region: 0 }),
             "{:?}",
             p.warnings
         );
@@ -1229,11 +1266,11 @@ mod tests {
         Topology::from_xml_file(path).unwrap()
     }
 
-    fn inconclusive(plan: &Plan) -> Vec<&str> {
+    fn inconclusive(plan: &Plan) -> Vec<&Cause> {
         plan.warnings
             .iter()
             .filter(|w| w.kind == WarningKind::Inconclusive)
-            .map(|w| w.message.as_str())
+            .filter_map(|w| w.cause.as_ref())
             .collect()
     }
 
@@ -1252,7 +1289,7 @@ mod tests {
             assert_eq!(r.replicas, all, "{n} nodes: a copy on each");
             assert_eq!(r.policy, MemPolicy::Bind(all.iter().copied().collect()));
             assert_eq!(r.expected_nodes.len(), n);
-            assert_eq!(r.requested, "replicate");
+            assert_eq!(r.requested, PolicySpec::Replicate(None));
             for t in &p.threads {
                 let copy = t.replica.expect("every thread reads a copy");
                 assert_eq!(
@@ -1272,11 +1309,8 @@ mod tests {
             assert_eq!(p.threads[0].replica, Some(0));
             let notes = inconclusive(&p);
             assert_eq!(notes.len(), 1, "{notes:?}");
-            assert!(
-                notes[0].contains("every thread of region 0 reads copy 0"),
-                "{}",
-                notes[0]
-            );
+            assert_eq!(notes, [&Cause::OneCopyRead { region: 0 }]);
+            assert_eq!(p.threads[0].replica, Some(0), "copy 0");
         }
     }
 
@@ -1351,11 +1385,7 @@ mod tests {
         assert!(p.threads.iter().all(|t| t.replica == Some(0)));
         let notes = inconclusive(&p);
         assert_eq!(notes.len(), 1);
-        assert!(
-            notes[0].contains("replication cannot help on one node"),
-            "{}",
-            notes[0]
-        );
+        assert_eq!(notes[0], &Cause::OneCopy);
         assert!(
             !p.warnings.iter().any(|w| w.kind == WarningKind::Placement),
             "the pages are as asked: no placement warning"
@@ -1372,11 +1402,7 @@ mod tests {
         assert!(p.regions.iter().all(|r| r.replicas == [0, 1]));
         let notes = inconclusive(&p);
         assert_eq!(notes.len(), 1);
-        assert!(
-            notes[0].contains("memory.sharing = \"per-node\""),
-            "{}",
-            notes[0]
-        );
+        assert_eq!(notes[0], &Cause::CopiesNeverRead);
     }
 
     #[test]
@@ -1421,14 +1447,16 @@ mod tests {
             assert_eq!(p.regions.len(), 1, "one shared table");
             let r = &p.regions[0];
             assert_eq!(r.bytes, 300 << 20);
-            match r.requested.as_str() {
-                "replicate" => {
+            match &r.requested {
+                PolicySpec::Replicate(None) => {
                     assert_eq!(r.replicas, [0, 1], "a mirror on both nodes");
                     for t in &p.threads {
                         assert_eq!(r.replicas[t.replica.unwrap()], t.node);
                     }
                 }
-                "interleave" => assert_eq!(r.policy.to_string(), "interleave:0-1"),
+                PolicySpec::Kernel(text) if text == "interleave" => {
+                    assert_eq!(r.policy.to_string(), "interleave:0-1")
+                }
                 _ => assert_eq!(r.policy, MemPolicy::Bind(NodeSet::single(0))),
             }
             assert!(

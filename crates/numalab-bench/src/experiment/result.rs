@@ -7,10 +7,14 @@ use std::collections::BTreeMap;
 
 use numalab::audit::PlacementAudit;
 use numalab::system::Environment;
+use numalab::MemPolicy;
 use serde::{Deserialize, Serialize};
 
 use super::config::Experiment;
 use super::plan::Plan;
+// Warnings are shared with the plan, which makes them first.
+use super::values::PolicySpec;
+pub use super::warning::{Cause, Warning, WarningKind};
 use crate::stats::{quantile, Summary};
 
 /// `schema` of a run's JSON document.
@@ -19,48 +23,6 @@ pub const RUN_SCHEMA: &str = "numalab.run";
 pub const SWEEP_SCHEMA: &str = "numalab.sweep";
 /// Version of both schemas; bumped on incompatible changes.
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// What a warning is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WarningKind {
-    /// The pages or threads are not where the experiment asked.
-    Placement,
-    /// Threads share CPUs.
-    Oversubscribed,
-    /// The repeats disagree more than [`crate::stats::NOISY_CV`].
-    Noisy,
-    /// No hardware performance counters.
-    NoPmu,
-    /// The engine's own loop is a visible share of the time.
-    Overhead,
-    /// Stopped before the end (Ctrl-C).
-    Interrupted,
-    /// The run is as asked but cannot show what the experiment compares
-    /// on this machine (replication with one node).
-    Inconclusive,
-    /// A sweep cell failed while running; the sweep went on.
-    Failed,
-}
-
-/// Something every output shows beside the figures.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Warning {
-    /// What it is about.
-    pub kind: WarningKind,
-    /// One sentence for people.
-    pub message: String,
-}
-
-impl Warning {
-    /// A warning.
-    pub fn new(kind: WarningKind, message: impl Into<String>) -> Warning {
-        Warning {
-            kind,
-            message: message.into(),
-        }
-    }
-}
 
 /// Latency percentiles of the sampled operations, in nanoseconds (the
 /// clock's own cost subtracted).
@@ -208,10 +170,10 @@ pub struct RegionCheck {
     pub region: usize,
     /// Bytes.
     pub bytes: u64,
-    /// The policy asked for (`remote`).
-    pub requested: String,
-    /// The kernel policy used.
-    pub policy: String,
+    /// The policy asked for (`remote`; written as that text).
+    pub requested: PolicySpec,
+    /// The kernel policy used (written in numactl's spelling).
+    pub policy: MemPolicy,
     /// Nodes of the threads that use it.
     pub thread_nodes: numalab::NodeSet,
     /// Pages found against the kernel policy.

@@ -9,8 +9,8 @@ use super::config::{ConfigError, Experiment};
 use super::execute::{execute_plan, Control, ExecuteError};
 use super::plan::{Plan, PlanError};
 use super::result::{
-    compare_with_local, RunResult, SweepCell, SweepResult, Warning, WarningKind, SCHEMA_VERSION,
-    SWEEP_SCHEMA,
+    compare_with_local, Cause, RunResult, SweepCell, SweepResult, Warning, WarningKind,
+    SCHEMA_VERSION, SWEEP_SCHEMA,
 };
 
 /// Why a sweep could not run.
@@ -144,13 +144,18 @@ fn run_cells(
         .iter()
         .filter_map(|c| {
             let error = c.error.as_ref()?;
-            Some(Warning::new(
-                WarningKind::Failed,
-                format!(
-                    "sweep cell {} failed: {error}; the sweep went on",
-                    describe(&c.settings)
-                ),
-            ))
+            Some(
+                Warning::new(
+                    WarningKind::Failed,
+                    format!(
+                        "sweep cell {} failed: {error}; the sweep went on",
+                        describe(&c.settings)
+                    ),
+                )
+                .because(Cause::Cell {
+                    settings: c.settings.clone(),
+                }),
+            )
         })
         .collect();
     let mismatched = cells
@@ -289,11 +294,14 @@ mod tests {
             .iter()
             .find(|w| w.kind == WarningKind::Failed)
             .expect("a warning for the failed cell");
-        assert!(
-            warning.message.contains("access.op_size = 128") && warning.message.contains(error),
-            "{}",
-            warning.message
+        assert_eq!(
+            warning.cause,
+            Some(Cause::Cell {
+                settings: failed.settings.clone()
+            })
         );
+        assert_eq!(failed.setting("access.op_size"), Some("128"));
+        assert!(warning.message.contains(error), "{}", warning.message);
         // The JSON keeps the error; cells that ran carry none.
         let json = serde_json::to_value(&result).unwrap();
         assert_eq!(json["cells"][1]["error"], error);

@@ -161,10 +161,22 @@ pub enum ThreadPlacement {
     /// deck's unbalanced split: `ratio:3:1` puts three quarters of the
     /// threads on the first node).
     Ratio(Vec<u32>),
-    /// Spread evenly over these nodes (`nodes:0,1`).
+    /// Spread evenly over these nodes (`nodes:0,1`; `nodes:all` and
+    /// `nodes:!1` are the nodes with CPUs, as numactl writes lists).
     Nodes(String),
     /// Exactly these CPUs, in this order (`cpus:0-5,12-17`).
     Cpus(String),
+}
+
+/// Checks the syntax of a node list in numactl's spelling (`0-3,7`,
+/// `all`, `!1`); which nodes it names is resolved against the topology by
+/// the plan ([`numalab::Topology::resolve_nodes`]).
+fn node_list_syntax(list: &str) -> Result<(), numalab::ParseSetError> {
+    let list = list.trim();
+    if list == "all" {
+        return Ok(());
+    }
+    numalab::NodeSet::from_str(list.strip_prefix('!').unwrap_or(list)).map(|_| ())
 }
 
 impl FromStr for ThreadPlacement {
@@ -189,8 +201,7 @@ impl FromStr for ThreadPlacement {
                 Ok(ThreadPlacement::Ratio(ratio))
             }
             ("nodes", list) if !list.is_empty() => {
-                numalab::NodeSet::from_str(list)
-                    .map_err(|e| format!("invalid placement {s:?}: {e}"))?;
+                node_list_syntax(list).map_err(|e| format!("invalid placement {s:?}: {e}"))?;
                 Ok(ThreadPlacement::Nodes(list.to_owned()))
             }
             ("cpus", list) if !list.is_empty() => {
@@ -279,10 +290,7 @@ impl FromStr for PolicySpec {
                 ));
             }
             // Syntax only here, as for the kernel's policies.
-            list.replace("all", "0")
-                .replace('!', "")
-                .parse::<numalab::NodeSet>()
-                .map_err(|e| format!("invalid policy {s:?}: {e}"))?;
+            node_list_syntax(list).map_err(|e| format!("invalid policy {s:?}: {e}"))?;
             return Ok(PolicySpec::Replicate(Some(list.to_owned())));
         }
         match name {

@@ -12,13 +12,15 @@
 //! - [`c2c`]: cache-line hand-over between two cores;
 //! - [`run`](mod@run): the whole measurement, checked before anything is
 //!   allocated, every cell placement-audited and repeated, into a
-//!   [`MatrixResult`].
+//!   [`MatrixResult`];
+//! - [`plan`]: what `--plan` shows without measuring.
 
 pub mod bandwidth;
 pub mod c2c;
 pub mod latency;
 pub mod llc;
 pub mod loaded;
+pub mod plan;
 mod result;
 pub mod run;
 pub mod shape;
@@ -28,9 +30,11 @@ use std::time::Duration;
 use numalab::affinity::{self, BindError};
 use numalab::{BufferError, CpuSet, NodeSet, SpecError};
 
+pub use plan::PlanReport;
 pub use result::{
     BandwidthCell, BandwidthMatrix, BasePages, C2cCell, C2cMatrix, Figure, LatencyCell,
-    LatencyMatrix, LoadedCurve, LoadedPoint, MatrixResult, PlacementSummary, Settings,
+    LatencyMatrix, LoadedCurve, LoadedPoint, MatrixResult, MatrixWarning, MatrixWarningKind,
+    PlacementSummary, Settings,
 };
 pub use run::{validate, MatrixConfig, Measurements};
 pub use shape::{Firmware, FirmwareCell, NodeSelection, Shape};
@@ -40,6 +44,11 @@ pub const SCHEMA: &str = "numalab.matrix";
 
 /// Version of [`SCHEMA`]; bumped on incompatible changes.
 pub const SCHEMA_VERSION: u32 = 1;
+
+impl crate::document::Schema for MatrixResult {
+    const NAME: &'static str = SCHEMA;
+    const VERSION: u32 = SCHEMA_VERSION;
+}
 
 /// Why a matrix could not be measured.
 #[derive(Debug, thiserror::Error)]

@@ -248,6 +248,101 @@ pub struct C2cCell {
     pub placement: PlacementAudit,
 }
 
+/// What a matrix warning is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MatrixWarningKind {
+    /// The CPU is emulated: the timings say nothing about memory.
+    Emulated,
+    /// The working set is not the one planned (no cache knee found, cut
+    /// to fit the free memory).
+    WorkingSet,
+    /// Huge pages missing or only partly given.
+    HugePages,
+    /// A measurement could not be made as asked (no CPU left to generate
+    /// load, no pair of cores on a node).
+    Skipped,
+    /// Stopped by Ctrl-C.
+    Interrupted,
+    /// A working set's pages are not where asked.
+    Placement,
+    /// A figure's samples spread more than the noise threshold.
+    Noisy,
+    /// Read from a result written before warnings had kinds.
+    Other,
+}
+
+/// Something the reader of a matrix should know, with what it is about.
+///
+/// Written in JSON as `{"kind": "noisy", "message": "…"}`; a result
+/// written when warnings were bare strings still reads (as
+/// [`MatrixWarningKind::Other`]).
+///
+/// ```
+/// use numalab_bench::matrix::{MatrixWarning, MatrixWarningKind};
+/// let w = MatrixWarning::new(MatrixWarningKind::Noisy, "latency 0->1: noisy");
+/// assert!(w.is_noise());
+/// assert_eq!(w.to_string(), "latency 0->1: noisy");
+/// let json = serde_json::to_string(&w).unwrap();
+/// assert_eq!(json, r#"{"kind":"noisy","message":"latency 0->1: noisy"}"#);
+/// let old: MatrixWarning = serde_json::from_str(r#""a warning of old""#).unwrap();
+/// assert_eq!(old.kind, MatrixWarningKind::Other);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MatrixWarning {
+    /// What it is about.
+    pub kind: MatrixWarningKind,
+    /// One sentence for people.
+    pub message: String,
+}
+
+impl MatrixWarning {
+    /// A warning.
+    pub fn new(kind: MatrixWarningKind, message: impl Into<String>) -> MatrixWarning {
+        MatrixWarning {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Whether it says a figure was noisy (the machine was busy).
+    pub fn is_noise(&self) -> bool {
+        self.kind == MatrixWarningKind::Noisy
+    }
+
+    /// Whether the message contains `text`. Code should match on
+    /// [`kind`](Self::kind) (or [`is_noise`](Self::is_noise)) instead;
+    /// this keeps callers written for bare-string warnings working.
+    pub fn contains(&self, text: &str) -> bool {
+        self.message.contains(text)
+    }
+}
+
+impl std::fmt::Display for MatrixWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<'de> Deserialize<'de> for MatrixWarning {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Typed {
+                kind: MatrixWarningKind,
+                message: String,
+            },
+            Text(String),
+        }
+        Ok(match Either::deserialize(deserializer)? {
+            Either::Typed { kind, message } => MatrixWarning { kind, message },
+            Either::Text(message) => MatrixWarning::new(MatrixWarningKind::Other, message),
+        })
+    }
+}
+
 /// Everything `numalab matrix` measured.
 ///
 /// Measuring a 1 x 1 matrix from the library (a 1 MiB working set, to keep
@@ -291,7 +386,7 @@ pub struct MatrixResult {
     pub placement_summary: PlacementSummary,
     /// Everything the reader should know: pages not where asked, noisy
     /// figures, huge pages missing.
-    pub warnings: Vec<String>,
+    pub warnings: Vec<MatrixWarning>,
     /// Stopped by Ctrl-C: cells not in the result were not measured.
     #[serde(default)]
     pub interrupted: bool,

@@ -352,7 +352,7 @@ pub fn run_until(
     validate(topology, shape, config)?;
     let environment = Environment::current(topology);
     let cpu_mhz = environment.host.cpu_mhz.filter(|m| *m > 0.0);
-    let mut warnings: Vec<String> = Vec::new();
+    let mut warnings: Vec<MatrixWarning> = Vec::new();
     let sample = config.sample();
     let first_initiator = shape.initiators[0];
     let first_cpu = usable_cpus(topology, first_initiator)[0];
@@ -365,9 +365,10 @@ pub fn run_until(
     // The working sets: the chase's, and the streams'.
     let emulated = emulated_cpu();
     if emulated {
-        warnings.push(
-            "the CPU is emulated (QEMU TCG): every timing here is emulated and says nothing about memory; the shape, placement and firmware values hold".into(),
-        );
+        warnings.push(MatrixWarning::new(
+            MatrixWarningKind::Emulated,
+            "the CPU is emulated (QEMU TCG): every timing here is emulated and says nothing about memory; the shape, placement and firmware values hold",
+        ));
     }
     let mut cache_sweep = None;
     let (size, stream, size_source) = match (config.size, config.quick) {
@@ -427,11 +428,11 @@ pub fn run_until(
                     ),
                 ),
                 None => {
-                    warnings.push(format!(
+                    warnings.push(MatrixWarning::new(MatrixWarningKind::WorkingSet, format!(
                         "the latency-versus-size sweep found no cache knee up to {}; measuring {} (use --size to choose)",
                         human(largest as u64),
                         human(largest as u64)
-                    ));
+                    )));
                     (
                         largest,
                         "the largest size of the cache sweep (no knee found)".into(),
@@ -463,10 +464,13 @@ pub fn run_until(
             .max(MIN_SIZE);
         for (what, bytes) in [("chase", size), ("stream", stream)] {
             if bytes > fits {
-                warnings.push(format!(
+                warnings.push(MatrixWarning::new(
+                    MatrixWarningKind::WorkingSet,
+                    format!(
                     "the {what} working set was cut from {} to {} to fit the targets' free memory",
                     human(bytes as u64),
                     human(fits as u64)
+                ),
                 ));
             }
         }
@@ -500,7 +504,10 @@ pub fn run_until(
             None => {
                 let (pages, note) = huge_pages_for(target, size.max(settings.bandwidth_bytes));
                 if let Some(note) = note {
-                    warnings.push(format!("node {target}: {note}"));
+                    warnings.push(MatrixWarning::new(
+                        MatrixWarningKind::HugePages,
+                        format!("node {target}: {note}"),
+                    ));
                 }
                 pages
             }
@@ -552,10 +559,10 @@ pub fn run_until(
             };
             if let Some(share) = run.pages.huge_share {
                 if huge == HugePages::Transparent && share < 0.9 {
-                    warnings.push(format!(
+                    warnings.push(MatrixWarning::new(MatrixWarningKind::HugePages, format!(
                         "latency {i}->{t}: only {:.0}% of the working set got transparent huge pages (memory fragmented?); the figure includes TLB misses",
                         share * 100.0
-                    ));
+                    )));
                 }
             }
             out.push(LatencyCell {
@@ -671,9 +678,9 @@ pub fn run_until(
             let cpus = spread_cpus(topology, i, config.threads.unwrap_or(usize::MAX));
             let Some((&chase_cpu, load_cpus)) = cpus.split_first().filter(|(_, l)| !l.is_empty())
             else {
-                warnings.push(format!(
+                warnings.push(MatrixWarning::new(MatrixWarningKind::Skipped, format!(
                     "loaded latency {i}->{target}: one CPU of node {i} in use, none left to generate load (the chase takes one; --threads counts both)"
-                ));
+                )));
                 continue;
             };
             progress(&format!(
@@ -763,7 +770,11 @@ pub fn run_until(
                 });
             }
         }
-        warnings.extend(notes.iter().cloned());
+        warnings.extend(
+            notes
+                .iter()
+                .map(|note| MatrixWarning::new(MatrixWarningKind::Skipped, note.clone())),
+        );
         Some(C2cMatrix {
             nodes: shape.initiators.clone(),
             cells,
@@ -775,9 +786,10 @@ pub fn run_until(
 
     let interrupted = stopped();
     if interrupted {
-        warnings.push(
-            "interrupted (Ctrl-C): the result holds the cells measured before it; the others were not measured".into(),
-        );
+        warnings.push(MatrixWarning::new(
+            MatrixWarningKind::Interrupted,
+            "interrupted (Ctrl-C): the result holds the cells measured before it; the others were not measured",
+        ));
     }
     let mut result = MatrixResult {
         environment: Some(environment),
@@ -805,7 +817,10 @@ pub fn finish(result: &mut MatrixResult) {
     let matching = audits.iter().filter(|(_, a)| a.is_match()).count();
     for (what, audit) in &audits {
         if !audit.is_match() {
-            warnings.push(format!("{what}: pages not where asked: {}", audit.note));
+            warnings.push(MatrixWarning::new(
+                MatrixWarningKind::Placement,
+                format!("{what}: pages not where asked: {}", audit.note),
+            ));
         }
     }
     let placement_summary = PlacementSummary {
@@ -813,15 +828,15 @@ pub fn finish(result: &mut MatrixResult) {
         matching,
         all_match: matching == audits.len(),
     };
-    let noisy = |what: String, figure: &Figure, warnings: &mut Vec<String>| {
+    let noisy = |what: String, figure: &Figure, warnings: &mut Vec<MatrixWarning>| {
         if figure.noisy {
-            warnings.push(format!(
+            warnings.push(MatrixWarning::new(MatrixWarningKind::Noisy, format!(
                 "{what}: noisy (CV {:.1}% over {} samples, range {:.1} to {:.1}); the machine was busy: re-run on a quiet machine or with more --repeats",
                 figure.summary.cv * 100.0,
                 figure.summary.n,
                 figure.summary.min,
                 figure.summary.max
-            ));
+            )));
         }
     };
     for c in result.latency.iter().flat_map(|m| &m.cells) {

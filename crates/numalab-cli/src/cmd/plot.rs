@@ -4,9 +4,11 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use numalab_bench::document::{Document, Schema};
 use numalab_bench::experiment::result::{RunResult, SweepResult, RUN_SCHEMA, SWEEP_SCHEMA};
+use numalab_bench::matrix::MatrixResult;
 
-use crate::exp::{figures, text};
+use crate::render::{experiment::text, figures};
 
 /// Redraw the figures of a saved result (numalab sweep/run --json) as SVG
 /// and PNG
@@ -44,6 +46,9 @@ pub fn run(args: &PlotArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| path.with_extension(""));
     let load_err = || format!("reading {} as {schema}", path.display());
+    // A run or sweep result carries its schema fields itself, so it is
+    // read as its type directly; a matrix result is a document of its
+    // schema, checked for name and version as it is read.
     let paths = match schema.as_str() {
         SWEEP_SCHEMA => {
             let sweep: SweepResult = serde_json::from_value(doc).with_context(load_err)?;
@@ -53,7 +58,10 @@ pub fn run(args: &PlotArgs) -> Result<()> {
             let run: RunResult = serde_json::from_value(doc).with_context(load_err)?;
             figures::draw_run(&run, &stem)?
         }
-        "numalab.matrix" => crate::cmd::matrix::figures(&doc, &stem)?,
+        MatrixResult::NAME => {
+            let result = Document::<MatrixResult>::parse(&text_in).with_context(load_err)?;
+            figures::draw_matrix(&result, &stem)?
+        }
         "" => bail!(
             "{} has no \"schema\" field; numalab plot reads files written by numalab run/sweep --json",
             path.display()

@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex};
 use anyhow::Result;
 use clap::Args;
 use numalab::Topology;
-use numalab_bench::experiment::{Control, Plan, RunResult};
+use numalab_bench::experiment::{Control, Plan};
 
-use crate::exp::{self, csv, text, ProgressDisplay};
-use crate::output::{self, Format, OutputArgs};
+use crate::exp::{self, ProgressDisplay};
+use crate::output::OutputArgs;
+use crate::render;
 
 /// Run an experiment file: pinned threads access placed memory; prints the
 /// time until the last thread finished, GB/s, Mops/s, latency
@@ -58,37 +59,11 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     let result = numalab_bench::experiment::execute_plan(&experiment, &topology, plan, &control);
     display.finish();
     let mut result = result?;
-    result.created = output::now_rfc3339();
-    emit(&result, &args.output)?;
+    result.created = numalab_bench::document::now_rfc3339();
+    render::emit(&result, &args.output)?;
     Ok(if result.interrupted {
         EXIT_INTERRUPTED
     } else {
         0
     })
-}
-
-/// Writes a run's result in the format asked for.
-pub fn emit(result: &RunResult, out: &OutputArgs) -> Result<()> {
-    let format = out.format();
-    let text = render(result, format)?;
-    if format != Format::Table {
-        exp::warn_on_stderr(&result.warnings);
-    }
-    out.emit(&text)
-}
-
-/// A run's result as text in `format`.
-pub fn render(result: &RunResult, format: Format) -> Result<String> {
-    Ok(match format {
-        Format::Json => json(result)?,
-        Format::Csv => csv::run(result),
-        Format::Markdown => text::run_report(result, text::Style::Markdown),
-        Format::Table => text::run_report(result, text::Style::Plain),
-    })
-}
-
-fn json(result: &RunResult) -> Result<String> {
-    let mut text = serde_json::to_string_pretty(result)?;
-    text.push('\n');
-    Ok(text)
 }

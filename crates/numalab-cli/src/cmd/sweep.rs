@@ -8,10 +8,11 @@ use anyhow::{bail, Result};
 use clap::Args;
 use numalab::Topology;
 use numalab_bench::experiment::sweep::{plan_sweep, run_sweep};
-use numalab_bench::experiment::{Control, SweepResult};
+use numalab_bench::experiment::Control;
 
-use crate::exp::{self, csv, figures, text, ProgressDisplay};
-use crate::output::{self, Format, OutputArgs};
+use crate::exp::{self, ProgressDisplay};
+use crate::output::OutputArgs;
+use crate::render::{self, experiment::text, figures};
 
 /// Run every cell of an experiment file's `[sweep]` grid (e.g. threads x
 /// policy); prints a table and each policy's difference from local, and
@@ -69,8 +70,8 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     });
     display.finish();
     let mut result = result?;
-    result.created = output::now_rfc3339();
-    emit(&result, &args.output)?;
+    result.created = numalab_bench::document::now_rfc3339();
+    render::emit(&result, &args.output)?;
     if !args.no_plot && result.cells.iter().any(|c| c.result.is_some()) {
         let stem = exp::figure_stem(
             args.plot.as_deref(),
@@ -91,29 +92,5 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
         1
     } else {
         0
-    })
-}
-
-/// Writes a sweep's result in the format asked for.
-pub fn emit(result: &SweepResult, out: &OutputArgs) -> Result<()> {
-    let format = out.format();
-    let text = render(result, format)?;
-    if format != Format::Table {
-        exp::warn_on_stderr(&result.warnings);
-    }
-    out.emit(&text)
-}
-
-/// A sweep's result as text in `format`.
-pub fn render(result: &SweepResult, format: Format) -> Result<String> {
-    Ok(match format {
-        Format::Json => {
-            let mut text = serde_json::to_string_pretty(result)?;
-            text.push('\n');
-            text
-        }
-        Format::Csv => csv::sweep(result),
-        Format::Markdown => text::sweep_report(result, text::Style::Markdown),
-        Format::Table => text::sweep_report(result, text::Style::Plain),
     })
 }

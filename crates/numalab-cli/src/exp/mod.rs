@@ -1,14 +1,12 @@
-//! What `numalab run`, `numalab sweep` and `numalab plot` share: loading
-//! an experiment with its `--set` overrides, Ctrl-C, the progress bar, and
-//! the exporters (tables, CSV, figures) that read saved results.
+//! What `numalab run` and `numalab sweep` share besides their rendering:
+//! loading an experiment with its `--set` overrides, Ctrl-C, the progress
+//! bar, and where figures are written. Their tables, CSV and figures are
+//! in [`crate::render::experiment`] and [`crate::render::figures`].
 
-pub mod csv;
-pub mod figures;
-#[cfg(test)]
-mod fixtures;
-pub mod text;
+// The rendering's former paths, still used by `numalab report`.
+pub use crate::render::{experiment::text, figures};
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use numalab_bench::experiment::{Experiment, Progress, Warning};
+use numalab_bench::experiment::{Experiment, Progress};
 
 /// Reads the experiment file and applies `--set` overrides.
 pub fn load(path: &Path, sets: &[String]) -> Result<Experiment> {
@@ -118,15 +116,6 @@ impl ProgressDisplay {
 impl Drop for ProgressDisplay {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// Prints warnings on standard error (for JSON and CSV output, whose
-/// readers may not look inside).
-pub fn warn_on_stderr(warnings: &[Warning]) {
-    let mut err = std::io::stderr().lock();
-    for w in warnings {
-        let _ = writeln!(err, "numalab: warning: {}", w.message);
     }
 }
 

@@ -9,7 +9,10 @@
 //! standard error when standard output is not a table a person reads.
 
 pub mod exec;
+pub mod experiment;
+pub mod figures;
 pub mod fill;
+pub mod matrix;
 pub mod report;
 pub mod ring;
 pub mod topo;

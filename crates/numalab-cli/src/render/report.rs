@@ -11,7 +11,6 @@ use numalab_bench::report::Report;
 
 use super::{json_document, Render, Style};
 use crate::exp::figures;
-use crate::output;
 
 impl Render for Report {
     fn text(&self, style: Style) -> String {
@@ -99,7 +98,7 @@ pub fn html_page(report: &Report) -> Result<String> {
             "<p>{} · Linux {} · written {} by numalab {}</p>",
             escape(host.cpu_model.as_deref().unwrap_or("unknown CPU")),
             escape(&host.kernel),
-            escape(&output::now_rfc3339()),
+            escape(&numalab_bench::document::now_rfc3339()),
             env!("CARGO_PKG_VERSION")
         );
     }

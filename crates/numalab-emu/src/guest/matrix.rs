@@ -5,61 +5,42 @@
 //! under TCG mean nothing and are not checked.
 
 use anyhow::Result;
+use numalab::audit::PlacementAudit;
 use numalab::NodeSet;
-use serde_json::Value;
+use numalab_bench::matrix::{Firmware, MatrixResult, MatrixWarningKind};
 
-use super::{Guest, Outcome};
+use super::{Guest, Outcome, Pages};
 
-fn nodes(value: &Value) -> NodeSet {
-    value
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|n| n.as_u64().map(|n| n as u32))
-        .collect()
-}
-
-fn text(value: &Value) -> String {
-    match value {
-        Value::Null => "none".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+fn text<T: ToString>(value: Option<T>) -> String {
+    value.map_or("none".into(), |v| v.to_string())
 }
 
 /// The shape, each cell's placement and its firmware values.
 pub fn shape(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // On an emulated CPU --quick keeps its working sets small by itself.
-    let args = ["matrix", "--quick", "--json"];
-    let doc = guest.numalab_json(&args)?;
+    // Read as its type: the schema and version are checked on the way.
+    let result: MatrixResult = guest.numalab_result(&["matrix", "--quick", "--json"])?;
     let preset = &guest.preset;
     let (rows, cols) = (preset.cpu_nodes(), preset.node_ids());
-    out.same("schema", "numalab.matrix", text(&doc["schema"]));
     out.same(
         "--quick chase working set under TCG",
         4 << 20,
-        text(&doc["settings"]["latency_bytes"]),
+        result.settings.latency_bytes,
     );
-    let says_emulated = doc["warnings"].as_array().into_iter().flatten().any(|w| {
-        w.as_str()
-            .is_some_and(|w| w.contains("the CPU is emulated"))
-    });
+    let says_emulated = result
+        .warnings
+        .iter()
+        .any(|w| w.kind == MatrixWarningKind::Emulated);
     out.check(
         "warning that timings are emulated",
         "present",
         if says_emulated { "present" } else { "missing" },
         says_emulated,
     );
-    out.same(
-        "rows (CPU nodes)",
-        &rows,
-        nodes(&doc["shape"]["initiators"]),
-    );
-    out.same(
-        "columns (memory nodes)",
-        &cols,
-        nodes(&doc["shape"]["targets"]),
-    );
+    let initiators: NodeSet = result.shape.initiators.iter().copied().collect();
+    let targets: NodeSet = result.shape.targets.iter().copied().collect();
+    out.same("rows (CPU nodes)", &rows, initiators);
+    out.same("columns (memory nodes)", &cols, targets);
     let expected = preset.expected_attributes();
     let hmat = |attribute: &str, i: u32, t: u32| {
         expected
@@ -67,8 +48,20 @@ pub fn shape(guest: &Guest, out: &mut Outcome) -> Result<()> {
             .find(|e| e.attribute == attribute && e.initiator == i && e.target == t)
             .map_or("none".to_owned(), |e| e.value.to_string())
     };
-    for matrix in ["latency", "bandwidth"] {
-        let cells = doc[matrix]["cells"].as_array().cloned().unwrap_or_default();
+    type Cell<'a> = (u32, u32, &'a PlacementAudit, &'a Firmware);
+    let latency: Vec<Cell<'_>> = result
+        .latency
+        .iter()
+        .flat_map(|m| &m.cells)
+        .map(|c| (c.initiator, c.target, &c.placement, &c.firmware))
+        .collect();
+    let bandwidth: Vec<Cell<'_>> = result
+        .bandwidth
+        .iter()
+        .flat_map(|m| &m.cells)
+        .map(|c| (c.initiator, c.target, &c.placement, &c.firmware))
+        .collect();
+    for (matrix, cells) in [("latency", latency), ("bandwidth", bandwidth)] {
         out.same(
             format!("{matrix} cells"),
             rows.len() * cols.len(),
@@ -77,51 +70,47 @@ pub fn shape(guest: &Guest, out: &mut Outcome) -> Result<()> {
         for i in rows.iter() {
             for t in cols.iter() {
                 let what = format!("{matrix} {i}->{t}");
-                let Some(cell) = cells
-                    .iter()
-                    .find(|c| c["initiator"] == i && c["target"] == t)
+                let Some(&(_, _, placement, firmware)) =
+                    cells.iter().find(|c| c.0 == i && c.1 == t)
                 else {
                     out.same(what, "a cell", "missing");
                     continue;
                 };
-                out.same(
+                out.check(
                     format!("{what} placement"),
                     "match",
-                    text(&cell["placement"]["verdict"]),
+                    placement,
+                    placement.is_match(),
                 );
-                let found = &cell["placement"]["found"]["per_node"];
-                let on: NodeSet = found
-                    .as_object()
+                let on: NodeSet = Pages::found(&placement.found)
+                    .0
                     .into_iter()
-                    .flatten()
-                    .filter(|(_, pages)| pages.as_u64().unwrap_or(0) > 0)
-                    .filter_map(|(node, _)| node.parse().ok())
+                    .filter(|&(_, pages)| pages > 0)
+                    .map(|(node, _)| node)
                     .collect();
                 out.same(format!("{what} pages on"), NodeSet::single(t), on);
                 out.same(
                     format!("{what} SLIT"),
-                    preset
-                        .distance(i, t)
-                        .map_or("none".into(), |d| d.to_string()),
-                    text(&cell["firmware"]["slit"]),
+                    text(preset.distance(i, t)),
+                    text(firmware.slit),
                 );
                 out.same(
                     format!("{what} HMAT latency"),
                     hmat("Latency", i, t),
-                    text(&cell["firmware"]["hmat_latency_ns"]),
+                    text(firmware.hmat_latency_ns),
                 );
                 out.same(
                     format!("{what} HMAT bandwidth"),
                     hmat("Bandwidth", i, t),
-                    text(&cell["firmware"]["hmat_bandwidth_mib_s"]),
+                    text(firmware.hmat_bandwidth_mib_s),
                 );
             }
         }
     }
     out.same(
         "placement_summary.all_match",
-        "true",
-        text(&doc["placement_summary"]["all_match"]),
+        true,
+        result.placement_summary.all_match,
     );
     Ok(())
 }

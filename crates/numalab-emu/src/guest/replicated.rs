@@ -18,7 +18,7 @@ use std::fs;
 use anyhow::{bail, Result};
 use numalab::locate::{self, PageHistogram, Sample};
 use numalab::replicated::{Mode, PagesOptions, ReplicaSet, Replicated, ReplicatedPages};
-use serde_json::Value;
+use numalab_bench::experiment::WarningKind;
 
 use super::{Guest, Outcome, Pages};
 
@@ -345,68 +345,65 @@ fn engine(guest: &Guest, out: &mut Outcome, cpu_nodes: &[u32]) -> Result<()> {
             "run.counters=false",
             "--json",
         ];
-        let doc = guest.numalab_json(&args)?;
+        let result = super::run::run_result(guest, &args)?;
         let what = |s: &str| format!("run {replication}: {s}");
-        let plan_copies: Vec<u64> = doc["plan"]["regions"][0]["replicas"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_u64)
-            .collect();
+        let plan_copies: Vec<u32> = result
+            .plan
+            .regions
+            .first()
+            .map(|r| r.replicas.clone())
+            .unwrap_or_default();
         out.same(
             what("copies planned on"),
             &expected_nodes,
             format!("{plan_copies:?}"),
         );
-        let copies = doc["regions"][0]["replicas"]
-            .as_array()
-            .cloned()
+        let copies = result
+            .regions
+            .first()
+            .map(|r| r.replicas.clone())
             .unwrap_or_default();
         out.same(what("copies checked"), cpu_nodes.len(), copies.len());
         for copy in &copies {
-            let node = copy["node"].as_u64().unwrap_or(u64::MAX) as u32;
-            let found = Pages(
-                copy["audit"]["found"]["per_node"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|(n, c)| Some((n.parse().ok()?, c.as_u64()?)))
-                    .collect(),
-            );
+            let found = Pages::found(&copy.audit.found);
             out.same(
-                what(&format!("copy {} pages", copy["replica"])),
-                Pages::on(node, 1024),
+                what(&format!("copy {} pages", copy.replica)),
+                Pages::on(copy.node, 1024),
                 &found,
             );
             out.same(
-                what(&format!("copy {} as_requested", copy["replica"])),
+                what(&format!("copy {} as_requested", copy.replica)),
                 true,
-                &copy["as_requested"],
+                copy.as_requested,
             );
         }
         for (i, &node) in cpu_nodes.iter().enumerate() {
-            let thread = &doc["plan"]["threads"][i];
-            out.same(what(&format!("thread {i}'s node")), node, &thread["node"]);
-            let copy = thread["replica"].as_u64().unwrap_or(u64::MAX) as usize;
+            let thread = result.plan.threads.get(i);
+            out.same(
+                what(&format!("thread {i}'s node")),
+                node,
+                thread.map_or(u32::MAX, |t| t.node),
+            );
+            let copy = thread.and_then(|t| t.replica).unwrap_or(usize::MAX);
             out.same(
                 what(&format!("thread {i} reads the copy on node")),
                 node,
-                plan_copies.get(copy).copied().unwrap_or(u64::MAX),
+                plan_copies.get(copy).copied().unwrap_or(u32::MAX),
             );
+            let ran = result.repeats.first().and_then(|r| r.threads.get(i));
             out.same(
                 what(&format!("thread {i} ran on node")),
                 node,
-                &doc["repeats"][0]["threads"][i]["node"],
+                ran.map_or(u32::MAX, |t| t.node),
             );
         }
-        let writes = doc["repeats"][0]["writes"].as_u64().unwrap_or(0);
+        let writes = result.repeats.first().map_or(0, |r| r.writes);
         out.same(what("writes (9:1 of 20000)"), 2000, writes);
-        let odd: Vec<&str> = doc["warnings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|w| w["kind"] == "placement" || w["kind"] == "inconclusive")
-            .filter_map(|w| w["message"].as_str())
+        let odd: Vec<&str> = result
+            .warnings
+            .iter()
+            .filter(|w| matches!(w.kind, WarningKind::Placement | WarningKind::Inconclusive))
+            .map(|w| w.message.as_str())
             .collect();
         out.same(
             what("placement or inconclusive warnings"),

@@ -8,10 +8,28 @@
 
 use std::fs;
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use numalab::NodeSet;
+use numalab_bench::experiment::result::RUN_SCHEMA;
+use numalab_bench::experiment::{RunResult, WarningKind};
 
 use super::{Guest, Outcome, Pages};
+
+/// `numalab run ARGS --json` read as its result type. A run result carries
+/// its schema fields itself, so it is read directly after checking them.
+pub fn run_result(guest: &Guest, args: &[&str]) -> Result<RunResult> {
+    let doc = guest.numalab_json(args)?;
+    let result: RunResult = serde_json::from_value(doc)
+        .with_context(|| format!("reading the result of numalab {}", args.join(" ")))?;
+    if result.schema != RUN_SCHEMA {
+        bail!(
+            "numalab {} wrote a {} document, not {RUN_SCHEMA}",
+            args.join(" "),
+            result.schema
+        );
+    }
+    Ok(result)
+}
 
 /// One region per node with threads, of 2048 base pages each.
 const REGION_PAGES: u64 = 2048;
@@ -41,40 +59,37 @@ pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let all = guest.preset.node_ids();
     for policy in ["local", "remote", "interleave", "first-touch"] {
         let set = format!("memory.policy={policy}");
-        let doc = guest.numalab_json(&["run", &file, "--set", &set, "--json"])?;
+        let result = run_result(guest, &["run", &file, "--set", &set, "--json"])?;
+        let node_of = |threads: Option<u32>| threads.map_or("none".to_owned(), |n| n.to_string());
         // Balanced over the CPU nodes: thread i on the i-th of them, where
         // it really ran.
         for (i, node) in cpu_nodes.iter().enumerate() {
             out.same(
                 format!("{policy}: thread {i}'s planned node"),
                 node,
-                &doc["plan"]["threads"][i]["node"],
+                node_of(result.plan.threads.get(i).map(|t| t.node)),
             );
             out.same(
                 format!("{policy}: thread {i} ran on node"),
                 node,
-                &doc["repeats"][0]["threads"][i]["node"],
+                node_of(
+                    result
+                        .repeats
+                        .first()
+                        .and_then(|r| r.threads.get(i))
+                        .map(|t| t.node),
+                ),
             );
         }
         out.same(
             format!("{policy}: regions (one per node with threads)"),
             cpu_nodes.len(),
-            doc["regions"].as_array().map_or(0, Vec::len),
+            result.regions.len(),
         );
-        for region in doc["regions"].as_array().into_iter().flatten() {
-            let r = &region["region"];
-            let home: u32 = serde_json::from_value::<NodeSet>(region["thread_nodes"].clone())
-                .ok()
-                .and_then(|s| s.first())
-                .unwrap_or(u32::MAX);
-            let found = Pages(
-                region["audit"]["found"]["per_node"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|(n, c)| Some((n.parse().ok()?, c.as_u64()?)))
-                    .collect(),
-            );
+        for region in &result.regions {
+            let r = region.region;
+            let home: u32 = region.thread_nodes.first().unwrap_or(u32::MAX);
+            let found = Pages::found(&region.audit.found);
             let (expected, slack) = match policy {
                 "remote" => {
                     // Nearest other node with memory (ties: any of them).
@@ -105,14 +120,13 @@ pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
             out.same(
                 format!("{policy}: region {r} as_requested"),
                 true,
-                &region["as_requested"],
+                region.as_requested,
             );
         }
-        let placement_warnings = doc["warnings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|w| w["kind"] == "placement")
+        let placement_warnings = result
+            .warnings
+            .iter()
+            .filter(|w| w.kind == WarningKind::Placement)
             .count();
         out.same(
             format!("{policy}: placement warnings"),

@@ -21,8 +21,9 @@ use hwlocality::object::TopologyObject;
 use hwlocality::topology::builder::{BuildFlags, TypeFilter};
 use serde::{Deserialize, Serialize};
 
+pub use crate::inventory::{NodeInventory, Role, SpecError};
 use crate::policy::{MemPolicy, PolicyError};
-use crate::sets::{CpuSet, NodeSet, ParseSetError};
+use crate::sets::{CpuSet, NodeSet};
 use crate::sys::procfs;
 
 mod xml;
@@ -42,75 +43,6 @@ pub enum TopologyError {
     /// The topology has no NUMA node with memory.
     #[error("the topology from {0} has no NUMA node with memory")]
     NoMemory(String),
-}
-
-/// Why a node or CPU given by a user cannot be used on this topology.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SpecError {
-    /// The list is malformed.
-    #[error(transparent)]
-    Parse(#[from] ParseSetError),
-    /// A node that does not exist.
-    #[error("node {node} does not exist; this machine has nodes {available}")]
-    NoSuchNode {
-        /// The node asked for.
-        node: u32,
-        /// The nodes that exist.
-        available: NodeSet,
-    },
-    /// A node the process's cpuset (cgroup) does not allow.
-    #[error(
-        "node {node} exists but this process may not use it (cgroup cpuset allows nodes {allowed})"
-    )]
-    NodeNotAllowed {
-        /// The node asked for.
-        node: u32,
-        /// The nodes allowed.
-        allowed: NodeSet,
-    },
-    /// A node with no memory given where memory is needed.
-    #[error("node {node} has no memory; nodes with memory: {with_memory}")]
-    NodeWithoutMemory {
-        /// The node asked for.
-        node: u32,
-        /// Nodes that have memory.
-        with_memory: NodeSet,
-    },
-    /// A node with no CPUs given where CPUs are needed.
-    #[error("node {node} has no CPUs (a memory-only node) and cannot run threads; nodes with CPUs: {with_cpus}")]
-    NodeWithoutCpus {
-        /// The node asked for.
-        node: u32,
-        /// Nodes that have CPUs.
-        with_cpus: NodeSet,
-    },
-    /// A CPU that does not exist.
-    #[error("CPU {cpu} does not exist; this machine has CPUs {available}")]
-    NoSuchCpu {
-        /// The CPU asked for.
-        cpu: u32,
-        /// The CPUs that exist.
-        available: CpuSet,
-    },
-    /// A CPU the process's cpuset (cgroup) does not allow.
-    #[error(
-        "CPU {cpu} exists but this process may not use it (cgroup cpuset allows CPUs {allowed})"
-    )]
-    CpuNotAllowed {
-        /// The CPU asked for.
-        cpu: u32,
-        /// The CPUs allowed.
-        allowed: CpuSet,
-    },
-    /// The list, once resolved, names nothing.
-    #[error("{what} list {spec:?} selects nothing on this machine")]
-    Nothing {
-        /// "node" or "CPU".
-        what: &'static str,
-        /// The list as given.
-        spec: String,
-    },
 }
 
 /// Where a topology snapshot came from.
@@ -657,6 +589,20 @@ impl Topology {
         self.inventory().parse_nodes(spec)
     }
 
+    /// Resolves a node list for `role` on this topology: `all` and `!1`
+    /// are the allowed nodes that can play it, an explicit list must name
+    /// only such nodes ([`NodeInventory::resolve_nodes`]).
+    ///
+    /// ```
+    /// use numalab::{Role, Topology};
+    /// let topo = Topology::from_synthetic("numa:2 core:2 pu:1")?;
+    /// assert_eq!(topo.resolve_nodes("!1", Role::Cpus)?.to_string(), "0");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resolve_nodes(&self, spec: &str, role: Role) -> Result<NodeSet, SpecError> {
+        self.inventory().resolve_nodes(spec, role)
+    }
+
     /// Parses a CPU list in numactl's syntax (`0-3,8`, `all`, `!0`) and
     /// checks every CPU exists and is allowed.
     pub fn parse_cpus(&self, spec: &str) -> Result<CpuSet, SpecError> {
@@ -690,9 +636,7 @@ impl Topology {
         let inventory = self.inventory();
         let policy = match spec.trim().split_once(':') {
             Some((name, nodes)) if nodes.trim() == "all" || nodes.trim().starts_with('!') => {
-                let nodes = inventory
-                    .parse_nodes(nodes)?
-                    .intersection(&inventory.with_memory);
+                let nodes = inventory.resolve_nodes(nodes, Role::Memory)?;
                 format!("{name}:{nodes}").parse()?
             }
             _ => spec.parse::<MemPolicy>()?,
@@ -712,154 +656,6 @@ impl Topology {
             memory_bytes: self.nodes.iter().map(|n| n.memory_bytes).sum(),
             distances: self.distances.clone(),
         }
-    }
-}
-
-/// The nodes and CPUs a user may name: which exist, which have memory or
-/// CPUs, and which this process may use. Node and CPU options are checked
-/// against it before anything is allocated or started.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeInventory {
-    /// Every node.
-    pub nodes: NodeSet,
-    /// Nodes with memory.
-    pub with_memory: NodeSet,
-    /// Nodes with CPUs.
-    pub with_cpus: NodeSet,
-    /// Nodes this process may allocate from.
-    pub allowed_nodes: NodeSet,
-    /// Every CPU.
-    pub cpus: CpuSet,
-    /// CPUs this process may run on.
-    pub allowed_cpus: CpuSet,
-}
-
-impl NodeInventory {
-    /// The running machine's, read from sysfs and `/proc/self/status`
-    /// (cheaper than a full [`Topology::system`]).
-    pub fn live() -> NodeInventory {
-        let nodes = procfs::online_nodes().unwrap_or_else(|_| NodeSet::single(0));
-        let with_cpus = nodes
-            .iter()
-            .filter(|&n| procfs::node_cpus(n).is_ok_and(|c| !c.is_empty()))
-            .collect();
-        let cpus = procfs::online_cpus().unwrap_or_default();
-        let (allowed_cpus, allowed_nodes) = procfs::allowed_for_self().unwrap_or((None, None));
-        NodeInventory {
-            with_memory: procfs::nodes_with_memory().unwrap_or_else(|_| nodes.clone()),
-            with_cpus,
-            allowed_nodes: allowed_nodes.unwrap_or_else(|| nodes.clone()),
-            allowed_cpus: allowed_cpus.unwrap_or_else(|| cpus.clone()),
-            nodes,
-            cpus,
-        }
-    }
-
-    /// Parses a node list in numactl's syntax and checks every node exists
-    /// and is allowed: `0-3,7`, `all` (every allowed node), `!1` (every
-    /// allowed node but 1).
-    ///
-    pub fn parse_nodes(&self, spec: &str) -> Result<NodeSet, SpecError> {
-        let spec = spec.trim();
-        let nodes = if spec == "all" {
-            self.allowed_nodes.intersection(&self.nodes)
-        } else if let Some(rest) = spec.strip_prefix('!') {
-            let excluded: NodeSet = rest.parse()?;
-            self.check_nodes(&excluded)?;
-            self.allowed_nodes
-                .intersection(&self.nodes)
-                .difference(&excluded)
-        } else {
-            let nodes: NodeSet = spec.parse()?;
-            self.check_nodes(&nodes)?;
-            nodes
-        };
-        if nodes.is_empty() {
-            return Err(SpecError::Nothing {
-                what: "node",
-                spec: spec.to_owned(),
-            });
-        }
-        Ok(nodes)
-    }
-
-    /// Checks that every node exists and is allowed.
-    pub fn check_nodes(&self, nodes: &NodeSet) -> Result<(), SpecError> {
-        let available = self.nodes.clone();
-        for node in nodes.iter() {
-            if !available.contains(node) {
-                return Err(SpecError::NoSuchNode { node, available });
-            }
-            if !self.allowed_nodes.contains(node) {
-                return Err(SpecError::NodeNotAllowed {
-                    node,
-                    allowed: self.allowed_nodes.clone(),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks that every node exists, is allowed and has memory.
-    pub fn check_memory_nodes(&self, nodes: &NodeSet) -> Result<(), SpecError> {
-        self.check_nodes(nodes)?;
-        let with_memory = self.with_memory.clone();
-        match nodes.iter().find(|n| !with_memory.contains(*n)) {
-            Some(node) => Err(SpecError::NodeWithoutMemory { node, with_memory }),
-            None => Ok(()),
-        }
-    }
-
-    /// Checks that every node exists, is allowed and has CPUs.
-    pub fn check_cpu_nodes(&self, nodes: &NodeSet) -> Result<(), SpecError> {
-        self.check_nodes(nodes)?;
-        let with_cpus = self.with_cpus.clone();
-        match nodes.iter().find(|n| !with_cpus.contains(*n)) {
-            Some(node) => Err(SpecError::NodeWithoutCpus { node, with_cpus }),
-            None => Ok(()),
-        }
-    }
-
-    /// Parses a CPU list in numactl's syntax (`0-3,8`, `all`, `!0`) and
-    /// checks every CPU exists and is allowed.
-    pub fn parse_cpus(&self, spec: &str) -> Result<CpuSet, SpecError> {
-        let spec = spec.trim();
-        let usable = self.allowed_cpus.intersection(&self.cpus);
-        let cpus = if spec == "all" {
-            usable
-        } else if let Some(rest) = spec.strip_prefix('!') {
-            let excluded: CpuSet = rest.parse()?;
-            self.check_cpus(&excluded)?;
-            usable.difference(&excluded)
-        } else {
-            let cpus: CpuSet = spec.parse()?;
-            self.check_cpus(&cpus)?;
-            cpus
-        };
-        if cpus.is_empty() {
-            return Err(SpecError::Nothing {
-                what: "CPU",
-                spec: spec.to_owned(),
-            });
-        }
-        Ok(cpus)
-    }
-
-    /// Checks that every CPU exists and is allowed.
-    pub fn check_cpus(&self, cpus: &CpuSet) -> Result<(), SpecError> {
-        let available = self.cpus.clone();
-        for cpu in cpus.iter() {
-            if !available.contains(cpu) {
-                return Err(SpecError::NoSuchCpu { cpu, available });
-            }
-            if !self.allowed_cpus.contains(cpu) {
-                return Err(SpecError::CpuNotAllowed {
-                    cpu,
-                    allowed: self.allowed_cpus.clone(),
-                });
-            }
-        }
-        Ok(())
     }
 }
 

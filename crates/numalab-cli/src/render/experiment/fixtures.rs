@@ -14,7 +14,7 @@ use numalab_bench::experiment::result::{
     SCHEMA_VERSION, SWEEP_SCHEMA,
 };
 use numalab_bench::experiment::sweep::value_text;
-use numalab_bench::experiment::{Experiment, Plan};
+use numalab_bench::experiment::{Experiment, Plan, PolicySpec};
 
 fn topology() -> Topology {
     Topology::from_synthetic("pack:2 numa:1 core:4 pu:1").unwrap()
@@ -59,7 +59,7 @@ pub fn run_of(exp: Experiment) -> RunResult {
     let plan = Plan::resolve(&exp, &topology).unwrap();
     let op = exp.access.op_size.0;
     let mix = exp.access.mix();
-    let remote = exp.memory.policy.to_string() == "remote";
+    let remote = exp.memory.policy == PolicySpec::Remote;
     let base = if remote { 1.5 } else { 1.0 } * 0.1 / f64::from(exp.threads.count);
     let regions: Vec<RegionCheck> = plan
         .regions
@@ -79,7 +79,7 @@ pub fn run_of(exp: Experiment) -> RunResult {
                 region: r.region,
                 bytes: r.bytes,
                 requested: r.requested.clone(),
-                policy: r.policy.to_string(),
+                policy: r.policy.clone(),
                 thread_nodes,
                 as_requested: check.is_match(),
                 note: check.note.clone(),
@@ -215,7 +215,7 @@ pub const SWEEP: &str = "name = \"fixture-sweep\"\n[memory]\nsize = \"16MiB\"\n[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exp::{csv, text};
+    use crate::render::experiment::{csv, text};
 
     #[test]
     fn run_table() {
@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn sweep_chart_has_a_line_per_policy() {
-        let chart = crate::exp::figures::sweep_chart(&sweep(SWEEP));
+        let chart = crate::render::figures::sweep_chart(&sweep(SWEEP));
         assert_eq!(chart.x_label, "threads.count");
         let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["local", "remote"]);

@@ -208,8 +208,8 @@ pub fn run_report(r: &RunResult, style: Style) -> String {
                 c.region.to_string(),
                 human_bytes(c.bytes),
                 c.thread_nodes.to_string(),
-                c.requested.clone(),
-                c.policy.clone(),
+                c.requested.to_string(),
+                c.policy.to_string(),
                 c.audit.found.to_string(),
                 yes(c.as_requested),
             ]);
@@ -224,7 +224,7 @@ pub fn run_report(r: &RunResult, style: Style) -> String {
                 } else {
                     copy.thread_nodes.to_string()
                 },
-                c.requested.clone(),
+                c.requested.to_string(),
                 copy.audit.policy.to_string(),
                 copy.audit.found.to_string(),
                 yes(copy.as_requested),

@@ -1,0 +1,300 @@
+//! Figures drawn from results, live or saved: a sweep's figure of merit
+//! against its swept parameter, one line per policy (and per value of the
+//! other axes); a run's busy time per thread, one line per repeat; a
+//! matrix's heat maps and loaded-latency curves. [`crate::plot`] draws
+//! them.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use numalab_bench::experiment::result::{RunResult, SweepResult};
+use numalab_bench::matrix::{self, Figure, MatrixResult};
+
+use crate::output::human_bytes;
+use crate::plot::{self, line_chart, Heatmap, LineChart, Series};
+
+/// The axis to put on x: `threads.count` when swept, else the first axis
+/// whose values are all numbers; `None` when no axis is numeric.
+pub fn x_axis(s: &SweepResult) -> Option<String> {
+    let numeric = |values: &[String]| values.iter().all(|v| v.parse::<f64>().is_ok());
+    s.axes
+        .iter()
+        .find(|(k, v)| k == "threads.count" && numeric(v))
+        .or_else(|| s.axes.iter().find(|(_, v)| numeric(v)))
+        .map(|(k, _)| k.clone())
+}
+
+/// The sweep's chart: median time to the last thread against the swept
+/// parameter (or against the thread count when nothing numeric is swept).
+pub fn sweep_chart(s: &SweepResult) -> LineChart {
+    let x_key = x_axis(s);
+    let mut series: Vec<Series> = Vec::new();
+    for cell in &s.cells {
+        let Some(result) = &cell.result else { continue };
+        let Some(time) = result.time_to_last() else {
+            continue;
+        };
+        let x = match &x_key {
+            Some(key) => cell
+                .setting(key)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0),
+            None => f64::from(result.experiment.threads.count),
+        };
+        // One line per combination of the other axes, policy first.
+        let mut others: Vec<&(String, String)> = cell
+            .settings
+            .iter()
+            .filter(|(k, _)| Some(k) != x_key.as_ref())
+            .collect();
+        others.sort_by_key(|(k, _)| k != "memory.policy");
+        let name = others
+            .iter()
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let name = if name.is_empty() {
+            result.experiment.memory.policy.to_string()
+        } else {
+            name
+        };
+        let placed = if result.placement_as_requested() {
+            ""
+        } else {
+            " (placement not as asked)"
+        };
+        let name = format!("{name}{placed}");
+        match series.iter_mut().find(|s| s.name == name) {
+            Some(line) => line.points.push((x, time * 1e3)),
+            None => series.push(Series {
+                name,
+                points: vec![(x, time * 1e3)],
+            }),
+        }
+    }
+    for line in &mut series {
+        line.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    LineChart {
+        title: format!("{}: time to last thread", s.experiment.name),
+        x_label: x_key.unwrap_or_else(|| "threads.count".to_owned()),
+        y_label: "time to last thread (ms, median)".to_owned(),
+        series,
+    }
+}
+
+/// A run's chart: each thread's busy time, one line per repeat (an
+/// uneven split or a remote node shows as a step).
+pub fn run_chart(r: &RunResult) -> LineChart {
+    let series = r
+        .repeats
+        .iter()
+        .map(|repeat| Series {
+            name: format!("repeat {}", repeat.index),
+            points: repeat
+                .threads
+                .iter()
+                .map(|t| (t.thread as f64, t.busy_s * 1e3))
+                .collect(),
+        })
+        .collect();
+    LineChart {
+        title: format!("{}: busy time per thread", r.experiment.name),
+        x_label: "thread".to_owned(),
+        y_label: "busy time (ms)".to_owned(),
+        series,
+    }
+}
+
+/// Writes the sweep's figure to `<stem>.svg` and `<stem>.png`.
+pub fn draw_sweep(s: &SweepResult, stem: &Path) -> Result<Vec<PathBuf>> {
+    line_chart(&sweep_chart(s), stem)
+}
+
+/// Writes the run's figure to `<stem>.svg` and `<stem>.png`.
+pub fn draw_run(r: &RunResult, stem: &Path) -> Result<Vec<PathBuf>> {
+    line_chart(&run_chart(r), stem)
+}
+
+/// `stem` with `-suffix` appended to its file name.
+fn suffixed(stem: &Path, suffix: &str) -> PathBuf {
+    let name = stem
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "matrix".into());
+    stem.with_file_name(format!("{name}-{suffix}"))
+}
+
+/// Draws every figure a matrix result has data for under `stem`: a heat
+/// map per matrix and the loaded-latency curves; returns the files
+/// written.
+pub fn draw_matrix(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
+    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let shape = &result.shape;
+    let names = |nodes: &[u32]| nodes.iter().map(|n| format!("node {n}")).collect();
+    let matrix_of = |value: &dyn Fn(u32, u32) -> Option<f64>| -> Vec<Vec<Option<f64>>> {
+        shape
+            .initiators
+            .iter()
+            .map(|&i| shape.targets.iter().map(|&t| value(i, t)).collect())
+            .collect()
+    };
+    let heat = |title: String, unit: &str, values| Heatmap {
+        title,
+        row_label: "CPU node".into(),
+        col_label: "memory node".into(),
+        rows: names(&shape.initiators),
+        cols: names(&shape.targets),
+        values,
+        unit: unit.into(),
+    };
+    let mut written = Vec::new();
+    if let Some(latency) = &result.latency {
+        let values = matrix_of(&|i, t| {
+            latency
+                .cells
+                .iter()
+                .find(|c| c.initiator == i && c.target == t)
+                .map(|c| c.latency_ns.median())
+        });
+        let map = heat(
+            format!(
+                "idle latency, ns ({} working set)",
+                human_bytes(result.settings.latency_bytes as u64)
+            ),
+            "ns",
+            values,
+        );
+        written.extend(plot::heatmap(&map, &suffixed(stem, "latency"))?);
+    }
+    if let Some(bandwidth) = &result.bandwidth {
+        type Pick = fn(&matrix::BandwidthCell) -> Option<&Figure>;
+        let kernels: [(&str, &str, Pick); 3] = [
+            ("read", "read", |c| c.read_gbps.as_ref()),
+            ("write", "write (non-temporal)", |c| c.write_gbps.as_ref()),
+            ("copy", "copy (non-temporal)", |c| c.copy_gbps.as_ref()),
+        ];
+        for (suffix, title, pick) in kernels {
+            let values = matrix_of(&|i, t| {
+                bandwidth
+                    .cells
+                    .iter()
+                    .find(|c| c.initiator == i && c.target == t)
+                    .and_then(pick)
+                    .map(Figure::median)
+            });
+            let map = heat(format!("{title} bandwidth, GB/s"), "GB/s", values);
+            written.extend(plot::heatmap(
+                &map,
+                &suffixed(stem, &format!("bandwidth-{suffix}")),
+            )?);
+        }
+    }
+    if let Some(curves) = result.loaded.as_ref().filter(|c| !c.is_empty()) {
+        let chart = LineChart {
+            title: "loaded latency".into(),
+            x_label: "load bandwidth, GB/s".into(),
+            y_label: "latency, ns".into(),
+            series: curves
+                .iter()
+                .map(|c| Series {
+                    name: format!("CPU node {} -> memory node {}", c.initiator, c.target),
+                    points: c
+                        .points
+                        .iter()
+                        .map(|p| (p.load_gbps, p.latency_ns.median()))
+                        .collect(),
+                })
+                .collect(),
+        };
+        written.extend(plot::line_chart(&chart, &suffixed(stem, "loaded"))?);
+    }
+    if let Some(c2c) = result.c2c.as_ref().filter(|c| !c.cells.is_empty()) {
+        let values = c2c
+            .nodes
+            .iter()
+            .map(|&a| {
+                c2c.nodes
+                    .iter()
+                    .map(|&b| {
+                        c2c.cells
+                            .iter()
+                            .find(|c| c.node_a == a && c.node_b == b)
+                            .map(|c| c.latency_ns.median())
+                    })
+                    .collect()
+            })
+            .collect();
+        let map = Heatmap {
+            title: "cache-to-cache latency, ns per hand-over".into(),
+            row_label: "node of the first core".into(),
+            col_label: "node of the second core".into(),
+            rows: names(&c2c.nodes),
+            cols: names(&c2c.nodes),
+            values,
+            unit: "ns".into(),
+        };
+        written.extend(plot::heatmap(&map, &suffixed(stem, "c2c"))?);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::Render;
+    use numalab_bench::document::Document;
+
+    #[test]
+    fn figures_are_redrawn_from_the_saved_document() {
+        let result = crate::render::matrix::tests::small_run();
+        let text = result.json().unwrap();
+        let saved: MatrixResult = Document::parse(&text).unwrap();
+        let dir = std::env::temp_dir().join(format!("numalab-figures-{}", std::process::id()));
+        let written = draw_matrix(&saved, &dir.join("sub/run.1")).unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        for expected in [
+            "run.1-latency.svg",
+            "run.1-bandwidth-read.png",
+            "run.1-bandwidth-copy.svg",
+        ] {
+            assert!(names.contains(&expected.to_string()), "{names:?}");
+        }
+        let two_cpus = result.loaded.as_ref().is_some_and(|c| !c.is_empty());
+        assert_eq!(names.contains(&"run.1-loaded.svg".to_string()), two_cpus);
+        assert_eq!(
+            names.contains(&"run.1-c2c.svg".to_string()),
+            result.c2c.as_ref().is_some_and(|c| !c.cells.is_empty())
+        );
+        for path in &written {
+            assert!(
+                std::fs::metadata(path).unwrap().len() > 0,
+                "{}",
+                path.display()
+            );
+        }
+        let svg = std::fs::read_to_string(dir.join("sub/run.1-latency.svg")).unwrap();
+        assert!(svg.contains("idle latency"), "titled");
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let other = text.replace("\"numalab.matrix\"", "\"numalab.topo\"");
+        let err = Document::<MatrixResult>::parse(&other).unwrap_err();
+        assert!(err.to_string().contains("not numalab.matrix"), "{err}");
+        let newer = text.replace("\"schema_version\": 1", "\"schema_version\": 99");
+        let err = Document::<MatrixResult>::parse(&newer).unwrap_err();
+        assert!(err.to_string().contains("version 99"), "{err}");
+    }
+
+    #[test]
+    fn stems_keep_their_dots() {
+        assert_eq!(
+            suffixed(Path::new("out/run.1"), "latency"),
+            PathBuf::from("out/run.1-latency")
+        );
+    }
+}
