@@ -426,8 +426,8 @@ impl SweepCell {
 pub struct Comparison {
     /// The other axes' values (e.g. `threads.count = 8`).
     pub settings: Vec<(String, String)>,
-    /// The policy.
-    pub policy: String,
+    /// The policy (written as its text, `interleave:0,1`).
+    pub policy: PolicySpec,
     /// Its median time to the last thread, seconds.
     pub time_s: f64,
     /// `local`'s, seconds.
@@ -478,21 +478,25 @@ pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
     let time = |cell: &SweepCell| cell.result.as_ref().and_then(RunResult::time_to_last);
     let mut out = Vec::new();
     for cell in cells {
-        let Some(policy) = cell.setting(POLICY) else {
+        let Some(policy) = cell
+            .setting(POLICY)
+            .and_then(|p| p.parse::<PolicySpec>().ok())
+        else {
             continue;
         };
-        if policy == "local" {
+        if policy == PolicySpec::Local {
             continue;
         }
         let key = others(cell);
-        let local = cells
-            .iter()
-            .find(|c| c.setting(POLICY) == Some("local") && others(c) == key);
+        let local = cells.iter().find(|c| {
+            c.setting(POLICY).and_then(|p| p.parse().ok()) == Some(PolicySpec::Local)
+                && others(c) == key
+        });
         if let (Some(t), Some(local_t)) = (time(cell), local.and_then(time)) {
             if local_t > 0.0 {
                 out.push(Comparison {
                     settings: key,
-                    policy: policy.to_owned(),
+                    policy,
                     time_s: t,
                     local_s: local_t,
                     vs_local_percent: (t / local_t - 1.0) * 100.0,

@@ -310,13 +310,6 @@ impl MatrixWarning {
     pub fn is_noise(&self) -> bool {
         self.kind == MatrixWarningKind::Noisy
     }
-
-    /// Whether the message contains `text`. Code should match on
-    /// [`kind`](Self::kind) (or [`is_noise`](Self::is_noise)) instead;
-    /// this keeps callers written for bare-string warnings working.
-    pub fn contains(&self, text: &str) -> bool {
-        self.message.contains(text)
-    }
 }
 
 impl std::fmt::Display for MatrixWarning {

@@ -7,7 +7,7 @@ use std::fmt;
 use numalab::units::Size;
 use serde::{Deserialize, Serialize};
 
-use crate::experiment::SweepResult;
+use crate::experiment::{PolicySpec, SweepResult};
 use crate::matrix::MatrixResult;
 use crate::topo::TopoReport;
 
@@ -301,7 +301,7 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
         })
         .max();
     for comparison in sweep.comparison.iter().filter(|c| {
-        c.policy != "local"
+        c.policy != PolicySpec::Local
             && c.settings
                 .iter()
                 .any(|(k, v)| k == "threads.count" && v.parse::<u32>().ok() == largest)
@@ -370,11 +370,7 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
             );
         }
     }
-    let noisy = matrix
-        .warnings
-        .iter()
-        .filter(|w| w.contains("noisy"))
-        .count()
+    let noisy = matrix.warnings.iter().filter(|w| w.is_noise()).count()
         + sweep
             .cells
             .iter()

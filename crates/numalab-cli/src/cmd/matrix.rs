@@ -18,8 +18,6 @@ use crate::output::{human_bytes, OutputArgs};
 use crate::render;
 
 // The rendering's former paths, still used by `numalab report`.
-pub(crate) use crate::render::figures::draw_matrix as draw;
-pub(crate) use crate::render::matrix::human;
 
 /// Measure latency and bandwidth from every CPU node to every memory node,
 /// beside the firmware's SLIT and HMAT values

@@ -10,16 +10,19 @@ use numalab_bench::matrix::MatrixResult;
 
 use crate::render::{experiment::text, figures};
 
-/// Redraw the figures of a saved result (numalab sweep/run --json) as SVG
-/// and PNG
+/// Redraw the figures of a saved result (numalab sweep/run/matrix --json)
+/// as SVG and PNG
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
     numalab sweep exp.toml -o sweep.json && numalab plot sweep.json      sweep.svg, sweep.png\n  \
-    numalab plot run.json -o figures/run                                 figures/run.svg, .png\n\n\
+    numalab plot run.json -o figures/run                                 figures/run.svg, .png\n  \
+    numalab matrix --json -o m.json && numalab plot m.json               heat maps, loaded-latency curve\n\n\
 A sweep is drawn as the time to the last thread against the swept parameter, one line per \
-policy; a run as each thread's busy time, one line per repeat.")]
+policy; a run as each thread's busy time, one line per repeat; a matrix as heat maps of \
+latency and bandwidth and, when measured, the loaded-latency curve.")]
 pub struct PlotArgs {
-    /// A result file written with --json (numalab.sweep or numalab.run)
+    /// A result file written with --json (numalab.sweep, numalab.run or
+    /// numalab.matrix)
     #[arg(value_name = "RESULTS.json")]
     pub results: PathBuf,
 
@@ -63,12 +66,13 @@ pub fn run(args: &PlotArgs) -> Result<()> {
             figures::draw_matrix(&result, &stem)?
         }
         "" => bail!(
-            "{} has no \"schema\" field; numalab plot reads files written by numalab run/sweep --json",
+            "{} has no \"schema\" field; numalab plot reads files written by numalab run/sweep/matrix --json",
             path.display()
         ),
         other => bail!(
-            "{}: schema {other:?} has no figure; numalab plot draws {SWEEP_SCHEMA} and {RUN_SCHEMA}",
-            path.display()
+            "{}: schema {other:?} has no figure; numalab plot draws {SWEEP_SCHEMA}, {RUN_SCHEMA} and {}",
+            path.display(),
+            MatrixResult::NAME
         ),
     };
     eprintln!("{}", text::wrote(&paths));

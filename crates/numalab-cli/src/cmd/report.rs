@@ -37,7 +37,7 @@ pub struct ReportArgs {
     pub quick: bool,
 
     /// Write the report to FILE: .html gives one page with the figures
-    /// inside; otherwise as --json/--csv/--markdown or the extension say
+    /// inside; otherwise as --json/--markdown or the extension say
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
 

@@ -23,7 +23,8 @@ use crate::render;
 Ctrl-C stops the workers after their current chunk of operations; what was measured is \
 written, marked interrupted, and numalab exits with status 130.")]
 pub struct RunArgs {
-    /// The experiment file (TOML; see the README's reference)
+    /// The experiment file (TOML; every key is described in
+    /// docs/experiment-file.md)
     #[arg(value_name = "EXPERIMENT.toml")]
     pub experiment: PathBuf,
 

@@ -4,7 +4,6 @@
 //! in [`crate::render::experiment`] and [`crate::render::figures`].
 
 // The rendering's former paths, still used by `numalab report`.
-pub use crate::render::{experiment::text, figures};
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use numalab_bench::report::Report;
 
 use super::{json_document, Render, Style};
-use crate::exp::figures;
+use crate::render::figures;
 
 impl Render for Report {
     fn text(&self, style: Style) -> String {
@@ -44,9 +44,9 @@ fn text(report: &Report, style: Style) -> String {
     out.push_str(&heading(MACHINE));
     out.push_str(&report.topology.text(style));
     out.push_str(&heading(MATRIX));
-    out.push_str(&crate::cmd::matrix::human(&report.matrix, markdown));
+    out.push_str(&report.matrix.text(style));
     out.push_str(&heading(SWEEP));
-    out.push_str(&crate::exp::text::sweep_report(&report.sweep, style));
+    out.push_str(&report.sweep.text(style));
     out.push_str(&heading("Findings"));
     for finding in &report.findings {
         let _ = writeln!(out, "- {finding}");
@@ -62,7 +62,7 @@ pub fn html_page(report: &Report) -> Result<String> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let figures = (|| -> Result<Vec<(String, String)>> {
         let mut svgs = Vec::new();
-        let mut paths = crate::cmd::matrix::draw(&report.matrix, &dir.join("matrix"))?;
+        let mut paths = figures::draw_matrix(&report.matrix, &dir.join("matrix"))?;
         paths.extend(figures::draw_sweep(&report.sweep, &dir.join("sweep"))?);
         for path in paths
             .iter()
@@ -120,11 +120,8 @@ pub fn html_page(report: &Report) -> Result<String> {
     }
     for (heading, body) in [
         (MACHINE, report.topology.text(Style::Plain)),
-        (MATRIX, crate::cmd::matrix::human(&report.matrix, false)),
-        (
-            SWEEP,
-            crate::exp::text::sweep_report(&report.sweep, Style::Plain),
-        ),
+        (MATRIX, report.matrix.text(Style::Plain)),
+        (SWEEP, report.sweep.text(Style::Plain)),
     ] {
         let _ = writeln!(
             page,

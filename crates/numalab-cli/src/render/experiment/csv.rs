@@ -2,6 +2,7 @@
 //! one row per cell (`numalab sweep`).
 
 use numalab_bench::experiment::result::{Percentiles, RunResult, SweepResult};
+use numalab_bench::experiment::PolicySpec;
 
 use crate::output::Csv;
 
@@ -104,10 +105,17 @@ pub fn sweep(s: &SweepResult) -> String {
             .comparison
             .iter()
             .find(|c| {
-                Some(c.policy.as_str()) == cell.setting("memory.policy") && c.settings == others
+                cell.setting("memory.policy")
+                    .and_then(|p| p.parse::<PolicySpec>().ok())
+                    .as_ref()
+                    == Some(&c.policy)
+                    && c.settings == others
             })
             .map(|c| c.vs_local_percent)
-            .or_else(|| (cell.setting("memory.policy") == Some("local")).then_some(0.0));
+            .or_else(|| {
+                let policy = cell.setting("memory.policy").and_then(|p| p.parse().ok());
+                (policy == Some(PolicySpec::Local)).then_some(0.0)
+            });
         match cell.result.as_ref() {
             Some(r) => {
                 let f = r.figures.as_ref();

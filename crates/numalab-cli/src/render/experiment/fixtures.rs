@@ -269,7 +269,7 @@ mod tests {
         let s = sweep(SWEEP);
         assert_eq!(s.comparison.len(), 2);
         for c in &s.comparison {
-            assert_eq!(c.policy, "remote");
+            assert_eq!(c.policy, PolicySpec::Remote);
             assert!((c.vs_local_percent - 50.0).abs() < 1e-6, "{c:?}");
         }
         assert_eq!(text::signed_percent(50.0), "+50%");

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use numalab_bench::experiment::result::{Comparison, Figures, RunResult, SweepResult};
-use numalab_bench::experiment::{Experiment, Warning};
+use numalab_bench::experiment::{Experiment, PolicySpec, Warning};
 use numalab_bench::stats::Summary;
 
 use crate::output::human_bytes;
@@ -345,12 +345,17 @@ pub fn signed_percent(p: f64) -> String {
 
 /// Rows: the other axes; columns: each policy against local.
 fn comparison_table(style: Style, s: &SweepResult) -> String {
-    let policies: Vec<String> = s
+    // The swept policies as written, each with its parsed form.
+    let policies: Vec<(String, Option<PolicySpec>)> = s
         .axes
         .iter()
         .find(|(k, _)| k == "memory.policy")
-        .map(|(_, v)| v.iter().filter(|p| *p != "local").cloned().collect())
+        .map(|(_, v)| v.iter().map(|p| (p.clone(), p.parse().ok())).collect())
         .unwrap_or_default();
+    let policies: Vec<(String, Option<PolicySpec>)> = policies
+        .into_iter()
+        .filter(|(_, p)| *p != Some(PolicySpec::Local))
+        .collect();
     let mut keys: Vec<Vec<(String, String)>> = Vec::new();
     for c in &s.comparison {
         if !keys.contains(&c.settings) {
@@ -363,14 +368,14 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
         .unwrap_or_default();
     let mut header = other_axes.clone();
     header.push("local".into());
-    header.extend(policies.iter().cloned());
+    header.extend(policies.iter().map(|(text, _)| text.clone()));
     let mut table = style.table(header);
     for key in &keys {
         let mut row: Vec<String> = key.iter().map(|(_, v)| v.clone()).collect();
-        let find = |p: &str| -> Option<&Comparison> {
+        let find = |p: &Option<PolicySpec>| -> Option<&Comparison> {
             s.comparison
                 .iter()
-                .find(|c| &c.settings == key && c.policy == p)
+                .find(|c| &c.settings == key && Some(&c.policy) == p.as_ref())
         };
         row.push(
             s.comparison
@@ -378,7 +383,7 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
                 .find(|c| &c.settings == key)
                 .map_or("-".into(), |c| time(c.local_s)),
         );
-        for p in &policies {
+        for (_, p) in &policies {
             row.push(find(p).map_or("-".into(), |c| signed_percent(c.vs_local_percent)));
         }
         table.add_row(row);
