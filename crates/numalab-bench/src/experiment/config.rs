@@ -70,6 +70,19 @@ pub struct Experiment {
 pub const DEFAULT_NAME: &str = "experiment";
 
 /// `[threads]`.
+///
+/// ```
+/// use numalab_bench::experiment::{Experiment, ThreadPlacement};
+/// let exp = Experiment::from_toml_str(r#"
+///     [threads]
+///     count = 4
+///     placement = "ratio:3:1"
+/// "#, "x.toml")?;
+/// assert_eq!(exp.threads.count, 4);
+/// assert_eq!(exp.threads.placement, ThreadPlacement::Ratio(vec![3, 1]));
+/// assert!(!exp.threads.oversubscribe, "refused unless asked");
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Threads {
@@ -99,6 +112,21 @@ impl Default for Threads {
 }
 
 /// `[memory]`.
+///
+/// ```
+/// use numalab_bench::experiment::config::Memory;
+/// use numalab_bench::experiment::{Experiment, PolicySpec, Sharing};
+/// let exp = Experiment::from_toml_str(r#"
+///     [memory]
+///     size = "64MiB"
+///     sharing = "shared"
+/// "#, "x.toml")?;
+/// assert_eq!(exp.memory.size.0, 64 << 20);
+/// assert_eq!(exp.memory.sharing, Sharing::Shared);
+/// assert_eq!(exp.memory.policy, PolicySpec::Local, "the default");
+/// assert_eq!(Memory::default().size.to_string(), "256MiB");
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Memory {
@@ -136,6 +164,19 @@ impl Default for Memory {
 }
 
 /// `[access]`.
+///
+/// ```
+/// use numalab_bench::experiment::{Experiment, Pattern};
+/// let exp = Experiment::from_toml_str(r#"
+///     [access]
+///     pattern = "copy"
+///     duration = "2s"
+/// "#, "x.toml")?;
+/// assert_eq!(exp.access.pattern, Pattern::Copy);
+/// assert_eq!(exp.access.mix().to_string(), "1:1", "a copy reads and writes");
+/// assert_eq!(exp.access.total_ops(), None, "timed, not counted");
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Access {
@@ -236,6 +277,16 @@ impl Access {
 }
 
 /// `[run]`.
+///
+/// ```
+/// use numalab_bench::experiment::config::RunSettings;
+/// use numalab_bench::experiment::Experiment;
+/// let exp = Experiment::from_toml_str("[run]\nrepeats = 3\ncounters = false\n", "x.toml")?;
+/// assert_eq!((exp.run.repeats, exp.run.warmup), (3, 1));
+/// assert!(!exp.run.counters);
+/// assert_eq!(RunSettings::default().repeats, 5);
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunSettings {
@@ -268,6 +319,13 @@ impl Default for RunSettings {
 }
 
 /// One documented key of the experiment file.
+///
+/// ```
+/// use numalab_bench::experiment::KEYS;
+/// let key = KEYS.iter().find(|k| k.path == "memory.size").unwrap();
+/// assert_eq!(key.default, "256MiB");
+/// assert_eq!(key.meaning, "bytes per region");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Key {
     /// Dotted path, e.g. `memory.policy`.
@@ -329,6 +387,19 @@ pub fn nearest<'a>(wrong: &str, candidates: impl IntoIterator<Item = &'a str>) -
 }
 
 /// The `[sweep]` table: keys in the order written, each with its values.
+///
+/// ```
+/// use numalab_bench::experiment::Experiment;
+/// let exp = Experiment::from_toml_str(r#"
+///     [sweep]
+///     "threads.count" = [1, 2]
+///     "memory.policy" = ["local", "remote", "interleave"]
+/// "#, "x.toml")?;
+/// let keys: Vec<&str> = exp.sweep.axes.iter().map(|(k, _)| k.as_str()).collect();
+/// assert_eq!(keys, ["threads.count", "memory.policy"], "file order");
+/// assert_eq!(exp.sweep.cells(), 6);
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sweep {
     /// Each swept key (`threads.count`) and its values, in file order.
@@ -388,9 +459,31 @@ impl<'de> Deserialize<'de> for Sweep {
 
 /// One cell of a sweep grid: the settings that make it (key and value,
 /// in axis order) and the experiment it is.
+///
+/// ```
+/// use numalab_bench::experiment::config::Cell;
+/// use numalab_bench::experiment::Experiment;
+/// let exp = Experiment::from_toml_str("[sweep]\n\"threads.count\" = [1, 2]\n", "x.toml")?;
+/// let cells: Vec<Cell> = exp.cells()?;
+/// let (settings, last) = &cells[1];
+/// assert_eq!(settings[0].0, "threads.count");
+/// assert_eq!(settings[0].1.as_integer(), Some(2));
+/// assert_eq!(last.threads.count, 2);
+/// assert!(last.sweep.is_empty(), "a cell is one experiment");
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 pub type Cell = (Vec<(String, toml::Value)>, Experiment);
 
 /// Where a configuration error is.
+///
+/// ```
+/// use numalab_bench::experiment::Experiment;
+/// let err = Experiment::from_toml_str("name = \"x\"\n[memory]\nsise = \"1GiB\"\n", "exp.toml")
+///     .unwrap_err();
+/// let at = err.location.as_deref().unwrap();
+/// assert_eq!((at.file.as_str(), at.line, at.column), ("exp.toml", 3, 1));
+/// assert_eq!((at.text.as_str(), at.width), ("sise = \"1GiB\"", 4));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
     /// The file.
@@ -406,6 +499,19 @@ pub struct Location {
 }
 
 /// A configuration error: what is wrong and where.
+///
+/// ```
+/// use numalab_bench::experiment::Experiment;
+/// let exp = Experiment::from_toml_str("[threads]\ncount = 2\n", "exp.toml")?;
+/// let err = exp.with_overrides(&["threads.cont=8".into()]).unwrap_err();
+/// assert_eq!(err.set_option.as_deref(), Some("threads.cont=8"));
+/// assert_eq!(err.hint.as_deref(), Some("did you mean `threads.count`?"));
+/// assert_eq!(
+///     err.to_string(),
+///     "--set threads.cont=8: unknown key `threads.cont`; did you mean `threads.count`?"
+/// );
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// In the file (line and column).

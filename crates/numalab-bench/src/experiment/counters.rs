@@ -11,6 +11,13 @@ use perf_event::events::{Cache, CacheId, CacheOp, CacheResult, Event, Hardware, 
 use perf_event::{Builder, Counter};
 
 /// One counter numalab reads.
+///
+/// ```
+/// use numalab_bench::experiment::counters::ALL;
+/// let names: Vec<&str> = ALL.iter().map(|k| k.name).collect();
+/// assert_eq!(names[0], "cycles", "hardware first");
+/// assert!(names.contains(&"page-faults"));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CounterKind {
     /// Name in results (`cycles`, `page-faults`, ...).
@@ -114,6 +121,17 @@ fn open(kind: CounterKind) -> std::io::Result<Counter> {
 }
 
 /// Which counters this machine can read, found by opening each once.
+///
+/// ```
+/// use numalab_bench::experiment::counters::{Available, ALL};
+/// let here = Available::probe();
+/// assert_eq!(here.names().len(), here.kinds.len());
+/// // Whatever could not be opened is explained in one line.
+/// if here.kinds.len() < ALL.len() {
+///     assert!(here.note.as_deref().is_some_and(|n| !n.contains('\n')));
+/// }
+/// assert!(Available::none().names().is_empty());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Available {
     /// The counters that opened.
@@ -168,6 +186,19 @@ impl Available {
 }
 
 /// A worker thread's open counters.
+///
+/// ```
+/// use numalab_bench::experiment::counters::{Available, ThreadCounters};
+/// let available = Available::probe();
+/// let mut counters = ThreadCounters::open(&available);
+/// counters.start();
+/// std::hint::black_box(vec![1u8; 1 << 20]);
+/// let counts = counters.stop();
+/// // Only counters this machine can read, by name.
+/// assert!(counts.keys().all(|name| available.names().contains(name)));
+/// // With counters switched off there is nothing to read.
+/// assert!(ThreadCounters::open(&Available::none()).stop().is_empty());
+/// ```
 #[derive(Debug, Default)]
 pub struct ThreadCounters {
     counters: Vec<(&'static str, Counter)>,

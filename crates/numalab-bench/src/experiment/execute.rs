@@ -34,6 +34,19 @@ use crate::stats::NOISY_CV;
 use crate::workers::run_pinned;
 
 /// Why an experiment could not run.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::{execute, Control, ExecuteError, Experiment, PlanError};
+/// // More threads than this machine has CPUs, without threads.oversubscribe.
+/// let exp = Experiment::from_toml_str("[threads]\ncount = 100000\n[memory]\nsize = \"1MiB\"", "x")?;
+/// match execute(&exp, &Topology::system()?, &Control::default()) {
+///     Err(ExecuteError::Plan(PlanError::TooManyThreads { count, .. })) => assert_eq!(count, 100_000),
+///     Err(other) => panic!("unexpected: {other}"),
+///     Ok(_) => panic!("refused before anything runs"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExecuteError {
@@ -77,6 +90,23 @@ pub enum ExecuteError {
 
 /// Progress of a run, for a progress bar (updated by the workers once per
 /// chunk of operations).
+///
+/// ```
+/// use std::sync::atomic::Ordering::Relaxed;
+/// use numalab::Topology;
+/// use numalab_bench::experiment::{execute, Control, Experiment};
+/// let exp = Experiment::from_toml_str(
+///     "[memory]\nsize = \"1MiB\"\n[access]\nops = 10_000\n[run]\nrepeats = 2\nwarmup = 1\ncounters = false",
+///     "x")?;
+/// let control = Control::default();
+/// execute(&exp, &Topology::system()?, &control)?;
+/// // Another thread (a progress bar) can read these while the run goes on.
+/// let progress = &control.progress;
+/// assert_eq!((progress.runs_done.load(Relaxed), progress.runs_total.load(Relaxed)), (3, 3));
+/// assert_eq!(progress.ops_total.load(Relaxed), 30_000, "warm-up included");
+/// assert_eq!(progress.ops_done.load(Relaxed), 30_000);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct Progress {
     /// Operations done, all runs so far.

@@ -16,6 +16,21 @@ use super::values::{Pattern, PolicySpec, Sharing, ThreadPlacement};
 use super::warning::{Cause, Warning, WarningKind};
 
 /// One worker thread's place.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::{Experiment, Plan};
+/// // 2 nodes of 2 CPUs: node 0 has CPUs 0-1, node 1 CPUs 2-3.
+/// let topo = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let exp = Experiment::from_toml_str(
+///     "[threads]\ncount = 2\n[memory]\nsize = \"1MiB\"\n[access]\nops = 1000", "x")?;
+/// let plan = Plan::resolve(&exp, &topo)?;
+/// let second = &plan.threads[1];
+/// assert_eq!((second.cpu, second.node, second.region), (2, 1, 1), "balanced: one per node");
+/// assert_eq!(second.ops, Some(500), "the operations are split");
+/// assert_eq!((second.share_offset, second.share_len), (0, 1 << 20), "its node's own region");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadPlan {
     /// Thread number, from 0.
@@ -40,6 +55,22 @@ pub struct ThreadPlan {
 }
 
 /// One memory region.
+///
+/// ```
+/// use numalab::{MemPolicy, NodeSet, Topology};
+/// use numalab_bench::experiment::{Experiment, Plan};
+/// let topo = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let exp = Experiment::from_toml_str(
+///     "[threads]\ncount = 4\n[memory]\nsize = \"8MiB\"\nsharing = \"shared\"\npolicy = \"interleave\"",
+///     "x")?;
+/// let plan = Plan::resolve(&exp, &topo)?;
+/// let region = &plan.regions[0];
+/// assert_eq!((region.bytes, region.threads.len()), (8 << 20, 4));
+/// assert_eq!(region.requested.to_string(), "interleave");
+/// assert_eq!(region.expected_nodes, "0-1".parse::<NodeSet>()?);
+/// assert!(matches!(region.policy, MemPolicy::Interleave(_)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegionPlan {
     /// Region number, from 0.
@@ -71,6 +102,20 @@ pub struct RegionPlan {
 }
 
 /// An experiment resolved against a topology.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::{Cause, Experiment, Plan};
+/// let one_node = Topology::from_synthetic("numa:1 core:2 pu:1")?;
+/// let exp = Experiment::from_toml_str(
+///     "[threads]\ncount = 2\n[memory]\nsize = \"1MiB\"\npolicy = \"remote\"", "x")?;
+/// let plan = Plan::resolve(&exp, &one_node)?;
+/// assert_eq!(plan.cpus(), [0, 1]);
+/// assert!(!plan.oversubscribed);
+/// // No other node: the plan says `remote` cannot hold.
+/// assert_eq!(plan.warnings[0].cause, Some(Cause::NoRemoteNode { region: 0 }));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// Each thread.
@@ -85,6 +130,19 @@ pub struct Plan {
 }
 
 /// Why an experiment cannot be placed on this machine.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::{Experiment, Plan, PlanError};
+/// let topo = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let exp = Experiment::from_toml_str("[threads]\ncount = 6", "x")?;
+/// match Plan::resolve(&exp, &topo) {
+///     Err(PlanError::TooManyThreads { threads, cpus, .. }) => assert_eq!((threads, cpus), (3, 2)),
+///     Err(other) => panic!("unexpected: {other}"),
+///     Ok(_) => panic!("6 threads on 4 CPUs need threads.oversubscribe"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {
@@ -162,6 +220,23 @@ fn mib(bytes: u64) -> String {
 }
 
 /// A node's memory available to the plan.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::plan::NodeFree;
+/// use numalab_bench::experiment::{Experiment, Plan, PlanError};
+/// let topo = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let exp = Experiment::from_toml_str("[threads]\ncount = 2\n[memory]\nsize = \"1GiB\"", "x")?;
+/// // Pretend each node has 512 MiB free: a 1 GiB region does not fit.
+/// let free = |_node: u32| Some(NodeFree { free: 512 << 20, ..NodeFree::default() });
+/// let err = Plan::resolve_with(&exp, &topo, &free).unwrap_err();
+/// assert!(matches!(err, PlanError::Memory { needed, .. } if needed == 1 << 30));
+/// // This machine's node 0, read from sysfs, has some memory free.
+/// if let Some(node0) = NodeFree::live(0) {
+///     assert!(node0.free > 0);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NodeFree {
     /// Free bytes.

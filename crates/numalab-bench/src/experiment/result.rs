@@ -26,6 +26,15 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 /// Latency percentiles of the sampled operations, in nanoseconds (the
 /// clock's own cost subtracted).
+///
+/// ```
+/// use numalab_bench::experiment::result::Percentiles;
+/// let samples: Vec<f64> = (1..=1000).map(f64::from).collect();
+/// let p = Percentiles::of(&samples).unwrap();
+/// assert_eq!((p.samples, p.max), (1000, 1000.0));
+/// assert!(p.p50 < p.p90 && p.p90 < p.p99 && p.p99 <= p.p999);
+/// assert!(Percentiles::of(&[]).is_none());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
     /// Operations timed.
@@ -57,6 +66,22 @@ impl Percentiles {
 }
 
 /// One thread in one repeat: the raw figures.
+///
+/// ```
+/// # use numalab::Topology;
+/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # let exp = Experiment::from_toml_str(
+/// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
+/// #     "x")?;
+/// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
+/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let thread = &result.repeats[0].threads[0];
+/// assert_eq!((thread.reads, thread.writes), (20_000, 10_000));
+/// assert_eq!(thread.bytes, thread.ops * 64, "64-byte operations by default");
+/// assert_eq!(thread.cpu, result.plan.threads[0].cpu, "pinned where planned");
+/// assert!(thread.read_latency_ns.is_some_and(|p| p.samples > 0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadRun {
     /// Thread number.
@@ -84,6 +109,23 @@ pub struct ThreadRun {
 }
 
 /// One run (a repeat or a warm-up).
+///
+/// ```
+/// # use numalab::Topology;
+/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # let exp = Experiment::from_toml_str(
+/// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
+/// #     "x")?;
+/// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
+/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// assert_eq!(result.repeats.len(), 2);
+/// let first = &result.repeats[0];
+/// assert_eq!((first.index, first.ops), (0, 30_000));
+/// assert!(!first.interrupted);
+/// let gb_per_s = first.bytes as f64 / first.time_to_last_s / 1e9;
+/// assert!((first.gb_per_s - gb_per_s).abs() <= 1e-9 * gb_per_s);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Repeat {
     /// Number, from 0, among the repeats (or among the warm-ups).
@@ -116,6 +158,23 @@ pub struct Repeat {
 }
 
 /// The figures of a run over its repeats: median, min, max, CV.
+///
+/// ```
+/// # use numalab::Topology;
+/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # let exp = Experiment::from_toml_str(
+/// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
+/// #     "x")?;
+/// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
+/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let figures = result.figures.as_ref().unwrap();
+/// let time = &figures.time_to_last_s;
+/// assert_eq!(time.n, 2, "one sample per repeat");
+/// assert!(time.min <= time.median && time.median <= time.max);
+/// assert_eq!(result.time_to_last(), Some(time.median));
+/// assert!(figures.write_p50_ns.is_some(), "writes are sampled too");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Figures {
     /// Time to the last thread, seconds.
@@ -137,6 +196,24 @@ pub struct Figures {
 }
 
 /// One thread over the repeats.
+///
+/// ```
+/// # use numalab::Topology;
+/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # let exp = Experiment::from_toml_str(
+/// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
+/// #     "x")?;
+/// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
+/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let thread = &result.threads[0];
+/// assert_eq!((thread.thread, thread.region), (0, 0));
+/// assert_eq!(thread.ops, 30_000.0);
+/// assert_eq!(thread.busy_s.n, 2);
+/// assert!(thread.mops_per_s > 0.0 && thread.gb_per_s > 0.0);
+/// // Where its region's pages were found, e.g. "0".
+/// assert!(!thread.memory_nodes.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ThreadFigures {
     /// Thread number.
@@ -164,6 +241,22 @@ pub struct ThreadFigures {
 }
 
 /// The placement check of one region.
+///
+/// ```
+/// # use numalab::Topology;
+/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # let exp = Experiment::from_toml_str(
+/// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
+/// #     "x")?;
+/// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
+/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let check = &result.regions[0];
+/// assert_eq!(check.requested.to_string(), "local");
+/// assert_eq!(check.audit.found.present(), (1 << 20) / 4096, "every page prefaulted");
+/// assert!(check.as_requested, "{}", check.note);
+/// assert!(check.replicas.is_empty(), "not replicated");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RegionCheck {
     /// Region number.
@@ -191,6 +284,31 @@ pub struct RegionCheck {
 }
 
 /// The placement check of one copy of a replicated region.
+///
+/// ```
+/// # use numalab::Topology;
+/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// let exp = Experiment::from_toml_str(r#"
+///     [memory]
+///     size = "2MiB"
+///     policy = "replicate"
+///     sharing = "shared"
+///     [access]
+///     ops = 10_000
+///     [run]
+///     repeats = 1
+///     warmup = 0
+///     counters = false
+/// "#, "x")?;
+/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// // One copy per node with CPUs and memory: one on a one-node machine.
+/// for (copy, &node) in result.regions[0].replicas.iter().zip(&result.plan.regions[0].replicas) {
+///     assert_eq!(copy.node, node);
+///     assert_eq!(copy.audit.found.on_node(node), 512, "its 2 MiB on its node");
+///     assert!(copy.as_requested, "{}", copy.note);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplicaCheck {
     /// Copy number, from 0 (ascending node ids).
@@ -208,6 +326,22 @@ pub struct ReplicaCheck {
 }
 
 /// The engine's own cost, measured so it can be seen to be negligible.
+///
+/// ```
+/// # use numalab::Topology;
+/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # let exp = Experiment::from_toml_str(
+/// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
+/// #     "x")?;
+/// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
+/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let engine = &result.engine;
+/// assert_eq!(engine.sample_every, 1024, "access.latency_sample's default");
+/// assert!(["tsc", "instant"].contains(&engine.clock.as_str()));
+/// assert!(engine.clock_overhead_ns >= 0.0);
+/// assert!(engine.share.is_none_or(|share| (0.0..=1.0).contains(&share)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EngineCost {
     /// The clock used to time sampled operations (`tsc` or `instant`).
@@ -227,6 +361,20 @@ pub struct EngineCost {
 }
 
 /// Which performance counters were read.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::{execute, Control, Experiment};
+/// let exp = Experiment::from_toml_str(
+///     "[memory]\nsize = \"1MiB\"\n[access]\nops = 10_000\n[run]\nrepeats = 1\nwarmup = 0", "x")?;
+/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let info = &result.counters;
+/// // What could be read, and a note on anything that could not (e.g. in a VM).
+/// assert!(!info.events.is_empty() || info.note.is_some());
+/// let counted = &result.repeats[0].counters;
+/// assert!(counted.keys().all(|name| info.events.contains(name)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct CounterInfo {
     /// Counter names read.
@@ -236,6 +384,22 @@ pub struct CounterInfo {
 }
 
 /// Everything one experiment run produced (`numalab run --json`).
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::{execute, Control, Experiment, RunResult};
+/// let exp = Experiment::from_toml_str(
+///     "[memory]\nsize = \"1MiB\"\n[access]\nops = 10_000\n[run]\nrepeats = 2\ncounters = false",
+///     "x")?;
+/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// assert_eq!((result.schema.as_str(), result.warmups.len(), result.repeats.len()), ("numalab.run", 1, 2));
+/// assert!(result.time_to_last().is_some_and(|s| s > 0.0));
+/// assert!(result.placement_as_requested(), "local pages on a thread's own node");
+/// // Every exporter, and `numalab plot`, reads it back from JSON.
+/// let back: RunResult = serde_json::from_str(&serde_json::to_string(&result)?)?;
+/// assert_eq!((back.experiment, back.plan), (result.experiment, result.plan));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     /// `numalab.run`.
@@ -397,6 +561,31 @@ pub fn thread_figures(
 }
 
 /// One cell of a sweep.
+///
+/// ```
+/// # use numalab::Topology;
+/// # use numalab_bench::experiment::{run_sweep, Control, Experiment};
+/// # let exp = Experiment::from_toml_str(r#"
+/// #     [memory]
+/// #     size = "1MiB"
+/// #     [access]
+/// #     ops = 10_000
+/// #     [run]
+/// #     repeats = 1
+/// #     warmup = 0
+/// #     counters = false
+/// #     [sweep]
+/// #     "memory.policy" = ["local", "interleave"]
+/// # "#, "x")?;
+/// // A tiny sweep of `memory.policy` over local and interleave.
+/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default(), |_, _, _| {})?;
+/// let cell = &sweep.cells[1];
+/// assert_eq!(cell.setting("memory.policy"), Some("interleave"));
+/// assert!(cell.error.is_none());
+/// let result = cell.result.as_ref().unwrap();
+/// assert_eq!(result.experiment.memory.policy.to_string(), "interleave");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepCell {
     /// The values that make this cell, in axis order (key, value; text
@@ -422,6 +611,31 @@ impl SweepCell {
 
 /// One line of the comparison against `local`: a policy's time to the
 /// last thread beside local's in the same cell of the other axes.
+///
+/// ```
+/// # use numalab::Topology;
+/// # use numalab_bench::experiment::{run_sweep, Control, Experiment};
+/// # let exp = Experiment::from_toml_str(r#"
+/// #     [memory]
+/// #     size = "1MiB"
+/// #     [access]
+/// #     ops = 10_000
+/// #     [run]
+/// #     repeats = 1
+/// #     warmup = 0
+/// #     counters = false
+/// #     [sweep]
+/// #     "memory.policy" = ["local", "interleave"]
+/// # "#, "x")?;
+/// // A tiny sweep of `memory.policy` over local and interleave.
+/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default(), |_, _, _| {})?;
+/// let line = &sweep.comparison[0];
+/// assert_eq!(line.policy, "interleave");
+/// assert!(line.settings.is_empty(), "no other axis");
+/// let percent = (line.time_s / line.local_s - 1.0) * 100.0;
+/// assert!((line.vs_local_percent - percent).abs() < 1e-9);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {
     /// The other axes' values (e.g. `threads.count = 8`).
@@ -437,6 +651,30 @@ pub struct Comparison {
 }
 
 /// Everything a sweep produced (`numalab sweep --json`).
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::{run_sweep, Control, Experiment};
+/// let exp = Experiment::from_toml_str(r#"
+///     [memory]
+///     size = "1MiB"
+///     [access]
+///     ops = 10_000
+///     [run]
+///     repeats = 1
+///     warmup = 0
+///     counters = false
+///     [sweep]
+///     "memory.policy" = ["local", "interleave"]
+/// "#, "x")?;
+/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default(), |_, _, _| {})?;
+/// assert_eq!(sweep.schema, "numalab.sweep");
+/// assert_eq!(sweep.axes, [("memory.policy".to_owned(), vec!["local".to_owned(), "interleave".to_owned()])]);
+/// assert_eq!(sweep.cells.len(), 2);
+/// assert_eq!(sweep.comparison.len(), 1, "interleave against local");
+/// assert!(!sweep.interrupted);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SweepResult {
     /// `numalab.sweep`.

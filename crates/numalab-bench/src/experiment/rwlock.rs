@@ -14,6 +14,25 @@ const WRITER: u32 = 1 << 31;
 const SPINS_BEFORE_YIELD: u32 = 128;
 
 /// One lock, alone on a cache line.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use numalab_bench::experiment::rwlock::StripeLock;
+/// assert_eq!(std::mem::size_of::<StripeLock>(), 64, "one cache line each");
+/// let (lock, count) = (StripeLock::default(), AtomicU64::new(0));
+/// std::thread::scope(|s| for _ in 0..2 {
+///     s.spawn(|| for _ in 0..1000 {
+///         lock.write(); // exclusive: this load-then-store loses no increment
+///         count.store(count.load(Relaxed) + 1, Relaxed);
+///         lock.write_unlock();
+///     });
+/// });
+/// assert_eq!(count.load(Relaxed), 2000);
+/// lock.read();
+/// lock.read(); // readers share it
+/// lock.read_unlock();
+/// lock.read_unlock();
+/// ```
 #[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub struct StripeLock {

@@ -14,6 +14,26 @@ use super::result::{
 };
 
 /// Why a sweep could not run.
+///
+/// Every cell is planned before the first runs, so a cell that cannot be
+/// placed refuses the whole sweep.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::sweep::{plan_sweep, SweepError};
+/// use numalab_bench::experiment::{Experiment, PlanError};
+/// let topo = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?; // 4 CPUs
+/// let exp = Experiment::from_toml_str("[sweep]\n\"threads.count\" = [2, 8]\n", "x")?;
+/// match plan_sweep(&exp, &topo) {
+///     Err(SweepError::Plan { cell, source }) => {
+///         assert_eq!(cell, "threads.count = 8");
+///         assert!(matches!(*source, PlanError::TooManyThreads { .. }));
+///     }
+///     Err(other) => panic!("unexpected: {other}"),
+///     Ok(_) => panic!("8 threads on 4 CPUs"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SweepError {
@@ -47,6 +67,23 @@ fn describe(settings: &[(String, String)]) -> String {
 }
 
 /// A cell of the grid, planned.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::sweep::plan_sweep;
+/// use numalab_bench::experiment::Experiment;
+/// let topo = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let exp = Experiment::from_toml_str(
+///     "[memory]\nsize = \"1MiB\"\n[sweep]\n\"threads.count\" = [1, 4]\n\"memory.policy\" = [\"local\", \"remote\"]\n",
+///     "x")?;
+/// let cells = plan_sweep(&exp, &topo)?;
+/// assert_eq!(cells.len(), 4, "first axis slowest");
+/// let last = &cells[3];
+/// assert_eq!(last.settings, [("threads.count".into(), "4".into()), ("memory.policy".into(), "remote".into())]);
+/// assert_eq!(last.experiment.threads.count, 4);
+/// assert_eq!(last.plan.threads.len(), 4);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct PlannedCell {
     /// Its settings (key, value as text), in axis order.

@@ -383,6 +383,17 @@ impl fmt::Display for Replication {
 }
 
 /// How many regions there are and who uses each.
+///
+/// Written in kebab case in the experiment file; `per-node` is the default.
+///
+/// ```
+/// use numalab_bench::experiment::{Experiment, Sharing};
+/// let exp = Experiment::from_toml_str("[memory]\nsharing = \"per-thread\"\n", "x.toml")?;
+/// assert_eq!(exp.memory.sharing, Sharing::PerThread);
+/// assert_eq!(exp.memory.sharing.to_string(), "per-thread");
+/// assert_eq!(Sharing::default(), Sharing::PerNode);
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Sharing {
@@ -495,6 +506,15 @@ impl fmt::Display for ReadWrite {
 text_serde!(ReadWrite, "a read:write ratio such as \"2:1\"");
 
 /// What guards the memory while threads access it.
+///
+/// ```
+/// use numalab_bench::experiment::{values::Sync, Experiment};
+/// let exp = Experiment::from_toml_str("[access]\nsync = \"rwlock\"\n", "x.toml")?;
+/// assert_eq!(exp.access.sync, Sync::Rwlock);
+/// assert_eq!(exp.access.sync.to_string(), "rwlock");
+/// assert_eq!(Sync::default(), Sync::None, "threads race unless told otherwise");
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Sync {
@@ -517,6 +537,17 @@ impl fmt::Display for Sync {
 }
 
 /// Which vector instructions the sequential kernels use.
+///
+/// ```
+/// use numalab_bench::experiment::{values::IsaChoice, Experiment};
+/// use numalab_bench::kernels::Isa;
+/// let exp = Experiment::from_toml_str("[access]\nisa = \"scalar\"\n", "x.toml")?;
+/// assert_eq!(exp.access.isa, IsaChoice::Scalar);
+/// assert_eq!(exp.access.isa.resolve(), Isa::Scalar);
+/// // `auto` picks the widest this CPU has.
+/// assert_eq!(IsaChoice::Auto.resolve(), Isa::detect());
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IsaChoice {

@@ -6,6 +6,16 @@
 use serde::{Deserialize, Serialize};
 
 /// What a warning is about.
+///
+/// Code matches on the kind; JSON spells it in snake case.
+///
+/// ```
+/// use numalab_bench::experiment::{Warning, WarningKind};
+/// let w = Warning::new(WarningKind::NoPmu, "software events only");
+/// assert!(matches!(w.kind, WarningKind::NoPmu));
+/// assert_eq!(serde_json::to_string(&w.kind)?, r#""no_pmu""#);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WarningKind {
@@ -32,6 +42,20 @@ pub enum WarningKind {
 /// involved, for code and tests to match on (the message is for people).
 ///
 /// Written in JSON as `"cause": {"no_remote_node": {"region": 0}}`.
+///
+/// ```
+/// use numalab_bench::experiment::Cause;
+/// let cause: Cause = serde_json::from_str(r#"{"node_without_memory":{"region":1,"node":2}}"#)?;
+/// assert_eq!(cause.region(), Some(1));
+/// let what = match &cause {
+///     Cause::NodeWithoutMemory { node, .. } => format!("node {node} has no memory"),
+///     Cause::Key { key } => format!("cannot honour {key}"),
+///     _ => "something else".to_owned(),
+/// };
+/// assert_eq!(what, "node 2 has no memory");
+/// assert_eq!(Cause::OneCopy.region(), None);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
