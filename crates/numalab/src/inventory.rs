@@ -28,6 +28,24 @@ pub enum Role {
 }
 
 /// Why a node or CPU given by a user cannot be used on this topology.
+///
+/// ```
+/// use numalab::{SpecError, Topology};
+/// // Memory on nodes 0 and 1; node 2 has CPUs only.
+/// let topo = Topology::from_xml_file(concat!(
+///     env!("CARGO_MANIFEST_DIR"),
+///     "/../../tests/topologies/cpuless.xml"
+/// ))?;
+/// let err = topo.check_memory_nodes(&"2".parse()?).unwrap_err();
+/// match err {
+///     SpecError::NodeWithoutMemory { node, with_memory } => {
+///         assert_eq!((node, with_memory.to_string()), (2, "0-1".to_string()))
+///     }
+///     other => panic!("unexpected {other}"),
+/// }
+/// assert!(matches!(topo.parse_nodes("7"), Err(SpecError::NoSuchNode { node: 7, .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpecError {

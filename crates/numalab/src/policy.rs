@@ -58,6 +58,19 @@ pub enum MemPolicy {
 }
 
 /// Why a policy could not be applied.
+///
+/// ```
+/// use numalab::{MemPolicy, PolicyError, Topology};
+/// let err = "spread:0-1".parse::<MemPolicy>().unwrap_err();
+/// assert!(matches!(err, PolicyError::Parse { .. }), "{err}");
+/// // Nodes are checked against the machine: this one has nodes 0 and 1.
+/// let topo = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// match topo.parse_policy("bind:3").unwrap_err() {
+///     PolicyError::Node(spec) => assert!(spec.to_string().starts_with("node 3 does not exist")),
+///     other => panic!("unexpected {other}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PolicyError {
@@ -127,6 +140,17 @@ impl From<ParseSetError> for PolicyError {
 }
 
 /// What happens to pages already in a range when a policy is applied to it.
+///
+/// ```
+/// use numalab::{MemPolicy, NodeBuffer, RangeMode};
+/// assert_eq!(RangeMode::default(), RangeMode::FutureOnly);
+/// // Pages already touched move to node 0; the range keeps the policy.
+/// let buffer = NodeBuffer::new(1 << 20, MemPolicy::Local)?;
+/// let bind = MemPolicy::Bind("0".parse()?);
+/// bind.apply_to_range(buffer.as_ptr(), buffer.len(), RangeMode::Move)?;
+/// assert_eq!(MemPolicy::of_address(buffer.as_ptr())?, bind);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RangeMode {
     /// Only pages allocated from now on follow the policy.
@@ -601,6 +625,21 @@ impl Support {
 ///
 /// The table lives in `/sys/kernel/mm/mempolicy/weighted_interleave/nodeN`,
 /// is shared by every process, and writing it needs root.
+///
+/// ```
+/// use numalab::system::KernelSettings;
+/// use numalab::{InterleaveWeights, PolicyError};
+/// // Asking for the weights the table already has writes nothing; asking
+/// // for others (`0=3,1=1`) writes them until `guard` is dropped.
+/// let current = KernelSettings::current().interleave_weights.unwrap_or_default();
+/// match InterleaveWeights::set(&current) {
+///     Ok(guard) => assert!(guard.previous().is_empty()),
+///     // Before Linux 6.9 there is no table.
+///     Err(PolicyError::Unsupported { .. }) => assert!(current.is_empty()),
+///     Err(err) => return Err(err.into()),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct InterleaveWeights {
     previous: BTreeMap<u32, u8>,

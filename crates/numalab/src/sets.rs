@@ -14,6 +14,16 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Why a node or CPU list could not be parsed.
+///
+/// ```
+/// use numalab::{NodeSet, ParseSetError};
+/// match "3-1".parse::<NodeSet>().unwrap_err() {
+///     ParseSetError::BackwardRange { start, end, .. } => assert_eq!((start, end), (3, 1)),
+///     other => panic!("unexpected {other}"),
+/// }
+/// let err = "0,x".parse::<NodeSet>().unwrap_err();
+/// assert!(matches!(err, ParseSetError::Malformed { ref token, .. } if token == "x"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ParseSetError {

@@ -75,6 +75,22 @@ impl Kernel {
 }
 
 /// What one bandwidth cell measured.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab::HugePages;
+/// use numalab_bench::matrix::bandwidth::{measure, Kernel, StreamTiming, MIN_SLICE};
+/// # let cpus: Vec<u32> = numalab::affinity::thread_cpus()?.iter().collect();
+/// # let node = numalab::affinity::current().node;
+/// let timing = StreamTiming { repeats: 2, sample: Duration::from_millis(1) };
+/// let run = measure(&cpus[..1], node, MIN_SLICE, HugePages::None, &[Kernel::Read], timing)?;
+/// assert_eq!(run.size, MIN_SLICE);
+/// let (kernel, gbps) = &run.samples[0];
+/// assert_eq!((*kernel, gbps.len()), (Kernel::Read, 2));
+/// assert!(run.placement.is_match(), "{}", run.placement);
+/// assert_eq!(run.pages.label(), "4K");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct BandwidthRun {
     /// GB/s samples per kernel.
@@ -88,6 +104,19 @@ pub struct BandwidthRun {
 }
 
 /// How long to stream.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab::HugePages;
+/// use numalab_bench::matrix::bandwidth::{measure, Kernel, StreamTiming, MIN_SLICE};
+/// # let cpus: Vec<u32> = numalab::affinity::thread_cpus()?.iter().collect();
+/// # let node = numalab::affinity::current().node;
+/// // Three samples per kernel, each of at least one pass over the slices.
+/// let timing = StreamTiming { repeats: 3, sample: Duration::from_millis(1) };
+/// let run = measure(&cpus[..1], node, MIN_SLICE, HugePages::None, &Kernel::ALL, timing)?;
+/// assert!(run.samples.iter().all(|(_, gbps)| gbps.len() == 3));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct StreamTiming {
     /// Timed samples per kernel.

@@ -19,6 +19,19 @@ use numalab::{CpuSet, MemPolicy, NodeBuffer, NodeSet};
 use super::MatrixError;
 
 /// What one pair measured.
+///
+/// ```
+/// use numalab_bench::matrix::c2c::measure;
+/// # let cpus: Vec<u32> = numalab::affinity::thread_cpus()?.iter().collect();
+/// # let node = numalab::affinity::current().node;
+/// // Two CPUs (the same one twice on a one-CPU machine) pass a line on
+/// // this node: 1000 round trips per sample, three samples.
+/// let run = measure(cpus[0], *cpus.last().unwrap(), node, 1000, 3)?;
+/// assert_eq!(run.samples_ns.len(), 3);
+/// assert!(run.samples_ns.iter().all(|ns| *ns > 0.0));
+/// assert!(run.placement.is_match(), "{}", run.placement);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct PingPong {
     /// Nanoseconds per one-way hand-over, one per repeat.

@@ -57,6 +57,20 @@ impl Pages {
 }
 
 /// One chase: samples of nanoseconds per load, and where the memory was.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab::HugePages;
+/// use numalab_bench::matrix::latency::{measure, ChaseTiming};
+/// # let cpus: Vec<u32> = numalab::affinity::thread_cpus()?.iter().collect();
+/// # let node = numalab::affinity::current().node;
+/// let timing = ChaseTiming { repeats: 3, sample: Duration::from_millis(1) };
+/// let run = measure(cpus[0], node, 1 << 20, HugePages::None, timing, 1)?;
+/// assert_eq!(run.samples_ns.len(), 3);
+/// assert!(run.samples_ns.iter().all(|ns| *ns > 0.0));
+/// assert!(run.placement.is_match(), "{}", run.placement);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct ChaseRun {
     /// Nanoseconds per load, one per repeat.
@@ -68,6 +82,19 @@ pub struct ChaseRun {
 }
 
 /// How long to chase.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab::HugePages;
+/// use numalab_bench::matrix::latency::{measure, ChaseTiming};
+/// # let cpus: Vec<u32> = numalab::affinity::thread_cpus()?.iter().collect();
+/// # let node = numalab::affinity::current().node;
+/// // Two samples of about 2 ms each (at least one lap of the chain).
+/// let timing = ChaseTiming { repeats: 2, sample: Duration::from_millis(2) };
+/// let run = measure(cpus[0], node, 1 << 20, HugePages::None, timing, 7)?;
+/// assert_eq!(run.samples_ns.len(), timing.repeats);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct ChaseTiming {
     /// Timed samples.

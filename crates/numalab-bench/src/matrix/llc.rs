@@ -16,6 +16,17 @@ use super::latency::chase_prefix;
 use super::{on_cpu, MatrixError};
 
 /// One point of the latency-versus-size curve.
+///
+/// ```
+/// use numalab_bench::matrix::llc::{knee, SweepPoint};
+/// // 3 ns while the set fits in a cache, 100 ns once it does not.
+/// let curve: Vec<SweepPoint> = [(1, 3.0), (2, 3.0), (4, 100.0), (8, 100.0), (16, 100.0)]
+///     .iter().map(|&(mib, ns)| SweepPoint { bytes: mib << 20, ns }).collect();
+/// assert_eq!(knee(&curve), Some(4 << 20));
+/// let json = serde_json::to_string(&curve[0])?;
+/// assert_eq!(json, r#"{"bytes":1048576,"ns":3.0}"#);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SweepPoint {
     /// Working set, bytes.
@@ -25,6 +36,20 @@ pub struct SweepPoint {
 }
 
 /// What the sweep found.
+///
+/// ```
+/// use numalab::HugePages;
+/// use numalab_bench::matrix::llc::sweep;
+/// # let cpus: Vec<u32> = numalab::affinity::thread_cpus()?.iter().collect();
+/// # let node = numalab::affinity::current().node;
+/// // Working sets of 256 KiB to 1 MiB, about 30,000 loads per point.
+/// let found = sweep(cpus[0], node, 1 << 20, HugePages::None, 30_000, None)?;
+/// assert_eq!((found.cpu, found.node), (cpus[0], node));
+/// let sizes: Vec<usize> = found.points.iter().map(|p| p.bytes).collect();
+/// assert_eq!(sizes, [256 << 10, 512 << 10, 1 << 20]);
+/// assert!(found.points.iter().all(|p| p.ns > 0.0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CacheSweep {
     /// CPU the chase ran on.

@@ -30,6 +30,24 @@ pub const DELAYS: [u64; 10] = [4_000, 2_000, 1_000, 500, 250, 120, 60, 30, 10, 0
 pub const QUICK_DELAYS: [u64; 3] = [1_000, 60, 0];
 
 /// One point of a loaded-latency curve, as measured.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab::HugePages;
+/// use numalab_bench::matrix::loaded::measure;
+/// # let cpus: Vec<u32> = numalab::affinity::thread_cpus()?.iter().collect();
+/// # let node = numalab::affinity::current().node;
+/// // Chase from the first CPU while the others (or, on a one-CPU machine,
+/// // the same one) read at full speed: delay 0.
+/// let load_cpus = if cpus.len() > 1 { &cpus[1..] } else { &cpus[..] };
+/// let sample = Duration::from_millis(5);
+/// let run = measure(cpus[0], load_cpus, node, 1 << 20, 4 << 20, HugePages::None, &[0], 2, sample)?;
+/// let (idle, full) = (&run.points[0], &run.points[1]);
+/// assert_eq!((idle.delay, idle.load_gbps), (None, 0.0), "paused generators read nothing");
+/// assert_eq!(full.delay, Some(0));
+/// assert_eq!(full.samples_ns.len(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct LoadPoint {
     /// Spin iterations between 4 KiB blocks; `None` for the idle point
@@ -42,6 +60,23 @@ pub struct LoadPoint {
 }
 
 /// A whole curve.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab::HugePages;
+/// use numalab_bench::matrix::loaded::measure;
+/// # let cpus: Vec<u32> = numalab::affinity::thread_cpus()?.iter().collect();
+/// # let node = numalab::affinity::current().node;
+/// // Chase from the first CPU while the others (or, on a one-CPU machine,
+/// // the same one) read at full speed: delay 0.
+/// let load_cpus = if cpus.len() > 1 { &cpus[1..] } else { &cpus[..] };
+/// let sample = Duration::from_millis(5);
+/// let run = measure(cpus[0], load_cpus, node, 1 << 20, 4 << 20, HugePages::None, &[0], 2, sample)?;
+/// assert_eq!(run.points.len(), 2, "the idle point, then one per delay");
+/// assert!(run.chase_placement.is_match() && run.load_placement.is_match());
+/// assert_eq!(run.pages.label(), "4K");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct LoadedRun {
     /// Idle first, then from the longest delay to none.

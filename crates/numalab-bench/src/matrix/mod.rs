@@ -51,6 +51,22 @@ impl crate::document::Schema for MatrixResult {
 }
 
 /// Why a matrix could not be measured.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::matrix::{MatrixError, NodeSelection, Shape};
+/// // Node 1 of this machine is memory-only (CXL): nothing can run there.
+/// let topo = Topology::from_xml_file(concat!(
+///     env!("CARGO_MANIFEST_DIR"),
+///     "/../../tests/topologies/cpuless.xml"
+/// ))?;
+/// let only_1 = NodeSelection { nodes: Some("1".parse()?), ..Default::default() };
+/// match Shape::of(&topo, &only_1).unwrap_err() {
+///     MatrixError::NoInitiators { with_cpus, .. } => assert_eq!(with_cpus.to_string(), "0,2"),
+///     other => panic!("unexpected {other}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MatrixError {

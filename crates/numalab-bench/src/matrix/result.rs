@@ -64,6 +64,24 @@ impl Figure {
 }
 
 /// How the run was set up.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: true, bandwidth: false, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let settings = &result.settings;
+/// assert_eq!(settings.measurements, measurements);
+/// assert_eq!((settings.latency_bytes, settings.repeats, settings.quick), (1 << 20, 3, true));
+/// assert_eq!(settings.huge_pages, Some(HugePages::None));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     /// What was measured.
@@ -94,6 +112,23 @@ pub struct Settings {
 }
 
 /// Every cell's placement, in brief.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: true, bandwidth: false, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let summary = result.placement_summary;
+/// assert_eq!(summary.checked, result.audits().len());
+/// assert_eq!(summary.all_match, summary.checked == summary.matching);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PlacementSummary {
     /// Working sets checked.
@@ -105,6 +140,24 @@ pub struct PlacementSummary {
 }
 
 /// The idle-latency matrix.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: true, bandwidth: false, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let matrix = result.latency.as_ref().unwrap();
+/// // One cell per (initiator, target): 1 x 1 here.
+/// assert_eq!(matrix.cells.len(), shape.initiators.len() * shape.targets.len());
+/// assert!(result.bandwidth.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LatencyMatrix {
     /// One cell per (initiator, target), row by row.
@@ -112,6 +165,25 @@ pub struct LatencyMatrix {
 }
 
 /// Idle latency from one CPU node to one memory node.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: true, bandwidth: false, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let cell = &result.latency.as_ref().unwrap().cells[0];
+/// assert_eq!((cell.initiator, cell.target, cell.size_bytes), (node, node, 1 << 20));
+/// assert_eq!(cell.latency_ns.samples.len(), 3);
+/// assert_eq!(cell.ratio_to_local, Some(1.0), "its own node is the reference");
+/// assert!(cell.base_pages.is_none(), "no huge pages to compare with");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LatencyCell {
     /// CPU node.
@@ -141,6 +213,25 @@ pub struct LatencyCell {
 }
 
 /// The idle-latency chase repeated on 4 KiB pages.
+///
+/// ```
+/// use numalab::audit::audit;
+/// use numalab::locate::PageHistogram;
+/// use numalab::{MemPolicy, NodeSet};
+/// use numalab_bench::matrix::{BasePages, Figure};
+/// # let pages = PageHistogram { page_size: 4096, queried: 256,
+/// #     per_node: [(0, 256)].into(), ..Default::default() };
+///
+/// let on_huge_pages = Figure::of(&[80.0, 80.0, 80.0]);
+/// let latency_ns = Figure::of(&[100.0, 100.0, 100.0]);
+/// let base = BasePages {
+///     inflation: latency_ns.median() / on_huge_pages.median() - 1.0,
+///     latency_ns,
+///     placement: audit(&MemPolicy::Bind(NodeSet::single(0)), &NodeSet::new(), &pages),
+/// };
+/// assert_eq!(base.inflation, 0.25, "25% slower on 4 KiB pages");
+/// assert!(base.placement.is_match());
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BasePages {
     /// Nanoseconds per dependent load.
@@ -152,6 +243,23 @@ pub struct BasePages {
 }
 
 /// The bandwidth matrix.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: false, bandwidth: true, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), threads: Some(1), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let matrix = result.bandwidth.as_ref().unwrap();
+/// assert_eq!(matrix.cells.len(), shape.initiators.len() * shape.targets.len());
+/// assert!(result.latency.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BandwidthMatrix {
     /// One cell per (initiator, target), row by row.
@@ -159,6 +267,26 @@ pub struct BandwidthMatrix {
 }
 
 /// Bandwidth from the CPUs of one node to the memory of another.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: false, bandwidth: true, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), threads: Some(1), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let cell = &result.bandwidth.as_ref().unwrap().cells[0];
+/// assert_eq!((cell.initiator, cell.target, cell.cpus.len()), (node, node, 1));
+/// for gbps in [&cell.read_gbps, &cell.write_gbps, &cell.copy_gbps] {
+///     assert!(gbps.as_ref().unwrap().median() > 0.0);
+/// }
+/// assert_eq!(cell.read_ratio_to_local, Some(1.0));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BandwidthCell {
     /// CPU node.
@@ -186,6 +314,24 @@ pub struct BandwidthCell {
 }
 
 /// Latency under load, from one initiator to one target.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: false, bandwidth: false, loaded: true, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let curve = &result.loaded.as_ref().unwrap()[0];
+/// assert_eq!((curve.initiator, curve.target), (node, node));
+/// assert!(!curve.load_cpus.contains(&curve.chase_cpu));
+/// assert_eq!(curve.points[0].delay, None, "the idle point comes first");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadedCurve {
     /// CPU node.
@@ -209,6 +355,25 @@ pub struct LoadedCurve {
 }
 
 /// One point of a loaded-latency curve.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: false, bandwidth: false, loaded: true, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let points = &result.loaded.as_ref().unwrap()[0].points;
+/// // Idle, then from the longest delay to none.
+/// let delays: Vec<Option<u64>> = points.iter().map(|p| p.delay).collect();
+/// assert_eq!(delays, [None, Some(1_000), Some(60), Some(0)]);
+/// assert_eq!(points[0].load_gbps, 0.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadedPoint {
     /// Spin iterations between the generators' 4 KiB blocks; `None` for
@@ -221,6 +386,24 @@ pub struct LoadedPoint {
 }
 
 /// Cache-to-cache hand-over latency between nodes.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: false, bandwidth: false, c2c: true, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let c2c = result.c2c.as_ref().unwrap();
+/// assert_eq!(c2c.nodes, [node]);
+/// // A pair of cores on the node, or a note saying why there is none.
+/// assert_eq!(c2c.cells.len() + c2c.notes.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct C2cMatrix {
     /// Nodes whose cores took part (rows and columns).
@@ -232,6 +415,25 @@ pub struct C2cMatrix {
 }
 
 /// One pair of cores passing a line.
+///
+/// ```
+/// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
+/// # let topo = Topology::system()?;
+/// # let node = numalab::affinity::current().node;
+/// # let here = NodeSelection { nodes: Some(NodeSet::single(node)), ..Default::default() };
+/// # let shape = Shape::of(&topo, &here)?;
+/// let measurements = Measurements { latency: false, bandwidth: false, c2c: true, ..Measurements::default() };
+/// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
+///     ..MatrixConfig::quick() };
+/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// for cell in &result.c2c.as_ref().unwrap().cells {
+///     assert_eq!((cell.node_a, cell.node_b), (node, node));
+///     assert_ne!(cell.cpu_a, cell.cpu_b);
+///     assert!(cell.latency_ns.median() > 0.0);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct C2cCell {
     /// Node of the first core (the line's home).
@@ -249,6 +451,19 @@ pub struct C2cCell {
 }
 
 /// What a matrix warning is about.
+///
+/// ```
+/// use numalab_bench::matrix::{MatrixWarning, MatrixWarningKind};
+/// let json = r#"{"kind":"placement","message":"latency 0->1: 10% of pages on node 0"}"#;
+/// let warning: MatrixWarning = serde_json::from_str(json)?;
+/// let serious = match warning.kind {
+///     MatrixWarningKind::Noisy | MatrixWarningKind::Other => false,
+///     MatrixWarningKind::Placement | MatrixWarningKind::Emulated => true,
+///     _ => false,
+/// };
+/// assert!(serious);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]

@@ -9,6 +9,19 @@ use numalab::HugePages;
 use serde::{Deserialize, Serialize};
 
 /// Preset tables.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::ring::{plan, Layout, RingConfig};
+///
+/// let mut config = RingConfig::new("numalab");
+/// config.layout = Some(Layout::Blog);
+/// let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// // Eight single-stream cells and four two-stream cells.
+/// assert_eq!(plan::cells(&config, &topology)?.len(), 12);
+/// assert_eq!(serde_json::to_string(&Layout::Blog)?, r#""blog""#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Layout {

@@ -71,6 +71,24 @@ pub struct CellPlan {
 
 /// Why the node or CPU choices cannot be planned. Each names the option
 /// as the command line spells it.
+///
+/// ```
+/// use numalab::{SpecError, Topology};
+/// use numalab_bench::ring::{plan, PlanError, RingConfig};
+///
+/// let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let mut config = RingConfig::new("numalab");
+/// config.memory_node = Some("7".into());
+/// match plan::cells(&config, &topology).unwrap_err() {
+///     PlanError::Spec { flag, source: SpecError::NoSuchNode { node, .. }, .. } => {
+///         assert_eq!((flag.as_str(), node), ("memory-node", 7))
+///     }
+///     other => panic!("unexpected {other}"),
+/// }
+/// config.streams = 0;
+/// assert!(matches!(plan::cells(&config, &topology), Err(PlanError::NoStreams)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {

@@ -58,6 +58,19 @@ impl RingReport {
 }
 
 /// Settings shared by every cell.
+///
+/// ```
+/// use numalab::HugePages;
+/// use numalab_bench::ring::{Mode, Settings};
+///
+/// let settings = Settings { volume_bytes: 1 << 30, block_size: 4 << 20, blocks: 8,
+///     mode: Mode::Copy, huge_pages: HugePages::Transparent, readers_per_stream: 2,
+///     verify: true };
+/// let json = serde_json::to_value(&settings)?;
+/// assert_eq!(json["mode"], "copy");
+/// assert_eq!(serde_json::from_value::<Settings>(json)?, settings);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     /// Bytes each stream moves.
@@ -77,6 +90,13 @@ pub struct Settings {
 }
 
 /// Whether a cell ran.
+///
+/// ```
+/// use numalab_bench::ring::CellStatus;
+/// assert_eq!(CellStatus::Skipped.as_str(), "skipped");
+/// assert_eq!(serde_json::to_string(&CellStatus::Failed)?, r#""failed""#);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CellStatus {
@@ -100,6 +120,21 @@ impl CellStatus {
 }
 
 /// One cell: streams run at the same time.
+///
+/// ```
+/// use numalab_bench::ring::{CellResult, CellStatus};
+///
+/// // What a one-node machine reports for a cell it cannot place.
+/// let cell = CellResult {
+///     table: "single-stream".into(), name: "memory 1, writer 0, reader 0".into(),
+///     status: CellStatus::Skipped, reason: Some("node 1 does not exist".into()),
+///     streams: Vec::new(), total_mb_per_s: None, placement_ok: false,
+/// };
+/// let json = serde_json::to_value(&cell)?;
+/// assert_eq!(json["status"], "skipped");
+/// assert!(json["total_mb_per_s"].is_null());
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CellResult {
     /// `single-stream`, `two-stream` (the blog's tables) or `custom`.
@@ -119,6 +154,36 @@ pub struct CellResult {
 }
 
 /// One stream of a cell.
+///
+/// ```
+/// use numalab::audit::audit;
+/// use numalab::locate::PageHistogram;
+/// use numalab::ring::{Ring, RingOptions};
+/// use numalab::{MemPolicy, NodeSet, Topology};
+/// use numalab_bench::ring::{ProcessPlacement, StreamPlan, StreamResult, WorkerReport};
+/// # let name = format!("doc-stream-result-{}", std::process::id());
+/// # let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096).node(0))?;
+/// # let topology = Topology::from_synthetic("pack:1 numa:1 core:2 pu:1")?;
+/// # let writer: WorkerReport = serde_json::from_str(r#"{"role":"writer","pid":7,
+/// #   "bytes":2000000000,"blocks":477,"start_ns":0,"end_ns":500000000,"cpu_seconds":0.5,
+/// #   "cpus_allowed":[0,1],"cpus_seen":[1],"nodes_seen":[0],"skipped_blocks":0}"#)?;
+/// # let reader = writer.clone();
+/// # let pages = PageHistogram { page_size: 4096, queried: 4,
+/// #     per_node: [(0, 4)].into(), ..Default::default() };
+///
+/// let plan = StreamPlan::on_nodes(&topology, 0, 0, 0);
+/// let memory = audit(&MemPolicy::Bind(NodeSet::single(0)), &NodeSet::new(), &pages);
+/// let stream = StreamResult {
+///     writer: ProcessPlacement::of(&writer, &plan.writer_cpus),
+///     readers: vec![ProcessPlacement::of(&reader, &plan.reader_cpus)],
+///     bytes: writer.bytes, seconds: 0.5, mb_per_s: writer.bytes as f64 / 0.5 / 1e6,
+///     placement_ok: memory.is_match(), memory, counters: ring.stats(), plan,
+/// };
+/// assert_eq!(stream.mb_per_s, 4000.0);
+/// assert!(stream.placement_ok && stream.writer.ok && stream.readers[0].ok);
+/// assert_eq!(stream.counters.policy, "bind:0");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StreamResult {
     /// Where its parts were asked to run.
@@ -143,6 +208,20 @@ pub struct StreamResult {
 }
 
 /// Where a worker process ran, as it saw itself.
+///
+/// ```
+/// use numalab_bench::ring::{ProcessPlacement, WorkerReport};
+///
+/// let line = r#"{"role":"writer","pid":7,"bytes":64,"blocks":1,"start_ns":0,"end_ns":9,
+///   "cpu_seconds":0.25,"cpus_allowed":[0,1],"cpus_seen":[0,1],"nodes_seen":[0],
+///   "skipped_blocks":0}"#;
+/// let report: WorkerReport = serde_json::from_str(line)?;
+/// // Asked to stay on CPU 0, it was also seen on CPU 1.
+/// let placed = ProcessPlacement::of(&report, &"0".parse()?);
+/// assert!(!placed.ok);
+/// assert_eq!((placed.pid, placed.nodes_seen.to_string()), (7, "0".to_string()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessPlacement {
     /// Process id.

@@ -20,6 +20,20 @@ use super::result::{
 use super::worker::{Role, WorkerConfig};
 
 /// Why `numalab ring` stopped.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::ring::{run, PlanError, RingConfig, RunError};
+///
+/// let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let mut config = RingConfig::new("numalab");
+/// config.streams = 0;
+/// // The plan is checked before any ring or process is made.
+/// let err = run(&config, &topology, &mut |_| {}).unwrap_err();
+/// assert!(matches!(err, RunError::Plan(PlanError::NoStreams)), "{err}");
+/// assert_eq!(err.to_string(), "--streams=0: at least one stream is needed");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {

@@ -15,6 +15,13 @@ use super::result::WorkerReport;
 use crate::kernels::{self, Isa, Store};
 
 /// A worker's side of the ring.
+///
+/// ```
+/// use numalab_bench::ring::Role;
+/// assert_eq!(Role::Writer.as_str(), "writer");
+/// assert_eq!(serde_json::from_str::<Role>(r#""reader""#)?, Role::Reader);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -100,6 +107,23 @@ impl WorkerConfig {
 }
 
 /// Why a worker failed.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab_bench::ring::{worker, Mode, Role, WorkerConfig, WorkerError};
+///
+/// let config = WorkerConfig {
+///     role: Role::Reader, name: "no-such-ring".into(), cpus: "4000".parse()?,
+///     mode: Mode::Copy, timeout: Duration::from_secs(1), volume: 1 << 20,
+///     readers: 1, verify: false,
+/// };
+/// // A worker pins itself first: CPU 4000 does not exist.
+/// match worker::run(&config).unwrap_err() {
+///     WorkerError::Pin { cpus, .. } => assert_eq!(cpus.to_string(), "4000"),
+///     other => panic!("unexpected {other}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorkerError {

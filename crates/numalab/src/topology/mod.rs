@@ -29,6 +29,14 @@ use crate::sys::procfs;
 mod xml;
 
 /// Why a topology could not be loaded.
+///
+/// ```
+/// use numalab::{Topology, TopologyError};
+/// match Topology::from_xml_file("/no/such/topology.xml").unwrap_err() {
+///     TopologyError::Hwloc { source_desc, .. } => assert!(source_desc.contains("/no/such")),
+///     other => panic!("unexpected {other}"),
+/// }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TopologyError {
@@ -46,6 +54,16 @@ pub enum TopologyError {
 }
 
 /// Where a topology snapshot came from.
+///
+/// ```
+/// use numalab::topology::Source;
+/// let topo = numalab::Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// assert_eq!(topo.source, Source::Synthetic("pack:2 numa:1 core:2 pu:1".into()));
+/// assert_eq!(Source::System.to_string(), "this machine");
+/// let json = serde_json::to_string(&Source::Xml("m.xml".into()))?;
+/// assert_eq!(json, r#"{"kind":"xml","from":"m.xml"}"#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "from", rename_all = "snake_case")]
 pub enum Source {
@@ -68,6 +86,19 @@ impl std::fmt::Display for Source {
 }
 
 /// One NUMA node.
+///
+/// ```
+/// use numalab::Topology;
+/// // A Knights Landing: nodes 4-7 are MCDRAM, memory without CPUs.
+/// let topo = Topology::from_xml_file(concat!(
+///     env!("CARGO_MANIFEST_DIR"),
+///     "/../../tests/topologies/64intel64-fakeKNL-SNC4-hybrid.xml"
+/// ))?;
+/// let mcdram = topo.node(4).unwrap();
+/// assert!(mcdram.cpus.is_empty() && mcdram.memory_bytes > 0);
+/// assert_eq!(mcdram.subtype.as_deref(), Some("MCDRAM"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
     /// The kernel's node number.
@@ -83,6 +114,14 @@ pub struct Node {
 }
 
 /// One logical CPU (hwloc's PU).
+///
+/// ```
+/// use numalab::Topology;
+/// let topo = Topology::from_synthetic("pack:2 numa:1 core:2 pu:2")?;
+/// let cpu = topo.cpu(5).unwrap();
+/// assert_eq!((cpu.core, cpu.package, cpu.node), (2, 1, Some(1)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cpu {
     /// The kernel's CPU number.
@@ -96,6 +135,20 @@ pub struct Cpu {
 }
 
 /// A node-by-node distance matrix (the ACPI SLIT on x86).
+///
+/// ```
+/// use numalab::Topology;
+/// let topo = Topology::from_xml_file(concat!(
+///     env!("CARGO_MANIFEST_DIR"),
+///     "/../../tests/topologies/24em64t-2n6c2t-pci.xml"
+/// ))?;
+/// let distances = topo.distances.as_ref().unwrap();
+/// assert_eq!(distances.nodes, [0, 1]);
+/// assert_eq!(distances.get(0, 1), Some(20));
+/// assert_eq!(distances.get(1, 1), Some(10));
+/// assert_eq!(distances.get(0, 5), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Distances {
     /// The nodes of the rows and columns, in order.
@@ -116,6 +169,19 @@ impl Distances {
 
 /// One memory-attribute value: how a target node performs as seen from an
 /// initiator (ACPI HMAT on x86).
+///
+/// ```
+/// use numalab::Topology;
+/// let topo = Topology::from_xml_file(concat!(
+///     env!("CARGO_MANIFEST_DIR"),
+///     "/../../tests/topologies/8intel64-4n2t-memattrs.xml"
+/// ))?;
+/// let value = &topo.memory_attributes[0];
+/// assert_eq!((value.attribute.as_str(), value.unit.as_str()), ("Bandwidth", "MiB/s"));
+/// assert_eq!((value.target, value.value), (1, 20));
+/// assert_eq!(value.initiator_nodes.to_string(), "0-3");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryAttributeValue {
     /// Attribute name: `Bandwidth`, `ReadBandwidth`, `WriteBandwidth` (MiB/s),
@@ -134,6 +200,20 @@ pub struct MemoryAttributeValue {
 }
 
 /// A cache.
+///
+/// ```
+/// use numalab::Topology;
+/// // Two sockets, one 12 MiB L3 each.
+/// let topo = Topology::from_xml_file(concat!(
+///     env!("CARGO_MANIFEST_DIR"),
+///     "/../../tests/topologies/24em64t-2n6c2t-pci.xml"
+/// ))?;
+/// assert_eq!(topo.last_level_caches.len(), 2);
+/// let l3 = &topo.last_level_caches[0];
+/// assert_eq!((l3.level, l3.size_bytes), (3, 12 << 20));
+/// assert_eq!(l3.cpus, topo.node(l3.nodes.first().unwrap()).unwrap().cpus);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cache {
     /// 1, 2, 3, …
@@ -149,6 +229,21 @@ pub struct Cache {
 }
 
 /// What a PCI device is, as far as placement is concerned.
+///
+/// ```
+/// use numalab::topology::DeviceKind;
+/// use numalab::Topology;
+/// let topo = Topology::from_xml_file(concat!(
+///     env!("CARGO_MANIFEST_DIR"),
+///     "/../../tests/topologies/24em64t-2n6c2t-pci.xml"
+/// ))?;
+/// let near = |kind, node: &str| {
+///     topo.devices.iter().any(|d| d.kind == kind && d.nodes.to_string() == node)
+/// };
+/// assert!(near(DeviceKind::Gpu, "1") && near(DeviceKind::Network, "0"));
+/// assert_eq!(serde_json::to_string(&DeviceKind::Nvme)?, r#""nvme""#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DeviceKind {
@@ -183,6 +278,20 @@ impl DeviceKind {
 }
 
 /// A PCI device and the nodes it is attached near.
+///
+/// ```
+/// use numalab::topology::DeviceKind;
+/// use numalab::Topology;
+/// let topo = Topology::from_xml_file(concat!(
+///     env!("CARGO_MANIFEST_DIR"),
+///     "/../../tests/topologies/24em64t-2n6c2t-pci.xml"
+/// ))?;
+/// let eth0 = topo.devices.iter().find(|d| d.os_devices == ["eth0"]).unwrap();
+/// assert_eq!(eth0.kind, DeviceKind::Network);
+/// assert_eq!(eth0.class >> 8, 0x02); // PCI class: network controller
+/// assert_eq!(eth0.nodes.to_string(), "0");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Device {
     /// PCI address, `domain:bus:device.function`.
@@ -661,6 +770,19 @@ impl Topology {
 
 /// The part of a topology that result files carry so results from
 /// different machines can be told apart and compared.
+///
+/// ```
+/// use numalab::Topology;
+/// // Memory on nodes 0 and 1 (a CXL node without CPUs); CPUs on 0 and 2.
+/// let topo = Topology::from_xml_file(concat!(
+///     env!("CARGO_MANIFEST_DIR"),
+///     "/../../tests/topologies/cpuless.xml"
+/// ))?;
+/// let summary = topo.summary();
+/// assert_eq!((summary.nodes, summary.memory_only_nodes, summary.cpus), (3, 1, 4));
+/// assert_eq!(summary.memory_bytes, topo.nodes.iter().map(|n| n.memory_bytes).sum::<u64>());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopologySummary {
     /// Packages (sockets).
