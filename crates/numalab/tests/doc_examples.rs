@@ -43,6 +43,9 @@ fn without_examples(text: &str) -> Vec<(usize, String)> {
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
             .collect();
+        if name.is_empty() {
+            continue; // `pub struct $name` inside a macro: its uses are documented
+        }
         // Walk back over attributes (one or several lines) to the doc comment.
         let mut j = i;
         let mut has_example = false;

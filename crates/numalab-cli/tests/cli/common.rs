@@ -1,0 +1,98 @@
+//! Helpers every CLI test uses: running numalab, scratch directories, what the kernel says.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+pub fn numalab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(args)
+        .output()
+        .expect("numalab runs")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn topologies() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/topologies")
+}
+
+pub fn sysfs_nodes() -> Vec<u32> {
+    let online = std::fs::read_to_string("/sys/devices/system/node/online").unwrap();
+    let set: numalab::NodeSet = online.trim().parse().unwrap();
+    set.iter().collect()
+}
+
+pub fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// A scratch directory removed at the end of the test.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("numalab-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+    pub fn path(&self, name: &str) -> String {
+        self.0.join(name).to_str().unwrap().to_owned()
+    }
+    pub fn files(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn small() -> String {
+    examples()
+        .join("deck-exp1-small.toml")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Sends SIGINT to `child`, as Ctrl-C would, and waits for it to end.
+pub fn ctrl_c(child: std::process::Child) -> std::process::Output {
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    child.wait_with_output().unwrap()
+}
+
+pub fn sysfs_list(path: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    let set: numalab::NodeSet = text.trim().parse().unwrap();
+    set.iter().collect()
+}
+
+/// Nodes with CPUs and nodes with memory, as the kernel lists them.
+pub fn sysfs_roles() -> (Vec<u32>, Vec<u32>) {
+    let with_cpus = sysfs_nodes()
+        .into_iter()
+        .filter(|n| !sysfs_list(&format!("/sys/devices/system/node/node{n}/cpulist")).is_empty())
+        .collect();
+    (with_cpus, sysfs_list("/sys/devices/system/node/has_memory"))
+}

@@ -1,0 +1,12 @@
+//! The `numalab` binary as users run it: one module per command, shared
+//! helpers in `common`.
+
+mod common;
+mod exec;
+mod experiment;
+mod fill;
+mod help;
+mod matrix;
+mod report;
+mod ring;
+mod topo;
