@@ -744,3 +744,19 @@ pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
     }
     out
 }
+
+/// A run result carries its envelope's fields itself (`schema`,
+/// `schema_version`, ...), so that each cell of a sweep is a whole run
+/// document; it is written as it is, not wrapped again, and read back with
+/// `serde_json::from_str` (not `Document::parse`, which strips the
+/// envelope's fields).
+impl crate::document::Schema for RunResult {
+    const NAME: &'static str = RUN_SCHEMA;
+    const VERSION: u32 = SCHEMA_VERSION;
+}
+
+/// As for [`RunResult`]: the envelope's fields are the result's own.
+impl crate::document::Schema for SweepResult {
+    const NAME: &'static str = SWEEP_SCHEMA;
+    const VERSION: u32 = SCHEMA_VERSION;
+}

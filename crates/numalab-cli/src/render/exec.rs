@@ -4,12 +4,11 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
 use numalab::launch::{Exit, Observation};
 use numalab::locate::MemoryKind;
 use numalab_bench::exec::ExecReport;
 
-use super::{json_document, Render, Style};
+use super::{Render, Style};
 use crate::output::{self, mib, Csv};
 
 impl Render for ExecReport {
@@ -20,10 +19,6 @@ impl Render for ExecReport {
 
     fn csv(&self) -> String {
         csv(self)
-    }
-
-    fn json(&self) -> Result<String> {
-        json_document(self)
     }
 }
 

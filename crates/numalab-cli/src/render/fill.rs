@@ -4,11 +4,10 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
 use numalab::units::Size;
 use numalab_bench::fill::FillReport;
 
-use super::{json_document, Render, Style};
+use super::{Render, Style};
 use crate::output::{self, mib, Csv};
 
 impl Render for FillReport {
@@ -19,10 +18,6 @@ impl Render for FillReport {
 
     fn csv(&self) -> String {
         csv(self)
-    }
-
-    fn json(&self) -> Result<String> {
-        json_document(self)
     }
 }
 

@@ -4,10 +4,9 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
 use numalab_bench::matrix::{self, Figure, FirmwareCell, MatrixResult, PlanReport, Shape};
 
-use super::{json_document, Render, Style};
+use super::{Render, Style};
 use crate::output::{self, human_bytes, Csv};
 
 impl Render for MatrixResult {
@@ -17,10 +16,6 @@ impl Render for MatrixResult {
 
     fn csv(&self) -> String {
         csv(self)
-    }
-
-    fn json(&self) -> Result<String> {
-        json_document(self)
     }
 
     fn warnings(&self) -> Vec<String> {
@@ -35,10 +30,6 @@ impl Render for PlanReport {
 
     fn csv(&self) -> String {
         firmware_csv(&self.firmware)
-    }
-
-    fn json(&self) -> Result<String> {
-        json_document(self)
     }
 }
 

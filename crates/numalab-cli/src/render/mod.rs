@@ -72,8 +72,9 @@ impl Style {
     }
 }
 
-/// A result numalab prints.
-pub trait Render: Serialize {
+/// A result numalab prints. Its JSON is its fields in numalab's envelope,
+/// under the schema the result names ([`Schema`]).
+pub trait Render: Serialize + Schema {
     /// Tables and lines for people: plain columns or Markdown.
     fn text(&self, style: Style) -> String;
 
@@ -81,18 +82,15 @@ pub trait Render: Serialize {
     fn csv(&self) -> String;
 
     /// The JSON document.
-    fn json(&self) -> Result<String>;
+    fn json(&self) -> Result<String> {
+        Ok(Document::new(self).to_json()?)
+    }
 
     /// Warnings that every format must carry to a person: repeated on
     /// standard error when standard output is JSON or CSV.
     fn warnings(&self) -> Vec<String> {
         Vec::new()
     }
-}
-
-/// The JSON of a result that is a document of its own schema.
-pub fn json_document<T: Schema + Serialize>(result: &T) -> Result<String> {
-    Ok(Document::new(result).to_json()?)
 }
 
 /// `result` as text in `format`.

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use numalab_bench::report::Report;
 
-use super::{json_document, Render, Style};
+use super::{Render, Style};
 use crate::render::figures;
 
 impl Render for Report {
@@ -20,10 +20,6 @@ impl Render for Report {
     /// The report has no rows of its own: its plain text.
     fn csv(&self) -> String {
         text(self, Style::Plain)
-    }
-
-    fn json(&self) -> Result<String> {
-        json_document(self)
     }
 }
 

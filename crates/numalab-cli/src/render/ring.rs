@@ -3,11 +3,10 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
 use numalab::ring::SegmentEntry;
 use numalab_bench::ring::{CellResult, CellStatus, RingList, RingReport, StreamResult};
 
-use super::{json_document, Render, Style};
+use super::{Render, Style};
 use crate::output::{self, human_bytes, Csv};
 
 impl Render for RingReport {
@@ -18,10 +17,6 @@ impl Render for RingReport {
     fn csv(&self) -> String {
         csv(self)
     }
-
-    fn json(&self) -> Result<String> {
-        json_document(self)
-    }
 }
 
 impl Render for RingList {
@@ -31,10 +26,6 @@ impl Render for RingList {
 
     fn csv(&self) -> String {
         list_csv(self)
-    }
-
-    fn json(&self) -> Result<String> {
-        json_document(self)
     }
 }
 

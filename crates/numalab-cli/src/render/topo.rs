@@ -3,10 +3,9 @@
 
 use std::fmt::Write as _;
 
-use anyhow::Result;
 use numalab_bench::topo::TopoReport;
 
-use super::{json_document, Render, Style};
+use super::{Render, Style};
 use crate::output::{self, human_bytes, Csv};
 
 impl Render for TopoReport {
@@ -16,10 +15,6 @@ impl Render for TopoReport {
 
     fn csv(&self) -> String {
         csv(self)
-    }
-
-    fn json(&self) -> Result<String> {
-        json_document(self)
     }
 }
 
