@@ -630,7 +630,7 @@ impl SweepCell {
 /// // A tiny sweep of `memory.policy` over local and interleave.
 /// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default(), |_, _, _| {})?;
 /// let line = &sweep.comparison[0];
-/// assert_eq!(line.policy, "interleave");
+/// assert_eq!(line.policy.to_string(), "interleave");
 /// assert!(line.settings.is_empty(), "no other axis");
 /// let percent = (line.time_s / line.local_s - 1.0) * 100.0;
 /// assert!((line.vs_local_percent - percent).abs() < 1e-9);
