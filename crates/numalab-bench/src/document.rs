@@ -161,6 +161,15 @@ impl<T: Schema + Serialize> Document<T> {
 impl<T: Schema + DeserializeOwned> Document<T> {
     /// Reads a document of `T`'s schema and version back into `T`.
     pub fn parse(text: &str) -> Result<T, DocumentError> {
+        let value = serde_json::from_str(text).map_err(|source| DocumentError::Json {
+            schema: T::NAME,
+            source,
+        })?;
+        Self::from_value(value)
+    }
+
+    /// As [`parse`](Self::parse), for a document already read as JSON.
+    pub fn from_value(mut value: serde_json::Value) -> Result<T, DocumentError> {
         #[derive(Deserialize)]
         struct Header {
             schema: String,
@@ -170,7 +179,7 @@ impl<T: Schema + DeserializeOwned> Document<T> {
             schema: T::NAME,
             source,
         };
-        let header: Header = serde_json::from_str(text).map_err(json)?;
+        let header = Header::deserialize(&value).map_err(json)?;
         if header.schema != T::NAME {
             return Err(DocumentError::OtherSchema {
                 expected: T::NAME,
@@ -187,7 +196,6 @@ impl<T: Schema + DeserializeOwned> Document<T> {
         // The body is read from the object without the envelope, not
         // through `Document<T>`: serde's `flatten` cannot read map keys
         // that are numbers (a node's id, `{"0": 4096}`) back into `u32`.
-        let mut value: serde_json::Value = serde_json::from_str(text).map_err(json)?;
         if let Some(object) = value.as_object_mut() {
             for key in ["schema", "schema_version", "numalab_version", "created"] {
                 object.remove(key);

@@ -299,8 +299,7 @@ impl Ran {
     /// after checking its schema and version (numalab exec writes its
     /// report after the command's own messages).
     pub fn result_in<T: Schema + DeserializeOwned>(text: &str) -> Result<T> {
-        let doc = Ran::json_in(text)?;
-        Document::<T>::parse(&doc.to_string())
+        Document::<T>::from_value(Ran::json_in(text)?)
             .with_context(|| format!("reading {} from:\n{text}", T::NAME))
     }
 }
@@ -363,8 +362,7 @@ impl Guest {
     /// result as the type it is, after checking the document's schema and
     /// version; a non-zero exit is an error carrying its output.
     pub fn numalab_result<T: Schema + DeserializeOwned>(&self, args: &[&str]) -> Result<T> {
-        let doc = self.numalab_json(args)?;
-        Document::<T>::parse(&doc.to_string())
+        Document::<T>::from_value(self.numalab_json(args)?)
             .with_context(|| format!("reading the result of numalab {}", args.join(" ")))
     }
 
