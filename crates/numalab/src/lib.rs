@@ -8,6 +8,7 @@
 pub mod affinity;
 pub mod audit;
 pub mod buffer;
+pub mod files;
 pub mod inventory;
 pub mod launch;
 pub mod locate;

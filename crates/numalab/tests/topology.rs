@@ -317,8 +317,13 @@ fn non_topology_files_are_named() {
     let err = Topology::from_xml_file("/dev/zero")
         .unwrap_err()
         .to_string();
+    assert!(err.contains("/dev/zero is a character device"), "{err}");
+    let huge = dir.join("huge.xml");
+    let file = std::fs::File::create(&huge).unwrap();
+    file.set_len((64 << 20) + 1).unwrap();
+    let err = Topology::from_xml_file(&huge).unwrap_err().to_string();
     assert!(
-        err.contains("larger than 64 MiB") || err.contains("not UTF-8"),
+        err.contains("larger than 64 MiB, the limit for hwloc XML exports"),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -873,3 +873,37 @@ pub fn is_hugetlbfs(dir: &Path) -> bool {
     }
     st.f_type as i64 == libc::HUGETLBFS_MAGIC
 }
+
+/// `open(2)` of a file to read, close-on-exec and non-blocking, so that
+/// opening a FIFO nobody writes to returns at once instead of hanging; the
+/// caller checks what kind of file it got before reading. Symbolic links
+/// are followed unless `follow` is false (`O_NOFOLLOW`: `ELOOP`).
+pub fn open_input(path: &Path, follow: bool) -> io::Result<OwnedFd> {
+    let path = c_path(path)?;
+    let mut flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    // SAFETY: path is NUL-terminated; no mode argument without O_CREAT.
+    let fd = unsafe { libc::open(path.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor this function owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Clears `O_NONBLOCK` on `fd` (`fcntl(2)` `F_SETFL`), once the caller
+/// knows what it opened.
+pub fn set_blocking(fd: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: fd is an open descriptor; F_GETFL takes no argument.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is an open descriptor; F_SETFL takes the new flags.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -17,7 +17,6 @@
 //! reads both its own (v2) and hwloc 1.x's format from this shape.
 
 use std::fmt::Write as _;
-use std::io::Read;
 use std::path::Path;
 
 /// The largest XML file read: a 64-node machine with its PCI devices and
@@ -27,23 +26,8 @@ pub(crate) const MAX_XML_BYTES: u64 = 64 << 20;
 
 /// Reads `path`, at most [`MAX_XML_BYTES`], as UTF-8 text.
 pub(crate) fn read_bounded(path: &Path) -> Result<String, String> {
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let mut bytes = Vec::new();
-    file.take(MAX_XML_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    if bytes.len() as u64 > MAX_XML_BYTES {
-        return Err(format!(
-            "larger than {} MiB; hwloc XML exports are a few MiB at most",
-            MAX_XML_BYTES >> 20
-        ));
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
-    })
+    crate::files::read_text_limited(path, MAX_XML_BYTES, "hwloc XML exports")
+        .map_err(|e| e.to_string())
 }
 
 /// Rewrites a well-formed hwloc XML document in the shape hwloc's built-in
