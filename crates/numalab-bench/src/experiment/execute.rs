@@ -1102,6 +1102,19 @@ mod tests {
     }
 
     #[test]
+    fn reads_and_writes_both_have_latencies_at_3_to_1() {
+        // Every 1024th operation of a 3:1 cycle was its write: no read
+        // latency at all.
+        let result = run("[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"3:1\"\nops = 200_000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false");
+        let r = &result.repeats[0];
+        let reads = r.read_latency_ns.expect("reads timed");
+        let writes = r.write_latency_ns.expect("writes timed");
+        assert_eq!(reads.samples + writes.samples, 200_000 / 1025);
+        assert!(reads.samples > 2 * writes.samples, "{reads:?} {writes:?}");
+        assert_eq!((reads.timed, writes.timed), (reads.samples, writes.samples));
+    }
+
+    #[test]
     fn a_timed_run_stops_on_time() {
         let result = run("[memory]\nsize = \"1MiB\"\n[access]\nduration = \"50ms\"\n[run]\nrepeats = 1\nwarmup = 0");
         let r = &result.repeats[0];

@@ -64,6 +64,13 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     render::emit(&result, &args.output)?;
     Ok(if result.interrupted {
         EXIT_INTERRUPTED
+    } else if result.figures.is_none() {
+        // A run without a single measured repeat measured nothing.
+        eprintln!(
+            "numalab run: no repeat completed (run.repeats = {}), so there is no figure",
+            result.experiment.run.repeats
+        );
+        1
     } else {
         0
     })

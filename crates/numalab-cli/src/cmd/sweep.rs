@@ -81,7 +81,12 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
         let paths = figures::draw_sweep(&result, &stem)?;
         eprintln!("{}", text::wrote(&paths));
     }
-    let failed = result.cells.iter().filter(|c| c.error.is_some()).count();
+    // A cell that ran without completing a repeat measured nothing.
+    let failed = result
+        .cells
+        .iter()
+        .filter(|c| c.error.is_some() || c.result.as_ref().is_some_and(|r| r.figures.is_none()))
+        .count();
     Ok(if result.interrupted {
         crate::cmd::run::EXIT_INTERRUPTED
     } else if failed > 0 {
