@@ -842,7 +842,7 @@ fn synthetic_objects(description: &str) -> u64 {
     let mut total = 0u64;
     let mut depth = 0usize;
     let mut token = String::new();
-    let mut level = |token: &mut String, parents: &mut u64, total: &mut u64| {
+    let level = |token: &mut String, parents: &mut u64, total: &mut u64| {
         let arity = token.rsplit(':').next().unwrap_or("");
         if let Ok(arity) = arity.trim().parse::<u64>() {
             *parents = parents.saturating_mul(arity);
