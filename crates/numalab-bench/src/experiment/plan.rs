@@ -1371,6 +1371,52 @@ mod tests {
     }
 
     #[test]
+    fn locks_and_latency_samples_count_against_free_memory() {
+        let topo = two();
+        let mib = 1u64 << 20;
+        let free = |_node: u32| {
+            Some(NodeFree {
+                free: 3 * mib,
+                reclaimable: 0,
+                huge_2m: 0,
+            })
+        };
+        // 1 MiB of data fits; with 65536 stripe locks (4 MiB) beside it,
+        // on the same node, it does not.
+        let base = "[threads]\ncount = 1\n[memory]\nsize = \"1MiB\"\npolicy = \"bind:0\"\n[access]\nlatency_sample = 0\n";
+        assert!(Plan::resolve_with(&exp(base), &topo, &free).is_ok());
+        let locked = exp(&format!("{base}sync = \"rwlock\"\nlock_stripes = 65536\n"));
+        let err = Plan::resolve_with(&locked, &topo, &free).unwrap_err();
+        assert!(
+            matches!(err, PlanError::Memory { needed, .. } if needed == 5 * mib),
+            "{err}"
+        );
+        // The threads' latency reservoirs: 2 kinds x 65536 timings x 16
+        // bytes each for one thread, on top of the data, in total.
+        let sampled =
+            exp("[threads]\ncount = 1\n[memory]\nsize = \"5MiB\"\npolicy = \"interleave\"\n");
+        let err = Plan::resolve_with(&sampled, &topo, &free).unwrap_err();
+        assert!(
+            matches!(err, PlanError::Memory { needed, .. } if needed == 7 * mib),
+            "{err}"
+        );
+        // Sizes past any machine are summed without wrapping (they
+        // overflowed u64 into a small number, or panicked).
+        let vast = exp("[threads]\ncount = 8\n[memory]\nsize = \"16000000T\"\nsharing = \"per-thread\"\npolicy = \"bind:0\"\n");
+        let err = Plan::resolve_with(&vast, &topo, &free).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PlanError::Memory {
+                    needed: u64::MAX,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn ops_split_across_threads() {
         let p = plan(&two(), "[threads]\ncount = 3\n[access]\nops = 10");
         let ops: Vec<u64> = p.threads.iter().map(|t| t.ops.unwrap()).collect();
