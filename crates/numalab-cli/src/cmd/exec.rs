@@ -23,8 +23,8 @@ use crate::render;
 --output FILE. numalab exits with the command's exit status (128 + N if a signal N killed it) as \
 soon as the command exits (what it leaves running is not waited for); 125 when numalab itself \
 fails or its options are wrong, 126/127 when the command cannot be run. SIGINT, SIGTERM, SIGHUP \
-and SIGQUIT sent to numalab are passed on to the command; numalab waits for it, restores the \
-interleave weights, and exits 128 + that signal. If numalab is killed (SIGKILL), so is the \
+and SIGQUIT sent to numalab with kill are passed on to the command (the terminal's Ctrl-C reaches \
+it directly); numalab waits for it, restores the interleave weights, and exits 128 + that signal. If numalab is killed (SIGKILL), so is the \
 command; weights set with -w stay set, and numalab prints at the start how to restore them.\n\n\
 Examples:\n  \
   numalab exec --membind=0 -- ./app           memory on node 0 only\n  \
