@@ -119,8 +119,8 @@ pub struct MatrixArgs {
     pub output: OutputArgs,
 }
 
-/// Runs `numalab matrix`; returns the exit status (130 when Ctrl-C
-/// stopped it, after writing what was measured).
+/// Runs `numalab matrix`; returns the exit status (128 + the signal when
+/// Ctrl-C, SIGTERM or SIGHUP stopped it, after writing what was measured).
 pub fn run(args: &MatrixArgs) -> Result<i32> {
     let topology = super::topo::load(args.xml.as_ref(), args.synthetic.as_deref())?;
     let shape = shape_of(&topology, args)?;
@@ -153,10 +153,11 @@ pub fn run(args: &MatrixArgs) -> Result<i32> {
             eprintln!("numalab matrix: {line}");
         }
     };
-    // Ctrl-C: the cell being measured is finished, the rest skipped, and
-    // what was measured is written (a second Ctrl-C quits at once).
+    // Ctrl-C, SIGTERM, SIGHUP: the cell being measured is finished, the
+    // rest skipped, and what was measured is written (a second signal
+    // quits at once).
     let stop = Arc::new(AtomicBool::new(false));
-    crate::exp::catch_interrupts(&stop)?;
+    let interrupts = crate::signals::Interrupts::catch(&stop)?;
     let result = measure(&topology, &shape, &config, &mut progress, &stop)
         .map_err(|e| flag_error(args, e))?;
     // Tables carry the warnings; machine formats carry them in the data,
@@ -168,7 +169,7 @@ pub fn run(args: &MatrixArgs) -> Result<i32> {
         }
     }
     Ok(if result.interrupted {
-        crate::cmd::run::EXIT_INTERRUPTED
+        interrupts.exit_status().unwrap_or(1)
     } else {
         0
     })

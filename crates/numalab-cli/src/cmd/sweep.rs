@@ -50,7 +50,7 @@ pub struct SweepArgs {
 /// Runs `numalab sweep`; returns the exit status.
 pub fn run(args: &SweepArgs) -> Result<i32> {
     let control = Control::default();
-    exp::catch_interrupts(&control.stop)?;
+    let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
     let experiment = exp::load(&args.experiment, &args.sets)?;
     if experiment.sweep.is_empty() {
         bail!(
@@ -83,7 +83,7 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     }
     let failed = result.cells.iter().filter(|c| c.error.is_some()).count();
     Ok(if result.interrupted {
-        crate::cmd::run::EXIT_INTERRUPTED
+        interrupts.exit_status().unwrap_or(1)
     } else if failed > 0 {
         eprintln!(
             "numalab sweep: {failed} of {} cells failed while running (their errors are above and in the results); the others ran",

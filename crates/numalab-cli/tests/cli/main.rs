@@ -9,4 +9,5 @@ mod help;
 mod matrix;
 mod report;
 mod ring;
+mod signals;
 mod topo;

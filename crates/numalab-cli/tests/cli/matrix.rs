@@ -29,7 +29,7 @@ fn matrix_ctrl_c_finishes_the_cell_and_writes_what_was_measured() {
     let out = ctrl_c(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("interrupted (Ctrl-C)"),
+        stderr(&out).contains("interrupted (Ctrl-C, SIGTERM or SIGHUP)"),
         "{}",
         stderr(&out)
     );
