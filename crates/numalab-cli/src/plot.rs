@@ -81,6 +81,34 @@ pub fn heatmap(map: &Heatmap, stem: &Path) -> Result<Vec<PathBuf>> {
     render(stem, |root| draw_heatmap(root, map))
 }
 
+/// A figure of either kind, to be drawn to files or to SVG text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Drawing {
+    /// A line chart.
+    Lines(LineChart),
+    /// A heat map.
+    Heat(Heatmap),
+}
+
+impl Drawing {
+    /// Draws it into `<stem>.svg` and `<stem>.png`.
+    pub fn write(&self, stem: &Path) -> Result<Vec<PathBuf>> {
+        match self {
+            Drawing::Lines(chart) => line_chart(chart, stem),
+            Drawing::Heat(map) => heatmap(map, stem),
+        }
+    }
+
+    /// Draws it as SVG text, writing no file.
+    pub fn svg(&self) -> Result<String> {
+        register_fonts();
+        match self {
+            Drawing::Lines(chart) => draw_svg(|root| draw_lines(root, chart)),
+            Drawing::Heat(map) => draw_svg(|root| draw_heatmap(root, map)),
+        }
+    }
+}
+
 /// `<stem>.<ext>`, appended rather than `with_extension`: a stem such as
 /// `run.1` keeps its dot.
 fn with_ext(stem: &Path, ext: &str) -> PathBuf {
@@ -110,14 +138,7 @@ fn render(
     let png_path = with_ext(stem, "png");
     check_stem(stem)?;
 
-    let mut svg = String::new();
-    {
-        let backend = DynBackend::Svg(SVGBackend::with_string(&mut svg, SIZE));
-        let root = backend.into_drawing_area();
-        draw(&root)?;
-        root.present()
-            .map_err(|e| anyhow!("drawing {}: {e}", svg_path.display()))?;
-    }
+    let svg = draw_svg(&draw).map_err(|e| anyhow!("drawing {}: {e}", svg_path.display()))?;
 
     let (width, height) = SIZE;
     let mut pixels = vec![0u8; width as usize * height as usize * 3];
@@ -134,6 +155,18 @@ fn render(
     write_atomically(&svg_path, svg.as_bytes())?;
     write_atomically(&png_path, &png)?;
     Ok(vec![svg_path, png_path])
+}
+
+/// The drawing as SVG text.
+fn draw_svg(draw: impl Fn(&DrawingArea<DynBackend<'_>, Shift>) -> Result<()>) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let backend = DynBackend::Svg(SVGBackend::with_string(&mut svg, SIZE));
+        let root = backend.into_drawing_area();
+        draw(&root)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
 }
 
 /// RGB pixels, 8 bits each, as a PNG file.

@@ -46,6 +46,7 @@ pub struct FillArgs {
 
 /// Runs `numalab fill`.
 pub fn run(args: &FillArgs) -> Result<()> {
+    args.output.check()?;
     let topology = Topology::system()?;
     let placement = args.placement.resolve(&topology)?;
     let config = FillConfig {

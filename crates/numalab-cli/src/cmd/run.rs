@@ -41,6 +41,8 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// Runs `numalab run`; returns the exit status.
 pub fn run(args: &RunArgs) -> Result<i32> {
+    // Before anything is measured: a bad -o would lose the measurement.
+    args.output.check()?;
     let control = Control::default();
     exp::catch_interrupts(&control.stop)?;
     let experiment = exp::load(&args.experiment, &args.sets)?;

@@ -49,9 +49,18 @@ pub struct SweepArgs {
 
 /// Runs `numalab sweep`; returns the exit status.
 pub fn run(args: &SweepArgs) -> Result<i32> {
+    // Before anything is measured: a bad -o would lose the measurement.
+    args.output.check()?;
     let control = Control::default();
     exp::catch_interrupts(&control.stop)?;
     let experiment = exp::load(&args.experiment, &args.sets)?;
+    if !args.no_plot {
+        crate::plot::check_stem(&exp::figure_stem(
+            args.plot.as_deref(),
+            args.output.output.as_deref(),
+            &experiment.name,
+        ))?;
+    }
     if experiment.sweep.is_empty() {
         bail!(
             "{} has no [sweep] table (or --set fixed every swept key); add one, e.g.\n[sweep]\n\"threads.count\" = [1, 2, 4]\n\"memory.policy\" = [\"local\", \"remote\", \"interleave\"]\nor use `numalab run` for a single experiment",
