@@ -60,7 +60,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err((err, code)) => {
-            eprintln!("numalab: error: {err:#}");
+            eprintln!("numalab: error: {}", output::printable(&format!("{err:#}")));
             ExitCode::from(code as u8)
         }
     }

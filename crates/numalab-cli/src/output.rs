@@ -90,6 +90,27 @@ impl OutputArgs {
     }
 }
 
+/// `text` safe to show on a terminal: every control character but newline
+/// and tab (ESC, carriage return, backspace, C1 codes such as CSI) written
+/// as a visible escape, `\x1b`, so a name from an experiment file or a
+/// saved result cannot clear the screen, move the cursor or retitle the
+/// terminal. Tables, Markdown, warnings and errors go through it.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.contains(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\x{:02x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Prints to stdout; a closed pipe (`numalab topo | head`) is not an error.
 pub fn print_stdout(text: &str) -> Result<()> {
     let mut out = io::stdout().lock();
@@ -119,7 +140,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 fn output_error(err: numalab::files::OutputError) -> anyhow::Error {
     use numalab::files::OutputError;
     let hint = match &err {
-        OutputError::NotAFile { kind: "directory", .. } => "; name a file in it",
+        OutputError::NotAFile {
+            kind: "directory", ..
+        } => "; name a file in it",
         OutputError::NotAFile {
             kind: "symbolic link",
             ..
@@ -234,6 +257,15 @@ mod tests {
     }
 
     #[test]
+    fn control_characters_are_shown_not_obeyed() {
+        assert_eq!(printable("plain\tline\n"), "plain\tline\n");
+        assert_eq!(
+            printable("a\x1b[2Jb\r\u{9b}c\x7f"),
+            "a\\x1b[2Jb\\x0d\\x9bc\\x7f"
+        );
+    }
+
+    #[test]
     fn human_bytes_picks_a_unit() {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(480 << 20), "480 MiB");
@@ -268,20 +300,30 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &planted).unwrap();
         write_atomically(&dir.join("r.json"), b"{}").unwrap();
         assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
-        assert!(fs::symlink_metadata(&planted).unwrap().file_type().is_symlink());
+        assert!(fs::symlink_metadata(&planted)
+            .unwrap()
+            .file_type()
+            .is_symlink());
         assert_eq!(fs::read(dir.join("r.json")).unwrap(), b"{}");
         fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn refused_targets_say_what_to_do_instead() {
-        let err = check_target(Path::new("/dev/null")).unwrap_err().to_string();
+        let err = check_target(Path::new("/dev/null"))
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
             "/dev/null is a character device: numalab writes only regular files; \
              leave out -o to print the result (and redirect it where it should go)"
         );
-        let err = check_target(Path::new("/dev/stdout")).unwrap_err().to_string();
-        assert!(err.contains("symbolic link") && err.contains("leave out -o"), "{err}");
+        let err = check_target(Path::new("/dev/stdout"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("symbolic link") && err.contains("leave out -o"),
+            "{err}"
+        );
     }
 }

@@ -149,8 +149,8 @@ fn render(
         root.present()
             .map_err(|e| anyhow!("drawing {}: {e}", png_path.display()))?;
     }
-    let png = encode_png(&pixels, SIZE)
-        .map_err(|e| anyhow!("drawing {}: {e}", png_path.display()))?;
+    let png =
+        encode_png(&pixels, SIZE).map_err(|e| anyhow!("drawing {}: {e}", png_path.display()))?;
 
     write_atomically(&svg_path, svg.as_bytes())?;
     write_atomically(&png_path, &png)?;

@@ -28,8 +28,8 @@
 
 use std::fs::{File, Metadata};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::sys::linux;
@@ -643,10 +643,16 @@ mod tests {
         let err = write_output(&link, b"{}").unwrap_err();
         assert_eq!(
             err.to_string(),
-            format!("{} is a symbolic link: numalab writes only regular files", link.display())
+            format!(
+                "{} is a symbolic link: numalab writes only regular files",
+                link.display()
+            )
         );
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
-        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
         assert_eq!(names(&dir), ["r.json", "victim"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }

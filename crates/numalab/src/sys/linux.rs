@@ -957,11 +957,7 @@ pub fn random_u64() -> io::Result<u64> {
         // SAFETY: the pointer and length describe the unfilled tail of
         // `bytes`, valid for writes.
         let ret = unsafe {
-            libc::getrandom(
-                bytes[filled..].as_mut_ptr().cast(),
-                bytes.len() - filled,
-                0,
-            )
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
         };
         if ret < 0 {
             let err = io::Error::last_os_error();
@@ -990,7 +986,12 @@ pub fn unnamed_unsupported(err: &io::Error) -> bool {
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     let dir = c_path(dir)?;
     // SAFETY: dir is NUL-terminated; no mode argument without O_CREAT.
-    let fd = unsafe { libc::open(dir.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
