@@ -93,7 +93,8 @@ pub struct MatrixArgs {
     pub huge_pages: Option<numalab::HugePages>,
 
     /// Draw the matrices (heat maps) and the loaded-latency curve into
-    /// STEM-latency.svg/.png, STEM-bandwidth-read.svg/.png, ...
+    /// STEM-latency.svg/.png, STEM-bandwidth-read.svg/.png, ... (STEM's
+    /// directory must exist)
     #[arg(long, value_name = "STEM")]
     pub plot: Option<PathBuf>,
 

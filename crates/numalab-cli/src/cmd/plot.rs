@@ -28,8 +28,8 @@ pub struct PlotArgs {
     #[arg(value_name = "RESULTS.json")]
     pub results: PathBuf,
 
-    /// Write STEM.svg and STEM.png (default: the results file without its
-    /// extension)
+    /// Write STEM.svg and STEM.png, in a directory that exists (default:
+    /// the results file without its extension)
     #[arg(long, short = 'o', value_name = "STEM")]
     pub output: Option<PathBuf>,
 }

@@ -34,8 +34,9 @@ pub struct SweepArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
 
-    /// Write the figure to STEM.svg and STEM.png (default: the -o file's
-    /// name without extension, else the experiment's name)
+    /// Write the figure to STEM.svg and STEM.png, in a directory that
+    /// exists (default: the -o file's name without extension, else the
+    /// experiment's name)
     #[arg(long, value_name = "STEM")]
     pub plot: Option<PathBuf>,
 
