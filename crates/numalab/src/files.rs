@@ -292,7 +292,7 @@ impl OutputTarget {
 }
 
 /// What a file type is called in errors; `None` for a regular file.
-fn kind_name(kind: std::fs::FileType) -> Option<&'static str> {
+pub(crate) fn kind_name(kind: std::fs::FileType) -> Option<&'static str> {
     Some(if kind.is_file() {
         return None;
     } else if kind.is_symlink() {
