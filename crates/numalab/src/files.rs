@@ -233,6 +233,17 @@ pub enum OutputError {
         /// What should be its directory.
         dir: PathBuf,
     },
+    /// numalab may not create files in the directory (permissions, a
+    /// read-only file system).
+    #[error("cannot write {}: cannot create files in {}: {source}", path.display(), dir.display())]
+    DirectoryNotWritable {
+        /// The file named.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
     /// The path names something other than a regular file: numalab
     /// neither follows nor replaces it.
     #[error("{} is a {kind}: numalab writes only regular files", path.display())]
@@ -262,7 +273,8 @@ pub enum OutputError {
 }
 
 /// An output path that [`check_output`] found writable: its directory
-/// exists and nothing but a regular file (or nothing) is at the path.
+/// exists and takes new files, and nothing but a regular file (or
+/// nothing) is at the path.
 ///
 /// ```
 /// let dir = std::env::temp_dir().join(format!("numalab-doc-target-{}", std::process::id()));
@@ -313,8 +325,9 @@ pub(crate) fn kind_name(kind: std::fs::FileType) -> Option<&'static str> {
 }
 
 /// Checks that `path` can be written by [`write_output`]: its directory
-/// exists, and the path is free or a regular file (not a symbolic link, a
-/// device, a FIFO, a socket or a directory). Nothing is created.
+/// exists and numalab may create files in it, and the path is free or a
+/// regular file (not a symbolic link, a device, a FIFO, a socket or a
+/// directory). Nothing is created.
 ///
 /// ```
 /// use numalab::files::{check_output, OutputError};
@@ -370,6 +383,13 @@ pub fn check_output(path: &Path) -> Result<OutputTarget, OutputError> {
             })
         }
     }
+    if let Err(source) = linux::may_create_in(&dir) {
+        return Err(OutputError::DirectoryNotWritable {
+            path: path.to_owned(),
+            dir,
+            source,
+        });
+    }
     let existing = match std::fs::symlink_metadata(path) {
         Ok(meta) => match kind_name(meta.file_type()) {
             None => Some(meta),
@@ -407,14 +427,15 @@ const NAME_TRIES: usize = 16;
 ///
 /// The bytes are written to an unnamed file in the target's directory
 /// (`O_TMPFILE`; where the file system has none, a new file under an
-/// unpredictable name, created exclusively and without following links,
-/// owner-only until it is complete), given the mode of the file it
-/// replaces (and, when numalab runs as root, its owner and group; a new
-/// file gets mode 0644 less the umask), flushed to disk, named under an
-/// unpredictable name and renamed over the target, which is looked at
-/// once more just before: a symbolic link or a device put there meanwhile
-/// is refused. The rename replaces a name and never follows a link. On any
-/// failure nothing is left behind and the old file is untouched.
+/// unpredictable name, created exclusively and without following links).
+/// A replacement is owner-only until it is complete, then gets the mode of
+/// the file it replaces (and, when numalab runs as root, its owner and
+/// group); a new file has mode 0644 less the umask. The file is flushed to
+/// disk, named under an unpredictable name and renamed over the target,
+/// which is looked at once more just before: a symbolic link or a device
+/// put there meanwhile is refused. The rename replaces a name and never
+/// follows a link. On any failure nothing is left behind and the old file
+/// is untouched.
 ///
 /// ```
 /// use std::os::unix::fs::PermissionsExt;
@@ -746,6 +767,19 @@ mod tests {
             )
         );
         assert_eq!(names(&dir), ["fifo", "file", "sub"]);
+        // A directory this process may not create files in (root may
+        // create files anywhere but on a read-only file system; the CLI
+        // tests check this as another user).
+        if linux::effective_uid() != 0 {
+            let locked = dir.join("locked");
+            std::fs::create_dir(&locked).unwrap();
+            std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500)).unwrap();
+            assert!(matches!(
+                check_output(&locked.join("r.json")),
+                Err(OutputError::DirectoryNotWritable { .. })
+            ));
+            std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -226,6 +226,54 @@ fn a_missing_output_directory_is_refused_before_the_command_runs() {
 }
 
 #[test]
+fn an_output_directory_numalab_may_not_write_is_refused_before_the_command_runs() {
+    // Run as an unprivileged user (root may write anywhere) on a directory
+    // only root may write.
+    let dir = Scratch::new("out-locked");
+    let locked = dir.path("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = dir.path("marker");
+    let target = format!("{locked}/r.json");
+    let script = format!("touch {marker}; exit 3");
+    let numalab_args = ["exec", "-o", &target, "--", "sh", "-c", &script];
+    let uid = Command::new("id").arg("-u").output().unwrap();
+    let out = if String::from_utf8_lossy(&uid.stdout).trim() == "0" {
+        let Ok(out) = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_numalab"))
+            .args(numalab_args)
+            .output()
+        else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "setpriv (util-linux) is needed"
+            );
+            eprintln!("skipped: no setpriv to run numalab as another user");
+            return;
+        };
+        out
+    } else {
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+        numalab(&numalab_args)
+    };
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "cannot create files in {locked}: Permission denied"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !Path::new(&marker).exists(),
+        "the command must not have run"
+    );
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
 fn dev_zero_as_an_input_is_refused_naming_its_kind() {
     let limit = Duration::from_secs(120);
     for command in ["run", "sweep", "plot"] {

@@ -1003,3 +1003,23 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `faccessat(2)` with `AT_EACCESS`: whether this process, with its
+/// effective ids, may create files in the directory `dir` (write and
+/// search permission; `EROFS` on a read-only file system).
+pub fn may_create_in(dir: &Path) -> io::Result<()> {
+    let dir = c_path(dir)?;
+    // SAFETY: dir is NUL-terminated; faccessat only reads it.
+    let ret = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            dir.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
