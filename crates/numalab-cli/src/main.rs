@@ -94,7 +94,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err((err, code)) => {
-            eprintln!("numalab: error: {}", describe(&err));
+            eprintln!("numalab: error: {}", output::printable(&describe(&err)));
             ExitCode::from(code as u8)
         }
     }

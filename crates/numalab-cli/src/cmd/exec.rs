@@ -54,6 +54,8 @@ pub const EXIT_OWN_FAILURE: i32 = 125;
 
 /// Runs `numalab exec`; returns the exit status to leave with.
 pub fn run(args: &ExecArgs) -> Result<i32> {
+    // Before the command runs: its exit status is not lost to a bad -o.
+    args.output.check()?;
     let topology = Topology::system()?;
     let placement = args.placement.resolve(&topology)?;
     let config = ExecConfig {

@@ -52,6 +52,7 @@ pub struct FillArgs {
 /// Ctrl-C, SIGTERM or SIGHUP arrived: the fill is finished, the weights
 /// restored and the report written first).
 pub fn run(args: &FillArgs) -> Result<i32> {
+    args.output.check()?;
     // Caught before the weights change: a signal ends the fill with them
     // restored.
     let interrupts = Interrupts::catch(&Arc::new(AtomicBool::new(false)))?;

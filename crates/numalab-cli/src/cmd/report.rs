@@ -9,7 +9,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 use numalab::Topology;
 use numalab_bench::experiment::Control;
@@ -69,17 +69,9 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         markdown: args.markdown,
         output: args.output.clone(),
     };
+    // Before anything is measured: a bad target would lose the report.
     for path in args.output.iter().chain(&args.html) {
-        if let Some(dir) = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
-        {
-            bail!(
-                "-o {}: directory {} does not exist",
-                path.display(),
-                dir.display()
-            );
-        }
+        output::check_target(path)?;
     }
 
     // Everything planned and checked before anything is measured.

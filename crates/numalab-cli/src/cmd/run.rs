@@ -39,6 +39,8 @@ pub struct RunArgs {
 
 /// Runs `numalab run`; returns the exit status.
 pub fn run(args: &RunArgs) -> Result<i32> {
+    // Before anything is measured: a bad -o would lose the measurement.
+    args.output.check()?;
     let control = Control::default();
     let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
     let experiment = exp::load(&args.experiment, &args.sets)?;

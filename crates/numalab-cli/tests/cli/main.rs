@@ -4,6 +4,7 @@
 mod common;
 mod exec;
 mod experiment;
+mod files;
 mod fill;
 mod help;
 mod matrix;

@@ -56,7 +56,7 @@ fn matrix_quick_measures_every_pair_with_placement_checked() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
     assert!(!stderr(&out).contains("warning"), "nothing measured");
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(dir.join("figs")).unwrap();
     let out = numalab(&[
         "matrix",
         "--quick",
