@@ -10,3 +10,4 @@ mod matrix;
 mod report;
 mod ring;
 mod topo;
+mod unprivileged;
