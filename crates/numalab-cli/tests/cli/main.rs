@@ -12,3 +12,4 @@ mod report;
 mod ring;
 mod signals;
 mod topo;
+mod unprivileged;
