@@ -819,14 +819,15 @@ fn from_toml_error(err: &toml::de::Error, file: &str, text: &str) -> ConfigError
 }
 
 impl Experiment {
-    /// Reads an experiment file.
+    /// Reads an experiment file: a regular file (or a pipe) of at most
+    /// 1 MiB, so `/dev/zero` or a huge file is refused, not read.
     pub fn from_file(path: &Path) -> Result<Experiment, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::plain(format!(
-                "cannot read experiment file {}: {e}",
-                path.display()
-            ))
-        })?;
+        /// An experiment file is a few dozen lines; anything near this is
+        /// not one.
+        const MAX_EXPERIMENT_BYTES: u64 = 1 << 20;
+        let text =
+            numalab::files::read_text_limited(path, MAX_EXPERIMENT_BYTES, "experiment files")
+                .map_err(|e| ConfigError::plain(format!("experiment file: {e}")))?;
         let mut exp = Self::from_toml_str(&text, &path.display().to_string())?;
         if exp.name == DEFAULT_NAME && !text.lines().any(|l| l.trim_start().starts_with("name")) {
             if let Some(stem) = path.file_stem() {

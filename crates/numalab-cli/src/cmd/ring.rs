@@ -161,6 +161,7 @@ impl From<ModeArg> for engine::Mode {
 
 /// Runs `numalab ring`.
 pub fn run(args: &RingArgs) -> Result<()> {
+    args.output.check()?;
     if args.list {
         return render::emit(&RingList::current(), &args.output);
     }

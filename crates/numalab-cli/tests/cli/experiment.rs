@@ -372,12 +372,9 @@ fn ctrl_c_writes_what_was_measured_marked_interrupted() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the pinned worker runs (a second thread appears), then
-    // press Ctrl-C.
-    let tasks = format!("/proc/{}/task", child.id());
-    while std::fs::read_dir(&tasks).map_or(0, |d| d.count()) < 2 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // Wait until the pinned worker runs (a thread besides the main one
+    // and the signal watcher appears), then press Ctrl-C.
+    wait_for_worker(child.id());
     std::thread::sleep(std::time::Duration::from_millis(300));
     let out = ctrl_c(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
