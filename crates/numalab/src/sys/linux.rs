@@ -505,7 +505,7 @@ pub fn ignore_signal(signal: i32, ignore: bool) {
 }
 
 pub use libc::PTRACE_EVENT_EXIT;
-pub use libc::{SIGINT, SIGQUIT, SIGSTOP};
+pub use libc::{SIGINT, SIGQUIT, SIGSTOP, SIGTERM};
 
 // ---------------------------------------------------------------------------
 // Shared-memory segments, for the ring: files on tmpfs or hugetlbfs opened
@@ -542,10 +542,15 @@ pub enum SegmentOpen {
 }
 
 /// `open(2)` of a segment file; never follows a symbolic link in the last
-/// component (`O_NOFOLLOW`: `ELOOP`), and the descriptor is close-on-exec.
+/// component (`O_NOFOLLOW`: `ELOOP`), never waits (`O_NONBLOCK`: a FIFO
+/// opens at once), and the descriptor is close-on-exec.
 pub fn open_segment(path: &Path, how: SegmentOpen) -> io::Result<OwnedFd> {
     let path = c_path(path)?;
-    let base = libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    // O_NONBLOCK: a FIFO planted under a segment's name (anyone can make
+    // one in /dev/shm) opens at once instead of waiting for a writer; the
+    // caller then sees with `stat_fd` that it is not a regular file. It
+    // changes nothing for the regular files segments are.
+    let base = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
     let flags = match how {
         SegmentOpen::ReadWrite => base | libc::O_RDWR,
         SegmentOpen::ReadOnly => base | libc::O_RDONLY,
@@ -689,6 +694,39 @@ pub fn effective_uid() -> u32 {
 /// The calling process's id.
 pub fn process_id() -> u32 {
     std::process::id()
+}
+
+/// `getppid(2)`: the process id of the calling process's parent (after
+/// the parent died, the process that adopted it).
+pub fn parent_process_id() -> u32 {
+    // SAFETY: getppid cannot fail.
+    unsafe { libc::getppid() as u32 }
+}
+
+/// `prctl(PR_SET_PDEATHSIG, signal)`: the kernel sends `signal` to the
+/// calling process when the thread that created it ends. Async-signal-safe
+/// (one system call, no allocation): callable between `fork` and `exec`.
+pub fn set_parent_death_signal(signal: i32) -> io::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number; the unused
+    // arguments are zero.
+    let ret = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `statvfs(2)`: bytes an unprivileged process can still write on the file
+/// system holding `path` (`f_bavail × f_frsize`).
+pub fn fs_available_bytes(path: &Path) -> io::Result<u64> {
+    let path = c_path(path)?;
+    // SAFETY: an all-zero statvfs is a valid value of a plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is NUL-terminated and st valid for writes.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// `mmap(2)` of the first `len` bytes of `fd`, shared with every process
