@@ -7,6 +7,7 @@
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -337,11 +338,16 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
     output::print_stdout(&format!("{}\n", serde_json::to_string(&report)?))
 }
 
+/// How long a worker told to end waits for its ring's creator to be gone.
+const CREATOR_EXIT: Duration = Duration::from_secs(2);
+
 /// SIGTERM or SIGHUP end the worker, and first remove its ring when the
 /// process that made it is gone: `numalab ring` starts its workers so that
-/// the kernel sends them SIGTERM when it dies, even by `kill -9`, and the
-/// last of its segments must not outlive them. A ring whose creator lives
-/// is left to it.
+/// the kernel sends them SIGTERM when it dies, even by `kill -9`, and its
+/// segments must not outlive them. The signal comes when the thread that
+/// started the worker ends, which can be before the rest of the process
+/// (and its hold on the ring) is gone: the worker waits up to
+/// [`CREATOR_EXIT`] for that. A ring whose creator lives is left to it.
 fn end_with_the_ring(name: &str) -> Result<()> {
     let mut signals =
         Signals::new([SIGTERM, SIGHUP]).context("installing the worker's signal handlers")?;
@@ -350,7 +356,16 @@ fn end_with_the_ring(name: &str) -> Result<()> {
         .name("ring-worker-signals".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
-                let _ = ring::remove_abandoned(&name);
+                let start = Instant::now();
+                while start.elapsed() < CREATOR_EXIT {
+                    match ring::remove_abandoned(&name) {
+                        Ok(false) if ring::RingMonitor::open(&name).is_ok() => {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        // Removed, gone already, or not a ring to remove.
+                        _ => break,
+                    }
+                }
                 std::process::exit(128 + signal);
             }
         })

@@ -220,8 +220,17 @@ fn csv(report: &RingReport) -> String {
     csv.finish()
 }
 
+fn not_a_segment(entry: &SegmentEntry) -> bool {
+    entry
+        .problem
+        .as_deref()
+        .is_some_and(|p| p.starts_with("not a ring segment"))
+}
+
 fn state_of(entry: &SegmentEntry) -> &'static str {
-    if entry.in_use {
+    if not_a_segment(entry) {
+        "-"
+    } else if entry.in_use {
         "in use"
     } else {
         "stale"
@@ -284,7 +293,11 @@ fn list_text(list: &RingList, _style: Style) -> String {
         ]);
     }
     let mut text = output::render(&table);
-    if entries.iter().any(SegmentEntry::is_stale) {
+    // Only what --cleanup removes: valid segments and unfinished creations.
+    if entries
+        .iter()
+        .any(|e| e.is_stale() && (e.problem.is_none() || e.temporary))
+    {
         text.push_str("remove a stale segment with `numalab ring --cleanup NAME`\n");
     }
     text

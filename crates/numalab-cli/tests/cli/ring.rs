@@ -346,16 +346,35 @@ fn numalab_within_a_minute(args: &[&str]) -> Output {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Read while it runs: a long output must not fill the pipe.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
     let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
         if start.elapsed() > std::time::Duration::from_secs(60) {
             let _ = child.kill();
             let _ = child.wait();
             panic!("numalab {args:?} did not finish within 60 s");
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
     }
-    child.wait_with_output().unwrap()
 }
 
 /// A file under a segment's name, removed when the guard drops.
@@ -620,6 +639,8 @@ fn ring_workers_end_and_remove_the_segment_when_numalab_is_killed() {
         std::process::Stdio::null(),
     );
     let path = format!("/dev/shm/numalab-ring.run-{}-0", run.id());
+    // Whatever happens, no segment is left for other tests to find.
+    let _cleanup = Planted(path.clone().into());
     let workers = children_of(run.id());
     assert_eq!(workers.len(), 2, "a writer and a reader: {workers:?}");
     run.kill().unwrap(); // SIGKILL: no handler runs in numalab

@@ -169,8 +169,10 @@ pub enum RingError {
         /// Bytes free there (with reclaimable page cache, for nodes).
         free: u64,
     },
-    /// The segment's first word is zero: it was never completed.
-    #[error("the segment was never completed (its creator died while making it); remove it with `numalab ring --cleanup`")]
+    /// The segment's first word is zero: it was never completed (numalab
+    /// names a segment only once it is complete, so a named file like this
+    /// was not made by this numalab).
+    #[error("its header was never completed: its first 8 bytes are zero")]
     Incomplete,
     /// The segment is not a numalab ring.
     #[error("not a numalab ring: magic {magic:#018x}")]

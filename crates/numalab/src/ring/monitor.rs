@@ -403,10 +403,13 @@ impl Inspection {
         inspection
     }
 
-    /// Whether a live process holds it; a file that could not be looked
-    /// at counts as held.
+    /// Whether a live process holds it; a regular file that could not be
+    /// looked at counts as held, and anything else (a FIFO) as not.
     fn in_use(&self) -> bool {
-        self.locks.is_none_or(|l| l.in_use)
+        match self.locks {
+            Some(locks) => locks.in_use,
+            None => !matches!(self.header, Err(RingError::NotASegment { .. })),
+        }
     }
 
     /// Whether its content says it is a numalab segment: a valid header,
@@ -437,7 +440,12 @@ impl Inspection {
                 Err(RingError::NotASegment { kind, .. }) => {
                     (None, Some(format!("not a ring segment: {kind}")))
                 }
-                Err(err) => (None, Some(err.to_string())),
+                Err(err) => match self.uid {
+                    Some(uid) if uid != linux::effective_uid() => {
+                        (None, Some(format!("it belongs to user {uid}: {err}")))
+                    }
+                    _ => (None, Some(err.to_string())),
+                },
                 Ok(_) => match Segment::open_path(&self.name, self.path.clone(), true) {
                     Ok(seg) => (Some(RingStats::read(&seg, &seg.fd)), None),
                     Err(err) => (None, Some(err.to_string())),
