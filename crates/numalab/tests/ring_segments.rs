@@ -474,7 +474,7 @@ proptest! {
         let mut bytes = bytes;
         if magic && bytes.len() >= 12 {
             bytes[..8].copy_from_slice(b"NUMARING");
-            bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+            bytes[8..12].copy_from_slice(&2u32.to_le_bytes()); // the layout version
         }
         if bytes.len() >= 168 {
             fix_checksum(&mut bytes);

@@ -25,8 +25,10 @@ use super::protocol::{ReaderCtl, WriterCtl};
 
 /// `"NUMARING"`, little-endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"NUMARING");
-/// Bumped whenever anything in this file changes meaning.
-pub(crate) const LAYOUT_VERSION: u32 = 1;
+/// Bumped whenever anything in this file changes meaning. 2: a reader's
+/// `state` word carries a flag once it has finished joining, which the
+/// writer's `wait_for_readers` waits for.
+pub(crate) const LAYOUT_VERSION: u32 = 2;
 
 /// Most readers a ring can have.
 pub const MAX_READERS: u32 = 64;
