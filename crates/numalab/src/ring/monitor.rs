@@ -413,11 +413,12 @@ impl Inspection {
     }
 
     /// Whether its content says it is a numalab segment: a valid header,
-    /// or for the temporary file of a creation, a header not yet written
-    /// (or an empty file: the creator died before sizing it).
+    /// a numalab header of another layout version (left by another
+    /// numalab), or for the temporary file of a creation, a header not yet
+    /// written (or an empty file: the creator died before sizing it).
     fn verified(&self) -> Result<(), String> {
         match &self.header {
-            Ok(_) => Ok(()),
+            Ok(_) | Err(RingError::Version { .. }) => Ok(()),
             Err(RingError::Incomplete) if self.temporary => Ok(()),
             Err(RingError::Corrupt { .. }) if self.temporary && self.size == 0 => Ok(()),
             Err(RingError::NotASegment { kind, .. }) => Err(format!("not a ring segment: {kind}")),
@@ -527,8 +528,9 @@ pub fn list() -> Vec<SegmentEntry> {
 /// mapping either way.
 ///
 /// Only files verified to be numalab segments are removed: a regular file
-/// (never a FIFO, link, directory or device) whose header is valid, or the
-/// temporary file of a creation. Another user's segment is never removed,
+/// (never a FIFO, link, directory or device) whose header is valid (or a
+/// numalab header of another layout version), or the temporary file of a
+/// creation. Another user's segment is never removed,
 /// except by root, and then only when its header is valid and no process
 /// holds it (its creator, writer and readers are gone; `force` does not
 /// change that). Nothing is removed unless every file under the name may
