@@ -88,7 +88,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cmd::run::run(args).map_err(|e| (e, 1)),
         Command::Sweep(args) => cmd::sweep::run(args).map_err(|e| (e, 1)),
         Command::Plot(args) => cmd::plot::run(args).map(|()| 0).map_err(|e| (e, 1)),
-        Command::Ring(args) => cmd::ring::run(args).map(|()| 0).map_err(|e| (e, 1)),
+        Command::Ring(args) => cmd::ring::run(args).map_err(|e| (e, 1)),
         Command::RingWorker(args) => cmd::ring::worker(args).map(|()| 0).map_err(|e| (e, 1)),
     };
     match result {

@@ -40,10 +40,17 @@ impl Interrupts {
     /// Catches SIGINT, SIGTERM and SIGHUP from now on: the first sets
     /// `stop`, a second ends numalab at once with 128 + it.
     pub fn catch(stop: &Arc<AtomicBool>) -> Result<Interrupts> {
+        let stop = Arc::clone(stop);
+        Self::catch_with(move |_| stop.store(true, Ordering::SeqCst))
+    }
+
+    /// Catches SIGINT, SIGTERM and SIGHUP from now on: the first is given
+    /// to `on_first` (its number), a second ends numalab at once with
+    /// 128 + it.
+    pub fn catch_with(on_first: impl Fn(i32) + Send + 'static) -> Result<Interrupts> {
         let arrived = Arc::new(AtomicI32::new(0));
         let mut signals = Signals::new(STOPPING).context("catching SIGINT, SIGTERM and SIGHUP")?;
         let first = Arc::clone(&arrived);
-        let stop = Arc::clone(stop);
         std::thread::Builder::new()
             .name("numalab-signals".into())
             .spawn(move || {
@@ -52,7 +59,7 @@ impl Interrupts {
                         .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
                         .is_ok()
                     {
-                        stop.store(true, Ordering::SeqCst);
+                        on_first(signal);
                         continue;
                     }
                     // The second: the work did not stop soon enough.

@@ -265,3 +265,40 @@ pub fn default_interrupts() {
     crate::sys::linux::ignore_signal(crate::sys::linux::SIGINT, false);
     crate::sys::linux::ignore_signal(crate::sys::linux::SIGQUIT, false);
 }
+
+/// Makes the calling process receive `SIGTERM` when the thread that
+/// started it ends (`PR_SET_PDEATHSIG`: also when that thread's process is
+/// killed with `SIGKILL`), then checks that `parent` is still its parent:
+/// a parent that died before this call gives an error (`ESRCH`) instead of
+/// a process that would never be told. Two system calls and no
+/// allocation, so it can run between `fork` and `exec`
+/// ([`CommandExt::pre_exec`](std::os::unix::process::CommandExt::pre_exec)).
+/// The signal survives `exec` (except of set-user-ID programs).
+///
+/// ```
+/// use std::os::unix::process::CommandExt;
+///
+/// let parent = std::process::id();
+/// let mut command = std::process::Command::new("true");
+/// // SAFETY: end_with_parent makes two system calls and allocates nothing.
+/// unsafe { command.pre_exec(move || numalab::system::end_with_parent(parent)) };
+/// assert!(command.status()?.success());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn end_with_parent(parent: u32) -> io::Result<()> {
+    crate::sys::linux::set_parent_death_signal(crate::sys::linux::SIGTERM)?;
+    if crate::sys::linux::parent_process_id() != parent {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
+}
+
+/// The process id of the calling process's parent: after the parent died,
+/// the process that adopted it (`getppid`).
+///
+/// ```
+/// assert_ne!(numalab::system::parent_process_id(), std::process::id());
+/// ```
+pub fn parent_process_id() -> u32 {
+    crate::sys::linux::parent_process_id()
+}

@@ -147,6 +147,7 @@ fn another_users_files_and_segments_survive_every_subcommand() {
         std::process::id()
     ));
     std::fs::write(&segment, vec![0u8; 4096]).unwrap();
+    let _segment = Removed(segment.clone());
     own(&segment, 0o600);
     // The intruder's own, harmless experiment.
     let tiny = dir.join("tiny.toml");
@@ -272,5 +273,13 @@ fn another_users_files_and_segments_survive_every_subcommand() {
         .is_symlink());
 
     assert_eq!(snapshot(&owner_files), before, "the owner's files changed");
-    std::fs::remove_file(&segment).unwrap();
+}
+
+/// A file outside the scratch directory, removed however the test ends.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

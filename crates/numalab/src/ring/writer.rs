@@ -13,7 +13,7 @@ use super::error::RingError;
 use super::layout::{BLOCK_END, BLOCK_START, LOCK_READERS, LOCK_WRITER};
 use super::meta::TransferHeader;
 use super::monitor::RingStats;
-use super::protocol::{self, Space, READER_ACTIVE, WRITER_ACTIVE, WRITER_FINISHED};
+use super::protocol::{self, Space, WRITER_ACTIVE, WRITER_FINISHED};
 use super::segment::Segment;
 use super::wait::{wait_until, wake_all};
 use crate::sys::linux::{self, LockKind};
@@ -145,9 +145,10 @@ impl Writer {
         self.seg.geometry.block_size as usize
     }
 
-    /// Waits until at least `count` readers have joined (readers start at
-    /// the block being written when they join, so join them first to see
-    /// the whole stream).
+    /// Waits until at least `count` readers have joined — finished
+    /// joining, so that each reads every block written after this returns
+    /// (readers start at the block being written when they join, so join
+    /// them first to see the whole stream).
     pub fn wait_for_readers(&self, count: usize, timeout: Duration) -> Result<(), RingError> {
         let start = Instant::now();
         loop {
@@ -155,7 +156,7 @@ impl Writer {
                 .seg
                 .readers()
                 .iter()
-                .filter(|r| protocol::status(r.state.load(SeqCst)) == READER_ACTIVE)
+                .filter(|r| protocol::settled(r.state.load(SeqCst)))
                 .count();
             if active >= count {
                 return Ok(());

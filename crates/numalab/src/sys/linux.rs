@@ -699,10 +699,15 @@ pub enum SegmentOpen {
 }
 
 /// `open(2)` of a segment file; never follows a symbolic link in the last
-/// component (`O_NOFOLLOW`: `ELOOP`), and the descriptor is close-on-exec.
+/// component (`O_NOFOLLOW`: `ELOOP`), never waits (`O_NONBLOCK`: a FIFO
+/// opens at once), and the descriptor is close-on-exec.
 pub fn open_segment(path: &Path, how: SegmentOpen) -> io::Result<OwnedFd> {
     let path = c_path(path)?;
-    let base = libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    // O_NONBLOCK: a FIFO planted under a segment's name (anyone can make
+    // one in /dev/shm) opens at once instead of waiting for a writer; the
+    // caller then sees with `stat_fd` that it is not a regular file. It
+    // changes nothing for the regular files segments are.
+    let base = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
     let flags = match how {
         SegmentOpen::ReadWrite => base | libc::O_RDWR,
         SegmentOpen::ReadOnly => base | libc::O_RDONLY,
@@ -846,6 +851,19 @@ pub fn effective_uid() -> u32 {
 /// The calling process's id.
 pub fn process_id() -> u32 {
     std::process::id()
+}
+
+/// `statvfs(2)`: bytes an unprivileged process can still write on the file
+/// system holding `path` (`f_bavail × f_frsize`).
+pub fn fs_available_bytes(path: &Path) -> io::Result<u64> {
+    let path = c_path(path)?;
+    // SAFETY: an all-zero statvfs is a valid value of a plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is NUL-terminated and st valid for writes.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// `mmap(2)` of the first `len` bytes of `fd`, shared with every process
