@@ -366,7 +366,7 @@ pub fn check_room(rings: &[RingOptions]) -> Result<(), RingError> {
 ///
 /// See the [module documentation](super) for a writer and a reader.
 pub struct Ring {
-    seg: Arc<Segment>,
+    pub(super) seg: Arc<Segment>,
     owner: bool,
     touched_from: NodeSet,
 }
