@@ -7,7 +7,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use numalab::{HugePages, MemPolicy, Topology};
 use numalab_bench::fill::{fill, FillConfig};
@@ -53,9 +53,11 @@ pub struct FillArgs {
 /// restored and the report written first).
 pub fn run(args: &FillArgs) -> Result<i32> {
     args.output.check()?;
-    // Caught before the weights change: a signal ends the fill with them
-    // restored.
-    let interrupts = Interrupts::catch(&Arc::new(AtomicBool::new(false)))?;
+    // A signal waits until the pages are counted (the fill's guard then
+    // restores the weights) and is caught after: a watcher thread during
+    // the fill would change how NUMA balancing scans the process, and the
+    // pages it counts.
+    let held = numalab::system::SignalsHeld::new().context("holding back signals")?;
     let topology = Topology::system()?;
     let placement = args.placement.resolve(&topology)?;
     let config = FillConfig {
@@ -65,7 +67,14 @@ pub fn run(args: &FillArgs) -> Result<i32> {
         cpus: placement.cpus,
         weights: placement.weights,
     };
-    let report = fill(&topology, &config)?;
+    let report = fill(&topology, &config);
+    let interrupts = Interrupts::catch(&Arc::new(AtomicBool::new(false)))?;
+    let waited = held.pending();
+    drop(held);
+    let report = report?;
     render::emit(&report, &args.output)?;
-    Ok(interrupts.exit_status().unwrap_or(0))
+    Ok(waited
+        .map(|signal| 128 + signal)
+        .or_else(|| interrupts.exit_status())
+        .unwrap_or(0))
 }

@@ -560,6 +560,47 @@ pub fn ignore_signal(signal: i32, ignore: bool) {
     }
 }
 
+/// Blocks (`true`) or unblocks `signals` for the calling thread
+/// (`pthread_sigmask`). A blocked signal stays pending until unblocked;
+/// threads started meanwhile inherit the mask.
+pub fn block_signals(signals: &[i32], block: bool) -> io::Result<()> {
+    // SAFETY: a zeroed sigset_t is valid storage for sigemptyset to fill.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is valid for writes.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &signal in signals {
+        // SAFETY: set was initialised by sigemptyset.
+        check(unsafe { libc::sigaddset(&mut set, signal) }.into())?;
+    }
+    let how = if block {
+        libc::SIG_BLOCK
+    } else {
+        libc::SIG_UNBLOCK
+    };
+    // SAFETY: set is initialised; a null old set is allowed.
+    let ret = unsafe { libc::pthread_sigmask(how, &set, ptr::null_mut()) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(())
+}
+
+/// The first of `signals` pending for the calling thread or the process
+/// (`sigpending`), if any.
+pub fn pending_signal(signals: &[i32]) -> Option<i32> {
+    // SAFETY: a zeroed sigset_t is valid storage for sigpending to fill.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is valid for writes.
+    if unsafe { libc::sigpending(&mut set) } != 0 {
+        return None;
+    }
+    // SAFETY: set was filled by sigpending.
+    signals
+        .iter()
+        .copied()
+        .find(|&s| unsafe { libc::sigismember(&set, s) } == 1)
+}
+
 pub use libc::{ECHILD, SIGHUP, SIGINT, SIGKILL, SIGQUIT, SIGSTOP, SIGTERM};
 pub use libc::{PTRACE_EVENT_CLONE, PTRACE_EVENT_EXIT, PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK};
 
