@@ -286,8 +286,11 @@ mod tests {
             out.push('>');
         }
 
+        /// An element's name, attributes and non-blank text.
+        type Shape = (String, Vec<(String, String)>, String);
+
         /// Elements with their attributes and non-blank text, in order.
-        fn shape(text: &str) -> Vec<(String, Vec<(String, String)>, String)> {
+        fn shape(text: &str) -> Vec<Shape> {
             let doc = roxmltree::Document::parse_with_options(
                 text,
                 roxmltree::ParsingOptions {
