@@ -77,6 +77,13 @@ max_len() {
     esac
 }
 
+# Extra libFuzzer options per target.
+options() {
+    case "$1" in
+        experiment | result_json | plot) echo "-dict=fuzz/dict/numbers.dict" ;;
+    esac
+}
+
 # Where an input crashed: the panic's location, or the first frame in
 # numalab or a library for a signal.
 signature() {
@@ -90,10 +97,14 @@ signature() {
         echo "timeout (over 10 s for one input)"
     elif grep -q "out-of-memory" <<<"$out" || [[ "$(basename "$2")" == oom-* ]]; then
         echo "out of memory (over 2 GiB)"
+    elif grep -q "Assertion .* failed" <<<"$out"; then
+        echo "abort: $(grep -m1 -o "[^ ]*: Assertion .* failed" <<<"$out")"
     else
+        # The first frame that is not the C library's.
         local frame
         frame=$(gdb -batch -ex run -ex bt --args "$bin/$1" "$2" 2>/dev/null |
-            grep -m1 -E "^#[0-9]+ .* in [A-Za-z_]" | sed -E 's/^#[0-9]+ +(0x[0-9a-f]+ in )?//; s/ \(.*//' || true)
+            grep -E "^#[0-9]+ " | sed -E 's/^#[0-9]+ +(0x[0-9a-f]+ in )?//; s/ \(.*//' |
+            grep -v -m1 -E "^(__|_IO_|raise|abort|gsignal|\?\?)" || true)
         echo "signal in ${frame:-unknown (install gdb for the frame)}"
     fi
 }
@@ -127,7 +138,7 @@ for t in "${targets[@]}"; do
         -max_total_time="$per" -max_len="$(max_len "$t")" \
         -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$crashes/" \
         -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
-        -print_final_stats=1 >"$log" 2>&1
+        $(options "$t") >"$log" 2>&1 # one word or none
     status=$?
     set -e
     last=$(grep -E '^#[0-9]+: cov:' "$log" | tail -n 1 || true)
