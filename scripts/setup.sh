@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Installs what numalab needs on a Debian or Ubuntu machine, then builds it.
 #   scripts/setup.sh            build dependencies, release build
-#   scripts/setup.sh --test     also the test tools (QEMU, a kernel, busybox, reference tools)
+#   scripts/setup.sh --test     also the test tools (QEMU, a kernel, busybox, reference tools,
+#                               a C++ compiler for the fuzzer), no build
+#   scripts/setup.sh --fuzz     the build dependencies and a C++ compiler for libFuzzer
+#                               (bench/fuzz.sh), no build
 # Packages already installed are not installed again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(libhwloc-dev libudev-dev pkg-config numactl hwloc)
-if [[ "${1:-}" == "--test" ]]; then
-    packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio)
-fi
+case "${1:-}" in
+    --test) packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio g++ gdb) ;;
+    --fuzz) packages+=(g++ gdb) ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
@@ -27,8 +31,8 @@ if ! command -v cargo >/dev/null; then
     echo "setup: cargo not found; install Rust from https://rustup.rs (1.89 or later)" >&2
     exit 1
 fi
-if [[ "${1:-}" == "--test" ]]; then
-    rustup component add rustfmt clippy >/dev/null 2>&1 || true
-else
-    cargo build --release --locked -q
-fi
+case "${1:-}" in
+    --test) rustup component add rustfmt clippy >/dev/null 2>&1 || true ;;
+    --fuzz) ;;
+    *) cargo build --release --locked -q ;;
+esac

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every check numalab has, from a fresh Debian machine: installs what
 # is missing, then formatting, lints, documentation, unit and integration
-# tests, and the emulated-NUMA suite (QEMU). Exits non-zero on the first
-# failure.
+# tests, a short run of the fuzz targets, and the emulated-NUMA suite
+# (QEMU). Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
@@ -20,6 +20,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 
 step "cargo test"
 cargo test --workspace --exclude numalab-emu --locked
+
+step "fuzzing: every parser's target for 5 s, and every regression input (bench/fuzz.sh)"
+bench/fuzz.sh 35s
 
 step "emulated-NUMA suite: Linux under QEMU with each preset (crates/numalab-emu)"
 # Debian installs kernel images readable by root only; give the suite a

@@ -503,4 +503,47 @@ mod tests {
         assert_eq!(back, set);
         assert!(serde_json::from_str::<NodeSet>("[5000]").is_err());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any set prints as a list that parses back to it.
+            #[test]
+            fn any_set_prints_as_a_list_that_parses_back(
+                nodes in proptest::collection::vec(0..=NodeSet::MAX, 0..40),
+                cpus in proptest::collection::vec(0..=CpuSet::MAX, 0..80),
+            ) {
+                let nodes: NodeSet = nodes.into_iter().collect();
+                let cpus: CpuSet = cpus.into_iter().collect();
+                if !nodes.is_empty() {
+                    prop_assert_eq!(nodes.to_string().parse::<NodeSet>(), Ok(nodes.clone()));
+                }
+                if !cpus.is_empty() {
+                    prop_assert_eq!(cpus.to_string().parse::<CpuSet>(), Ok(cpus.clone()));
+                }
+            }
+
+            /// Text of list characters never panics, and what parses
+            /// holds only indices in range.
+            #[test]
+            fn any_list_text_parses_or_is_refused(text in "[0-9,\\- !a]{0,24}|[0-9]{1,12}(-[0-9]{1,12})?") {
+                if let Ok(set) = text.parse::<NodeSet>() {
+                    prop_assert!(set.iter().all(|n| n <= NodeSet::MAX));
+                    prop_assert_eq!(set.to_string().parse::<NodeSet>(), Ok(set));
+                }
+                if let Ok(set) = text.parse::<CpuSet>() {
+                    prop_assert!(set.iter().all(|c| c <= CpuSet::MAX));
+                }
+            }
+
+            /// Any text at all never panics.
+            #[test]
+            fn any_text_parses_or_is_refused(text in any::<String>()) {
+                let _ = text.parse::<NodeSet>();
+                let _ = text.parse::<CpuSet>();
+            }
+        }
+    }
 }

@@ -201,4 +201,35 @@ mod tests {
         assert_eq!(format_size(3 << 29), "1.5 GiB");
         assert_eq!(format_size(2 << 40), "2 TiB");
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any byte count written in digits, or in a unit it is a
+            /// whole multiple of, reads back exactly.
+            #[test]
+            fn any_size_written_out_reads_back(bytes in any::<u64>(), shift in 0u32..5) {
+                prop_assert_eq!(parse_size(&bytes.to_string()), Ok(bytes));
+                let unit = ["", "K", "MiB", "g", "TB"][shift as usize];
+                let whole = bytes >> (10 * shift);
+                prop_assert_eq!(parse_size(&format!("{whole}{unit}")), Ok(whole << (10 * shift)));
+            }
+
+            /// Size-like text never panics.
+            #[test]
+            fn any_size_text_parses_or_is_refused(text in "[0-9.]{0,30} ?[kKmMgGtTiIbBxX]{0,4}") {
+                if let Err(err) = parse_size(&text) {
+                    prop_assert!(err.to_string().contains("write it as"));
+                }
+            }
+
+            /// Any text at all never panics.
+            #[test]
+            fn any_text_is_a_size_or_refused(text in any::<String>()) {
+                let _ = parse_size(&text);
+            }
+        }
+    }
 }

@@ -404,12 +404,51 @@ impl Topology {
         // Read and parse it here: hwloc's own file errors say only
         // "errno 22", and its built-in reader (used when the libxml2 plugin
         // is not installed) refuses comments and other layouts.
+        let text = xml::read_bounded(path).map_err(|message| TopologyError::Hwloc {
+            source_desc: source.to_string(),
+            message,
+        })?;
+        Self::from_xml_text(&text, source)
+    }
+
+    /// Imports a topology from the text of an hwloc XML export already in
+    /// memory (a pipe, a request, a database); `name` says where it came
+    /// from in errors and in [`Topology::source`]. The text is read as
+    /// [`from_xml_file`](Self::from_xml_file) reads a file's: any
+    /// well-formed layout, comments included; at most 64 MiB.
+    ///
+    /// ```
+    /// use numalab::Topology;
+    /// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/topologies/cpuless.xml");
+    /// let text = std::fs::read_to_string(path)?;
+    /// let topo = Topology::from_xml_str(&text, "cpuless.xml")?;
+    /// assert_eq!(topo.node_ids().to_string(), "0-2");
+    ///
+    /// let err = Topology::from_xml_str("<html/>", "page.html").unwrap_err().to_string();
+    /// assert!(err.contains("XML file page.html") && err.contains("not an hwloc topology"), "{err}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_xml_str(text: &str, name: &str) -> Result<Self, TopologyError> {
+        let source = Source::Xml(name.to_owned());
+        if text.len() as u64 > xml::MAX_XML_BYTES {
+            return Err(TopologyError::Hwloc {
+                source_desc: source.to_string(),
+                message: format!(
+                    "it is {} bytes, more than {} MiB, the limit for hwloc XML exports",
+                    text.len(),
+                    xml::MAX_XML_BYTES >> 20
+                ),
+            });
+        }
+        Self::from_xml_text(text, source)
+    }
+
+    fn from_xml_text(text: &str, source: Source) -> Result<Self, TopologyError> {
         let invalid = |message: String| TopologyError::Hwloc {
             source_desc: source.to_string(),
             message,
         };
-        let text = xml::read_bounded(path).map_err(invalid)?;
-        let text = xml::canonical(&text).map_err(invalid)?;
+        let text = xml::canonical(text).map_err(invalid)?;
         let builder = hwlocality::Topology::builder()
             .from_xml(&text)
             .map_err(|e| hwloc_error(&source, e))?;
@@ -420,7 +459,7 @@ impl Topology {
             } => TopologyError::Hwloc {
                 source_desc,
                 message: format!(
-                    "{message}; the file is well-formed XML with a <topology> element, \
+                    "{message}; the document is well-formed XML with a <topology> element, \
                      so hwloc rejected what it describes (written by a newer hwloc, \
                      or edited into an inconsistent machine?)"
                 ),

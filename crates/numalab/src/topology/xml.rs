@@ -30,9 +30,14 @@ pub(crate) fn read_bounded(path: &Path) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// The sets hwloc's writer gives every object that has any: hwloc 2.9's
+/// reader crashes on an object with some and not all of them.
+const OBJECT_SETS: [&str; 4] = ["cpuset", "complete_cpuset", "nodeset", "complete_nodeset"];
+
 /// Rewrites a well-formed hwloc XML document in the shape hwloc's built-in
 /// reader accepts. Errors name the line and column of malformed XML, or say
-/// that the document is not an hwloc topology.
+/// that the document is not an hwloc topology, or name an object hwloc's
+/// reader would crash on.
 pub(crate) fn canonical(text: &str) -> Result<String, String> {
     let options = roxmltree::ParsingOptions {
         allow_dtd: true,
@@ -48,6 +53,7 @@ pub(crate) fn canonical(text: &str) -> Result<String, String> {
             root.tag_name().name()
         ));
     }
+    check_objects(&doc)?;
     // hwloc 2.x writes `<topology version="2.0">` and names hwloc2.dtd;
     // hwloc 1.x writes a bare `<topology>` and hwloc.dtd.
     let dtd = if root.has_attribute("version") {
@@ -60,6 +66,30 @@ pub(crate) fn canonical(text: &str) -> Result<String, String> {
     let _ = writeln!(out, "<!DOCTYPE topology SYSTEM \"{dtd}\">");
     element(&mut out, root, 0);
     Ok(out)
+}
+
+/// Refuses what hwloc's XML reader does not check and crashes on: an
+/// `<object>` with some of its four sets (cpuset, complete_cpuset, nodeset,
+/// complete_nodeset) but not all. hwloc's own reader refuses it only in
+/// sources newer than Debian 12's hwloc 2.9.
+fn check_objects(doc: &roxmltree::Document<'_>) -> Result<(), String> {
+    for object in doc.descendants().filter(|n| n.has_tag_name("object")) {
+        let (present, missing): (Vec<&str>, Vec<&str>) = OBJECT_SETS
+            .iter()
+            .partition(|set| object.has_attribute(**set));
+        if !present.is_empty() && !missing.is_empty() {
+            let at = doc.text_pos_at(object.range().start);
+            return Err(format!(
+                "line {}: <object type=\"{}\"> has {} but not {}; \
+                 hwloc writes all four sets of an object that has any",
+                at.row,
+                object.attribute("type").unwrap_or(""),
+                present.join(", "),
+                missing.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn element(out: &mut String, node: roxmltree::Node<'_, '_>, depth: usize) {
@@ -172,6 +202,29 @@ mod tests {
     }
 
     #[test]
+    fn an_object_with_only_some_of_its_sets_is_refused_before_hwloc_reads_it() {
+        // Found by fuzzing (fuzz/regressions/hwloc_xml/): hwloc 2.9's
+        // reader segfaults on it.
+        let err = canonical("<topology><object type=\"NU\" cpuset=\"\"></object></topology>")
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "line 1: <object type=\"NU\"> has cpuset but not complete_cpuset, nodeset, \
+             complete_nodeset; hwloc writes all four sets of an object that has any"
+        );
+        let err = canonical(
+            "<topology version=\"2.0\">\n<object type=\"Machine\" cpuset=\"0x1\" \
+             complete_cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\">\n\
+             <object type=\"Group\" cpuset=\"0x1\" nodeset=\"0x1\" complete_nodeset=\"0x1\"/>\n\
+             </object></topology>",
+        )
+        .unwrap_err();
+        assert!(err.starts_with("line 3: <object type=\"Group\"> has cpuset, nodeset, complete_nodeset but not complete_cpuset;"), "{err}");
+        // Objects without sets (I/O devices, Misc) stay as they are.
+        assert!(canonical("<topology><object type=\"Machine\"/></topology>").is_ok());
+    }
+
+    #[test]
     fn other_documents_are_named() {
         let err = canonical("<html><body/></html>").unwrap_err();
         assert!(err.contains("<html>") && err.contains("lstopo"), "{err}");
@@ -180,5 +233,114 @@ mod tests {
             err.contains("not well-formed XML") && err.contains("1:"),
             "{err}"
         );
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// An element: name, attributes, text, children.
+        #[derive(Debug, Clone)]
+        struct Element(String, Vec<(String, String)>, String, Vec<Element>);
+
+        fn element() -> impl Strategy<Value = Element> {
+            let name = "[a-z_]{1,6}";
+            let attrs = proptest::collection::vec((name, any::<String>()), 0..3);
+            let leaf = (name, attrs.clone(), "[ a-z<>&\"\n\t]{0,8}")
+                .prop_map(|(n, a, t)| Element(n, a, t, Vec::new()));
+            leaf.prop_recursive(4, 24, 4, move |inner| {
+                (name, attrs.clone(), proptest::collection::vec(inner, 0..4))
+                    .prop_map(|(n, a, c)| Element(n, a, String::new(), c))
+            })
+        }
+
+        /// XML of `e` with every character escaped as XML requires (and
+        /// characters XML cannot carry left out).
+        fn write(e: &Element, out: &mut String) {
+            let clean = |s: &str| -> String {
+                s.chars()
+                    .filter(|c| matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..))
+                    .collect()
+            };
+            out.push('<');
+            out.push_str(&e.0);
+            let mut seen = Vec::new();
+            for (k, v) in &e.1 {
+                if seen.contains(k) {
+                    continue;
+                }
+                seen.push(k.clone());
+                out.push(' ');
+                out.push_str(k);
+                out.push_str("=\"");
+                escape(out, &clean(v));
+                out.push('"');
+            }
+            out.push('>');
+            escape(out, &clean(&e.2));
+            for c in &e.3 {
+                write(c, out);
+            }
+            out.push_str("</");
+            out.push_str(&e.0);
+            out.push('>');
+        }
+
+        /// An element's name, attributes and non-blank text.
+        type Shape = (String, Vec<(String, String)>, String);
+
+        /// Elements with their attributes and non-blank text, in order.
+        fn shape(text: &str) -> Vec<Shape> {
+            let doc = roxmltree::Document::parse_with_options(
+                text,
+                roxmltree::ParsingOptions {
+                    allow_dtd: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            doc.descendants()
+                .filter(|n| n.is_element())
+                .map(|n| {
+                    let text: String = n
+                        .children()
+                        .filter_map(|c| c.is_text().then(|| c.text()).flatten())
+                        .collect();
+                    (
+                        n.tag_name().name().to_owned(),
+                        n.attributes()
+                            .map(|a| (a.name().to_owned(), a.value().to_owned()))
+                            .collect(),
+                        if text.trim().is_empty() {
+                            String::new()
+                        } else {
+                            text
+                        },
+                    )
+                })
+                .collect()
+        }
+
+        proptest! {
+            /// The rewrite keeps every element, attribute value and text
+            /// hwloc reads, and rewriting its own output changes nothing.
+            #[test]
+            fn the_rewrite_keeps_what_hwloc_reads_and_is_stable(children in proptest::collection::vec(element(), 0..4)) {
+                let mut xml = String::from("<!-- a comment --><topology version=\"2.0\">");
+                for c in &children {
+                    write(c, &mut xml);
+                }
+                xml.push_str("</topology>");
+                let once = canonical(&xml).unwrap();
+                prop_assert_eq!(shape(&once), shape(&xml));
+                prop_assert_eq!(canonical(&once).unwrap(), once);
+            }
+
+            /// Any text at all is rewritten or refused, never a panic.
+            #[test]
+            fn any_text_is_rewritten_or_refused(text in any::<String>()) {
+                let _ = canonical(&text);
+            }
+        }
     }
 }

@@ -1,0 +1,75 @@
+//! `numalab plot`: a result file read as the command reads it, then drawn
+//! by the command's own figure code (crates/numalab-cli/src/plot.rs and
+//! render/figures.rs, compiled in here) into SVG and PNG files in a
+//! scratch directory. A hang shows as libFuzzer's timeout.
+#![no_main]
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use numalab_bench::document::{Document, Schema};
+use numalab_bench::experiment::result::{RunResult, SweepResult, RUN_SCHEMA, SWEEP_SCHEMA};
+use numalab_bench::matrix::MatrixResult;
+
+#[path = "../../crates/numalab-cli/src/plot.rs"]
+mod plot;
+
+#[path = "../../crates/numalab-cli/src/render/figures.rs"]
+mod figures;
+
+/// The two helpers of the CLI's output module the figure code uses.
+mod output {
+    use std::path::Path;
+
+    pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+        std::fs::write(path, bytes)?;
+        Ok(())
+    }
+
+    pub fn human_bytes(bytes: u64) -> String {
+        numalab::units::format_size(bytes)
+    }
+}
+
+/// A directory of this process's on tmpfs, for the figures.
+fn stem() -> &'static PathBuf {
+    static STEM: OnceLock<PathBuf> = OnceLock::new();
+    STEM.get_or_init(|| {
+        let base = std::env::var_os("NUMALAB_FUZZ_SCRATCH")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!("numalab-fuzz-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        dir.join("figure")
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(text) else {
+        return;
+    };
+    // As crates/numalab-cli/src/cmd/plot.rs dispatches.
+    let drawn = match doc.get("schema").and_then(|s| s.as_str()).unwrap_or("") {
+        SWEEP_SCHEMA => match serde_json::from_value::<SweepResult>(doc) {
+            Ok(sweep) => figures::draw_sweep(&sweep, stem()),
+            Err(_) => return,
+        },
+        RUN_SCHEMA => match serde_json::from_value::<RunResult>(doc) {
+            Ok(run) => figures::draw_run(&run, stem()),
+            Err(_) => return,
+        },
+        MatrixResult::NAME => match Document::<MatrixResult>::parse(text) {
+            Ok(result) => figures::draw_matrix(&result, stem()),
+            Err(_) => return,
+        },
+        _ => return,
+    };
+    if let Err(err) = drawn {
+        drop(err.to_string());
+    }
+});
