@@ -90,7 +90,7 @@ fn fill_refuses_a_bind_its_nodes_cannot_hold() {
 /// the pages counted).
 #[test]
 fn sigterm_during_a_fill_writes_the_report_and_exits_143() {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_numalab"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_numalab"))
         .args(["fill", "--size", "1G", "--json"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
