@@ -59,16 +59,24 @@ fn snapshot(paths: &[&Path]) -> Snapshot {
 
 /// Runs numalab as `uid` (root for 0) with no supplementary groups, through
 /// util-linux's setpriv.
+/// The other users run a copy of numalab in the shared directory: the
+/// build's own may sit under a directory only root can enter (`/root`),
+/// and numalab must reach itself to start ring workers.
 fn as_user(uid: u32, dir: &Path, args: &[&str]) -> Output {
+    let exe = dir.join("numalab");
+    if !exe.exists() {
+        std::fs::copy(env!("CARGO_BIN_EXE_numalab"), &exe).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     let mut cmd = if uid == 0 {
-        Command::new(env!("CARGO_BIN_EXE_numalab"))
+        Command::new(&exe)
     } else {
         let mut cmd = Command::new("setpriv");
         cmd.arg(format!("--reuid={uid}"))
             .arg(format!("--regid={uid}"))
             .arg("--clear-groups")
             .arg("--")
-            .arg(env!("CARGO_BIN_EXE_numalab"));
+            .arg(&exe);
         cmd
     };
     cmd.args(args).current_dir(dir).env("HOME", dir);
