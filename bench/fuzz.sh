@@ -113,7 +113,9 @@ signature() {
 }
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/numalab-fuzz.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+# The ring_segment target's segment files (numalab-ring.fuzz-PID, one per
+# fuzzing process, left when libFuzzer exits) go with the scratch directory.
+trap 'rm -rf "$scratch"; rm -f /dev/shm/numalab-ring.fuzz-*' EXIT
 export NUMALAB_FUZZ_SCRATCH=$scratch
 
 failed=0

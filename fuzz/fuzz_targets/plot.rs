@@ -19,12 +19,17 @@ mod plot;
 #[path = "../../crates/numalab-cli/src/render/figures.rs"]
 mod figures;
 
-/// The two helpers of the CLI's output module the figure code uses.
+/// The helpers of the CLI's output module the figure code uses, on the
+/// library's safe file functions as the CLI's are.
 mod output {
     use std::path::Path;
 
     pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-        std::fs::write(path, bytes)?;
+        Ok(numalab::files::write_output(path, bytes)?)
+    }
+
+    pub fn check_target(path: &Path) -> anyhow::Result<()> {
+        numalab::files::check_output(path)?;
         Ok(())
     }
 

@@ -22,7 +22,7 @@ use numalab::ring::{self, Ring, RingMonitor, TransferHeader};
 /// The layout of crates/numalab/src/ring/layout.rs, as a hostile process
 /// would write it.
 const MAGIC: u64 = u64::from_le_bytes(*b"NUMARING");
-const LAYOUT_VERSION: u32 = 1;
+const LAYOUT_VERSION: u32 = 2;
 const HEADER: u64 = 256;
 const WRITER_CTL: u64 = 128;
 const READER_CTL: u64 = 128;

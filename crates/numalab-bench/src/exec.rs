@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 
 use numalab::audit::{audit_in_units, PlacementAudit};
-use numalab::launch::{Launch, LaunchError, LaunchReport};
+use numalab::launch::{Launch, LaunchError, LaunchReport, SignalRelay};
 use numalab::{CpuSet, InterleaveWeights, MemPolicy, NodeSet, PolicyError, Topology};
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +86,7 @@ impl ExecConfig {
 ///     processes: 1,
 ///     observation: Observation::AtExit,
 ///     elapsed: Duration::from_millis(20),
+///     relayed: None,
 /// };
 /// let policy = MemPolicy::Bind(NodeSet::single(1));
 /// let report = ExecReport::new(&topology, vec!["./app".into()], Some(policy), None, run);
@@ -105,6 +106,10 @@ pub struct ExecReport {
     /// Its private memory at its peak (heap, stack, anonymous, huge pages)
     /// against the policy.
     pub audit: PlacementAudit,
+    /// What numalab could not put back as it was after the run (the
+    /// kernel's interleave weights).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl Schema for ExecReport {
@@ -140,6 +145,7 @@ impl ExecReport {
             policy,
             cpus,
             run,
+            warnings: Vec::new(),
         }
     }
 
@@ -179,15 +185,24 @@ pub enum ExecError {
 }
 
 /// Runs the command as `config` places it on this machine (`topology`),
-/// follows its processes to their end, and reports where their memory
-/// was.
+/// follows it to its end, and reports where its memory (and that of its
+/// descendants) was.
+///
+/// Signals another process sends meanwhile are passed on to the command
+/// ([`SignalRelay`], in the report as `run.relayed`), and the weights are
+/// restored after it ends whatever ended it. A signal that arrives before
+/// the command starts is [`LaunchError::Interrupted`].
 pub fn exec(topology: &Topology, config: &ExecConfig) -> Result<ExecReport, ExecError> {
-    // Installed for the run and restored after (at drop).
-    let _weights = match &config.weights {
+    let (program, rest) = config.command.split_first().ok_or(ExecError::NoCommand)?;
+    // Caught before the weights change, so that no signal ends numalab
+    // with the weights changed.
+    let relay = SignalRelay::install().map_err(LaunchError::Signals)?;
+    // The kernel reads the weights at each page fault: they stay set until
+    // the command has ended.
+    let weights = match &config.weights {
         Some(weights) => Some(InterleaveWeights::set(weights)?),
         None => None,
     };
-    let (program, rest) = config.command.split_first().ok_or(ExecError::NoCommand)?;
     let mut launch = Launch::new(program, rest);
     if let Some(policy) = &config.policy {
         launch = launch.policy(policy.clone());
@@ -195,19 +210,26 @@ pub fn exec(topology: &Topology, config: &ExecConfig) -> Result<ExecReport, Exec
     if let Some(cpus) = &config.cpus {
         launch = launch.cpus(cpus.clone());
     }
-    let run = launch.run()?;
+    let run = launch.run();
+    let restored = weights.map_or(Ok(()), InterleaveWeights::restore);
+    drop(relay);
+    let run = run?;
     let command = config
         .command
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    Ok(ExecReport::new(
+    let mut report = ExecReport::new(
         topology,
         command,
         config.policy.clone(),
         config.cpus.clone(),
         run,
-    ))
+    );
+    if let Err(err) = restored {
+        report.warnings.push(err.to_string());
+    }
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -233,6 +255,7 @@ mod tests {
             processes: 1,
             observation: Observation::AtExit,
             elapsed: Duration::from_millis(1),
+            relayed: None,
         }
     }
 

@@ -538,6 +538,11 @@ pub struct Mix {
 }
 
 impl Mix {
+    /// The longest cycle of reads and writes: a ratio is a mix, not a
+    /// count, so a million operations per cycle is more than any
+    /// workload needs, and reads + writes never overflows.
+    pub const MAX_CYCLE: u32 = 1_000_000;
+
     /// Whether operation number `i` (from 0) is a write.
     #[inline(always)]
     pub fn is_write(&self, i: u64) -> bool {
@@ -563,8 +568,16 @@ impl std::str::FromStr for Mix {
             reads: r.trim().parse().map_err(|_| bad())?,
             writes: w.trim().parse().map_err(|_| bad())?,
         };
-        if mix.reads + mix.writes == 0 {
+        let cycle = u64::from(mix.reads) + u64::from(mix.writes);
+        if cycle == 0 {
             return Err(format!("read:write ratio {s:?} has no operation"));
+        }
+        if cycle > u64::from(Mix::MAX_CYCLE) {
+            return Err(format!(
+                "read:write ratio {s:?} is a cycle of {cycle} operations; at most {} \
+                 (write the ratio in lowest terms)",
+                Mix::MAX_CYCLE
+            ));
         }
         Ok(mix)
     }
@@ -816,6 +829,11 @@ mod tests {
         assert_eq!(reads_only.writes_in(100), 0);
         assert!("0:0".parse::<Mix>().is_err());
         assert!("2".parse::<Mix>().is_err());
+        // A cycle past the limit is refused, not wrapped (reads + writes
+        // overflowed u32 before the limit).
+        let err = "4294967295:1".parse::<Mix>().unwrap_err();
+        assert!(err.contains("at most 1000000"), "{err}");
+        assert!("1000000:0".parse::<Mix>().is_ok());
         let (counts, next) = strided_ops(buf, 64, 256, mix, 30, 0, 0, Isa::detect());
         assert_eq!((counts.reads, counts.writes), (20, 10));
         assert_eq!(next, 30 * 256, "no wrap within 64 KiB");

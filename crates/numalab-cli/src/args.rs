@@ -40,4 +40,15 @@ mod tests {
             .unwrap_err()
             .contains("does not start with a number"));
     }
+
+    #[test]
+    fn a_fraction_of_a_byte_is_refused_not_rounded() {
+        // Was silently 4096 bytes.
+        let err = size("4096.5").unwrap_err();
+        assert!(
+            err.contains("4096.5 is not a whole number of bytes"),
+            "{err}"
+        );
+        assert_eq!(size("0.5K"), Ok(512));
+    }
 }

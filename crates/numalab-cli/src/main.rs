@@ -8,6 +8,7 @@ mod output;
 mod placement;
 mod plot;
 mod render;
+mod signals;
 
 use std::process::ExitCode;
 
@@ -43,24 +44,57 @@ enum Command {
     RingWorker(cmd::ring::WorkerArgs),
 }
 
+/// Parses the command line; a usage error exits 2, or 125 for `exec`,
+/// whose own 1 and 2 belong to the command it runs (as `env`, `timeout`,
+/// `nice` exit 125).
+fn parse() -> Cli {
+    Cli::try_parse().unwrap_or_else(|err| {
+        let _ = err.print();
+        let exec = std::env::args_os().nth(1).is_some_and(|a| a == "exec");
+        let code = match err.use_stderr() {
+            false => 0,
+            true if exec => cmd::exec::EXIT_OWN_FAILURE,
+            true => 2,
+        };
+        std::process::exit(code)
+    })
+}
+
+/// The error and its causes, each said once: a cause whose text the
+/// message before it already holds is left out.
+fn describe(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let result = match &cli.command {
-        Command::Report(args) => cmd::report::run(args).map(|()| 0).map_err(|e| (e, 1)),
+        Command::Report(args) => cmd::report::run(args).map_err(|e| (e, 1)),
         Command::Topo(args) => cmd::topo::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
         Command::Matrix(args) => cmd::matrix::run(args).map_err(|e| (e, 1)),
-        Command::Fill(args) => cmd::fill::run(args).map(|()| 0).map_err(|e| (e, 1)),
+        Command::Fill(args) => cmd::fill::run(args).map_err(|e| (e, 1)),
         Command::Run(args) => cmd::run::run(args).map_err(|e| (e, 1)),
         Command::Sweep(args) => cmd::sweep::run(args).map_err(|e| (e, 1)),
         Command::Plot(args) => cmd::plot::run(args).map(|()| 0).map_err(|e| (e, 1)),
-        Command::Ring(args) => cmd::ring::run(args).map(|()| 0).map_err(|e| (e, 1)),
+        Command::Ring(args) => cmd::ring::run(args).map_err(|e| (e, 1)),
         Command::RingWorker(args) => cmd::ring::worker(args).map(|()| 0).map_err(|e| (e, 1)),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err((err, code)) => {
-            eprintln!("numalab: error: {err:#}");
+            eprintln!("numalab: error: {}", output::printable(&describe(&err)));
             ExitCode::from(code as u8)
         }
     }
@@ -74,5 +108,36 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn error_chain_says_each_fact_once() {
+        // An error whose message embeds its source, as many thiserror
+        // messages do (`"{key} = {value}: {source}"`).
+        #[derive(Debug)]
+        struct Outer {
+            source: std::io::Error,
+        }
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "memory.policy = \"bind:7\": {}", self.source)
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.source)
+            }
+        }
+        let inner = std::io::Error::other("node 7 does not exist; this machine has nodes 0");
+        let err = anyhow::Error::new(Outer { source: inner }).context("--set memory.policy=bind:7");
+        let text = describe(&err);
+        assert_eq!(text.matches("node 7 does not exist").count(), 1, "{text}");
+        assert_eq!(
+            text,
+            "--set memory.policy=bind:7: memory.policy = \"bind:7\": node 7 does not exist; this machine has nodes 0"
+        );
+        // Causes that add something are all kept, in order.
+        let err = anyhow::anyhow!("inner").context("middle").context("outer");
+        assert_eq!(describe(&err), "outer: middle: inner");
     }
 }

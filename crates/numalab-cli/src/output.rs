@@ -1,7 +1,6 @@
 //! How numalab prints: tables for people on a terminal, JSON and CSV for
 //! programs, files written atomically, nothing decorative on a pipe.
 
-use std::fs;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -25,9 +24,10 @@ pub struct OutputArgs {
     #[arg(long)]
     pub markdown: bool,
 
-    /// Write the result to FILE (atomically: a temporary file renamed into
-    /// place) instead of standard output; the format follows --json/--csv/
-    /// --markdown, else the extension (.json, .csv, .md), else JSON
+    /// Write the result to FILE (a regular file, replaced whole: never a
+    /// link, device or FIFO; an existing file keeps its mode) instead of
+    /// standard output; the format follows --json/--csv/--markdown, else
+    /// the extension (.json, .csv, .md), else JSON
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
 }
@@ -66,6 +66,15 @@ impl OutputArgs {
         }
     }
 
+    /// Refuses an output file that could not be written (its directory
+    /// missing, a link or a device there), before anything is measured.
+    pub fn check(&self) -> Result<()> {
+        match &self.output {
+            Some(path) => check_target(path),
+            None => Ok(()),
+        }
+    }
+
     /// Writes `text` to the output file, or to standard output.
     pub fn emit(&self, text: &str) -> Result<()> {
         match &self.output {
@@ -81,6 +90,27 @@ impl OutputArgs {
     }
 }
 
+/// `text` safe to show on a terminal: every control character but newline
+/// and tab (ESC, carriage return, backspace, C1 codes such as CSI) written
+/// as a visible escape, `\x1b`, so a name from an experiment file or a
+/// saved result cannot clear the screen, move the cursor or retitle the
+/// terminal. Tables, Markdown, warnings and errors go through it.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.contains(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\x{:02x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Prints to stdout; a closed pipe (`numalab topo | head`) is not an error.
 pub fn print_stdout(text: &str) -> Result<()> {
     let mut out = io::stdout().lock();
@@ -90,33 +120,40 @@ pub fn print_stdout(text: &str) -> Result<()> {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory
-/// renamed into place, so a reader never sees half a file and a failure
-/// leaves nothing behind.
+/// Refuses `path` as an output file unless [`write_atomically`] could
+/// write it: its directory exists, and nothing but a regular file is there.
+pub fn check_target(path: &Path) -> Result<()> {
+    numalab::files::check_output(path)
+        .map(|_| ())
+        .map_err(output_error)
+}
+
+/// Replaces the file at `path` with `bytes`, atomically (a reader sees the
+/// old file or the new one), keeping an existing file's mode; a link, a
+/// device or a FIFO there is refused, and a failure leaves nothing behind.
+/// See [`numalab::files::write_output`].
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
-        _ => PathBuf::from("."),
+    numalab::files::write_output(path, bytes).map_err(output_error)
+}
+
+/// The library's error, with what to do instead.
+fn output_error(err: numalab::files::OutputError) -> anyhow::Error {
+    use numalab::files::OutputError;
+    let hint = match &err {
+        OutputError::NotAFile {
+            kind: "directory", ..
+        } => "; name a file in it",
+        OutputError::NotAFile {
+            kind: "symbolic link",
+            ..
+        } => "; name the file it points to, or leave out -o to print the result",
+        OutputError::NotAFile { .. } => {
+            "; leave out -o to print the result (and redirect it where it should go)"
+        }
+        OutputError::NoDirectory { .. } => "; create it first",
+        _ => "",
     };
-    let name = path
-        .file_name()
-        .with_context(|| format!("{} is not a file name", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> io::Result<()> {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if let Err(err) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(err).with_context(|| format!("writing {}", path.display()));
-    }
-    Ok(())
+    anyhow::anyhow!("{err}{hint}")
 }
 
 /// A table in numalab's style: light rules on a terminal, plain columns on
@@ -220,11 +257,22 @@ mod tests {
     }
 
     #[test]
+    fn control_characters_are_shown_not_obeyed() {
+        assert_eq!(printable("plain\tline\n"), "plain\tline\n");
+        assert_eq!(
+            printable("a\x1b[2Jb\r\u{9b}c\x7f"),
+            "a\\x1b[2Jb\\x0d\\x9bc\\x7f"
+        );
+    }
+
+    #[test]
     fn human_bytes_picks_a_unit() {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(480 << 20), "480 MiB");
         assert_eq!(human_bytes(5 << 29), "2.5 GiB");
     }
+
+    use std::fs;
 
     #[test]
     fn atomic_write_leaves_no_temporary() {
@@ -237,5 +285,45 @@ mod tests {
         assert_eq!(leftovers.len(), 1);
         assert!(write_atomically(&dir.join("missing/r.json"), b"{}").is_err());
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_planted_at_the_old_temporary_name_is_not_followed() {
+        // Before, the temporary was `.NAME.tmp-PID`, opened with truncate:
+        // a link planted there made numalab overwrite the link's target.
+        let dir = std::env::temp_dir().join(format!("numalab-out-planted-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        fs::write(&victim, "precious").unwrap();
+        let planted = dir.join(format!(".r.json.tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        write_atomically(&dir.join("r.json"), b"{}").unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(fs::symlink_metadata(&planted)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(fs::read(dir.join("r.json")).unwrap(), b"{}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn refused_targets_say_what_to_do_instead() {
+        let err = check_target(Path::new("/dev/null"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "/dev/null is a character device: numalab writes only regular files; \
+             leave out -o to print the result (and redirect it where it should go)"
+        );
+        let err = check_target(Path::new("/dev/stdout"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("symbolic link") && err.contains("leave out -o"),
+            "{err}"
+        );
     }
 }

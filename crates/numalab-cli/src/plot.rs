@@ -6,12 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters_backend::{BackendColor, BackendStyle, BackendTextStyle, DrawingErrorKind};
 
-use crate::output::write_atomically;
+use crate::output::{check_target, write_atomically};
 
 const SIZE: (u32, u32) = (1000, 650);
 
@@ -70,8 +70,8 @@ pub struct Heatmap {
     pub unit: String,
 }
 
-/// Draws `chart` into `<stem>.svg` and `<stem>.png` (each written through a
-/// temporary file renamed into place) and returns both paths.
+/// Draws `chart` into `<stem>.svg` and `<stem>.png` (each replaced whole,
+/// see [`write_atomically`]) and returns both paths.
 pub fn line_chart(chart: &LineChart, stem: &Path) -> Result<Vec<PathBuf>> {
     render(stem, |root| draw_lines(root, chart))
 }
@@ -81,56 +81,104 @@ pub fn heatmap(map: &Heatmap, stem: &Path) -> Result<Vec<PathBuf>> {
     render(stem, |root| draw_heatmap(root, map))
 }
 
-/// Renders with both backends. The closure is called once per backend,
-/// through a trait object so one drawing function serves both.
+/// A figure of either kind, to be drawn to files or to SVG text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Drawing {
+    /// A line chart.
+    Lines(LineChart),
+    /// A heat map.
+    Heat(Heatmap),
+}
+
+impl Drawing {
+    /// Draws it into `<stem>.svg` and `<stem>.png`.
+    pub fn write(&self, stem: &Path) -> Result<Vec<PathBuf>> {
+        match self {
+            Drawing::Lines(chart) => line_chart(chart, stem),
+            Drawing::Heat(map) => heatmap(map, stem),
+        }
+    }
+
+    /// Draws it as SVG text, writing no file.
+    pub fn svg(&self) -> Result<String> {
+        register_fonts();
+        match self {
+            Drawing::Lines(chart) => draw_svg(|root| draw_lines(root, chart)),
+            Drawing::Heat(map) => draw_svg(|root| draw_heatmap(root, map)),
+        }
+    }
+}
+
+/// `<stem>.<ext>`, appended rather than `with_extension`: a stem such as
+/// `run.1` keeps its dot.
+fn with_ext(stem: &Path, ext: &str) -> PathBuf {
+    let mut name = stem.as_os_str().to_owned();
+    name.push(".");
+    name.push(ext);
+    PathBuf::from(name)
+}
+
+/// Refuses a figure stem whose `<stem>.svg` or `<stem>.png` could not be
+/// written (a missing directory, a link or a device there), before
+/// anything is measured or drawn.
+pub fn check_stem(stem: &Path) -> Result<()> {
+    check_target(&with_ext(stem, "svg"))?;
+    check_target(&with_ext(stem, "png"))
+}
+
+/// Renders with both backends, into memory, and writes both files once
+/// both are drawn. The closure is called once per backend, through a trait
+/// object so one drawing function serves both.
 fn render(
     stem: &Path,
     draw: impl Fn(&DrawingArea<DynBackend<'_>, Shift>) -> Result<()>,
 ) -> Result<Vec<PathBuf>> {
     register_fonts();
-    // Appended, not `with_extension`: a stem such as `run.1` keeps its dot.
-    let with_ext = |ext: &str| {
-        let mut name = stem.as_os_str().to_owned();
-        name.push(".");
-        name.push(ext);
-        PathBuf::from(name)
-    };
-    let svg_path = with_ext("svg");
-    let png_path = with_ext("png");
+    let svg_path = with_ext(stem, "svg");
+    let png_path = with_ext(stem, "png");
+    check_stem(stem)?;
 
+    let svg = draw_svg(&draw).map_err(|e| anyhow!("drawing {}: {e}", svg_path.display()))?;
+
+    let (width, height) = SIZE;
+    let mut pixels = vec![0u8; width as usize * height as usize * 3];
+    {
+        let backend = DynBackend::Bitmap(BitMapBackend::with_buffer(&mut pixels, SIZE));
+        let root = backend.into_drawing_area();
+        draw(&root)?;
+        root.present()
+            .map_err(|e| anyhow!("drawing {}: {e}", png_path.display()))?;
+    }
+    let png =
+        encode_png(&pixels, SIZE).map_err(|e| anyhow!("drawing {}: {e}", png_path.display()))?;
+
+    write_atomically(&svg_path, svg.as_bytes())?;
+    write_atomically(&png_path, &png)?;
+    Ok(vec![svg_path, png_path])
+}
+
+/// The drawing as SVG text.
+fn draw_svg(draw: impl Fn(&DrawingArea<DynBackend<'_>, Shift>) -> Result<()>) -> Result<String> {
     let mut svg = String::new();
     {
         let backend = DynBackend::Svg(SVGBackend::with_string(&mut svg, SIZE));
         let root = backend.into_drawing_area();
         draw(&root)?;
-        root.present()
-            .map_err(|e| anyhow!("drawing {}: {e}", svg_path.display()))?;
+        root.present().map_err(plot_err)?;
     }
-    write_atomically(&svg_path, svg.as_bytes())?;
+    Ok(svg)
+}
 
-    // The bitmap backend writes the file itself, choosing the format by
-    // extension: draw into a hidden .png beside the target, then rename.
-    let file_name = png_path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = png_path.with_file_name(format!(".{file_name}.tmp-{}.png", std::process::id()));
-    let drawn = (|| -> Result<()> {
-        let backend = DynBackend::Bitmap(BitMapBackend::new(&tmp, SIZE));
-        let root = backend.into_drawing_area();
-        draw(&root)?;
-        root.present()
-            .map_err(|e| anyhow!("drawing {}: {e}", png_path.display()))?;
-        Ok(())
-    })()
-    .and_then(|()| {
-        std::fs::rename(&tmp, &png_path).with_context(|| format!("writing {}", png_path.display()))
-    });
-    if let Err(err) = drawn {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(err);
-    }
-    Ok(vec![svg_path, png_path])
+/// RGB pixels, 8 bits each, as a PNG file.
+fn encode_png(pixels: &[u8], (width, height): (u32, u32)) -> Result<Vec<u8>, png::EncodingError> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header()?;
+    writer.write_image_data(pixels)?;
+    writer.finish()?;
+    Ok(out)
 }
 
 /// The two backends behind one type, so drawing code is written once.
@@ -281,13 +329,26 @@ fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("drawing the figure: {e}")
 }
 
-fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> Result<()> {
-    root.fill(&WHITE).map_err(plot_err)?;
-    let points = chart.series.iter().flat_map(|s| s.points.iter());
-    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
-    for &(x, y) in points {
+/// The largest magnitude drawn on a chart's axis. Beyond it (and for
+/// infinities and NaN, which a hand-edited or corrupt result can hold) a
+/// point is left out: the axis's tick computation never ends for a range
+/// as wide as `f64` itself.
+const MAX_DRAWN: f64 = 1e300;
+
+/// Whether a point can be placed on a chart.
+fn drawable(&(x, y): &(f64, f64)) -> bool {
+    x.is_finite() && y.is_finite() && x.abs() <= MAX_DRAWN && y.abs() <= MAX_DRAWN
+}
+
+/// The axis ranges for `points`: x over the points (widened when they
+/// share one x), y from 0 (or the lowest point, when below) to 10% above
+/// the highest. Every bound is finite and within `1.1 * MAX_DRAWN`.
+fn axis_ranges(points: &[(f64, f64)]) -> ((f64, f64), (f64, f64)) {
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, 0.0f64, 0.0f64);
+    for &(x, y) in points.iter().filter(|p| drawable(p)) {
         x0 = x0.min(x);
         x1 = x1.max(x);
+        y0 = y0.min(y);
         y1 = y1.max(y);
     }
     if x0 > x1 {
@@ -297,12 +358,34 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
         (x0, x1) = (x0 - 0.5, x1 + 0.5);
     }
     let y1 = if y1 > 0.0 { y1 * 1.1 } else { 1.0 };
+    let y0 = if y0 < 0.0 { y0 * 1.1 } else { 0.0 };
+    ((x0, x1), (y0, y1))
+}
+
+fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> Result<()> {
+    root.fill(&WHITE).map_err(plot_err)?;
+    let all: Vec<(f64, f64)> = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .collect();
+    let ((x0, x1), (y0, y1)) = axis_ranges(&all);
+    let left_out = all.iter().filter(|p| !drawable(p)).count();
+    let caption = if left_out == 0 {
+        chart.title.clone()
+    } else {
+        format!(
+            "{} ({left_out} of {} points left out: infinite, NaN or beyond 1e300)",
+            chart.title,
+            all.len()
+        )
+    };
     let mut ctx = ChartBuilder::on(root)
-        .caption(&chart.title, ("sans-serif", 24))
+        .caption(&caption, ("sans-serif", 24))
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d(x0..x1, 0.0..y1)
+        .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(plot_err)?;
     ctx.configure_mesh()
         .x_desc(&chart.x_label)
@@ -313,7 +396,7 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
     for (i, series) in chart.series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         ctx.draw_series(LineSeries::new(
-            series.points.iter().copied(),
+            series.points.iter().copied().filter(drawable),
             Color::stroke_width(&color, 3),
         ))
         .map_err(plot_err)?
@@ -325,6 +408,7 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
             series
                 .points
                 .iter()
+                .filter(|p| drawable(p))
                 .map(|&p| Circle::new(p, 4, color.filled())),
         )
         .map_err(plot_err)?;
@@ -514,5 +598,76 @@ mod tests {
         );
         assert_eq!(&std::fs::read(&paths[1]).unwrap()[1..4], b"PNG");
         std::fs::remove_dir_all(stem.parent().unwrap()).unwrap();
+    }
+
+    fn chart_of(points: Vec<(f64, f64)>) -> LineChart {
+        LineChart {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            series: vec![Series {
+                name: "a".into(),
+                points,
+            }],
+        }
+    }
+
+    #[test]
+    fn charts_of_extreme_values_finish() {
+        // Each was an endless loop in the axis's tick computation (or an
+        // overflow panic) before: a range as wide as f64 itself.
+        let cases: Vec<Vec<(f64, f64)>> = vec![
+            vec![(0.0, f64::MAX)],
+            vec![(0.0, 1e308), (1.0, 1e308)],
+            vec![(0.0, f64::INFINITY), (1.0, 2.0)],
+            vec![(-1e308, 1.0), (1e308, 2.0)],
+            vec![(0.0, 1.0), (1.0, -1e308)],
+            vec![(0.0, f64::NAN), (f64::NAN, 2.0)],
+            vec![(1e300, -1e300), (-1e300, 1e300)],
+            vec![(0.0, 5e-324), (1.0, 5e-324)],
+        ];
+        let dir = scratch("extreme");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker_dir = dir.clone();
+        std::thread::spawn(move || {
+            for (i, points) in cases.into_iter().enumerate() {
+                let chart = chart_of(points.clone());
+                let result = line_chart(&chart, &worker_dir.with_file_name(format!("extreme{i}")));
+                tx.send((points, result.map(|_| ()).map_err(|e| e.to_string())))
+                    .unwrap();
+            }
+        });
+        for _ in 0..8 {
+            // Generous: the test asserts that drawing ends, not how fast.
+            let (points, result) = rx
+                .recv_timeout(std::time::Duration::from_secs(300))
+                .expect("a chart of extreme values is drawn in finite time");
+            result.unwrap_or_else(|e| panic!("{points:?}: {e}"));
+        }
+        let svg = std::fs::read_to_string(dir.with_file_name("extreme1.svg")).unwrap();
+        assert!(svg.contains("2 of 2 points left out"), "said in the title");
+        std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_planted_at_the_old_png_temporary_is_not_followed() {
+        // Before, the PNG was drawn by the bitmap backend into
+        // `.NAME.png.tmp-PID.png` beside the target, following links.
+        let stem = scratch("planted");
+        let dir = stem.parent().unwrap().to_owned();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let planted = dir.join(format!(".planted.png.tmp-{}.png", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let paths = line_chart(&chart_of(vec![(1.0, 2.0), (2.0, 3.0)]), &stem).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::symlink_metadata(&planted)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let png = std::fs::symlink_metadata(&paths[1]).unwrap();
+        assert!(png.file_type().is_file());
+        assert_eq!(&std::fs::read(&paths[1]).unwrap()[1..4], b"PNG");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,8 +1,22 @@
-//! Reading the files a user names, safely for a tool that often runs as
-//! root on a shared machine: every read is bounded by a limit the error
-//! states, and nothing but a regular file (or a pipe, for `<(command)`) is
-//! read, so `/dev/zero`, a terminal or a FIFO nobody writes to cannot
-//! exhaust memory or hang numalab.
+//! Reading and writing the files a user names, safely for a tool that
+//! often runs as root on a shared machine.
+//!
+//! Reading: every read is bounded by a limit the error states, and nothing
+//! but a regular file (or a pipe, for `<(command)`) is read, so
+//! `/dev/zero`, a terminal or a FIFO nobody writes to cannot exhaust memory
+//! or hang numalab.
+//!
+//! Writing ([`write_output`]): only regular files are written, each
+//! replaced whole. The new contents go to an unnamed file in the target's
+//! directory (or, where the file system cannot make one, to a new file
+//! under an unpredictable name, created exclusively without following
+//! links), take the mode (and, for root, the owner) of the file they
+//! replace, and are renamed over it: a reader sees the old file or the new
+//! one, never half of one; a failure leaves nothing behind; a symbolic
+//! link, a device (`/dev/null`), a FIFO or a directory at the target is
+//! refused, never followed or replaced. [`check_output`] makes the same
+//! checks without writing, so a command can refuse a bad target before it
+//! spends minutes measuring.
 //!
 //! ```
 //! use numalab::files::{read_input_text, InputError};
@@ -12,9 +26,10 @@
 //! assert!(err.to_string().contains("character device"));
 //! ```
 
-use std::fs::File;
-use std::io::{self, Read};
-use std::os::unix::fs::FileTypeExt;
+use std::fs::{File, Metadata};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::sys::linux;
@@ -179,6 +194,365 @@ pub fn read_text_limited(
     })
 }
 
+/// Why an output file could not be written (or would not be, for
+/// [`check_output`]).
+///
+/// ```
+/// use numalab::files::{check_output, OutputError};
+///
+/// let err = check_output("/dev/null".as_ref()).unwrap_err();
+/// assert!(matches!(err, OutputError::NotAFile { kind: "character device", .. }));
+/// let err = check_output("/nonexistent/r.json".as_ref()).unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "cannot write /nonexistent/r.json: directory /nonexistent does not exist"
+/// );
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutputError {
+    /// The path names no file: empty, `/`, `..`, or ending in `/`.
+    #[error("{:?} names no file to write", path.display().to_string())]
+    NoFileName {
+        /// The path named.
+        path: PathBuf,
+    },
+    /// The directory the file would be in does not exist.
+    #[error("cannot write {}: directory {} does not exist", path.display(), dir.display())]
+    NoDirectory {
+        /// The file named.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+    },
+    /// What would be the file's directory is something else.
+    #[error("cannot write {}: {} is not a directory", path.display(), dir.display())]
+    NotADirectory {
+        /// The file named.
+        path: PathBuf,
+        /// What should be its directory.
+        dir: PathBuf,
+    },
+    /// numalab may not create files in the directory (permissions, a
+    /// read-only file system).
+    #[error("cannot write {}: cannot create files in {}: {source}", path.display(), dir.display())]
+    DirectoryNotWritable {
+        /// The file named.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The path names something other than a regular file: numalab
+    /// neither follows nor replaces it.
+    #[error("{} is a {kind}: numalab writes only regular files", path.display())]
+    NotAFile {
+        /// The file named.
+        path: PathBuf,
+        /// What it is: "symbolic link", "character device", "FIFO", ...
+        kind: &'static str,
+    },
+    /// The path or its directory could not be looked at (not permitted,
+    /// a loop, ...).
+    #[error("cannot write {}: {source}", path.display())]
+    Inspect {
+        /// The file named.
+        path: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// Writing or renaming into place failed; nothing was left behind.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file named.
+        path: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+}
+
+/// An output path that [`check_output`] found writable: its directory
+/// exists and takes new files, and nothing but a regular file (or
+/// nothing) is at the path.
+///
+/// ```
+/// let dir = std::env::temp_dir().join(format!("numalab-doc-target-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let target = numalab::files::check_output(&dir.join("r.json")).unwrap();
+/// assert!(!target.exists());
+/// assert_eq!(target.path(), dir.join("r.json"));
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct OutputTarget {
+    path: PathBuf,
+    dir: PathBuf,
+    existing: Option<Metadata>,
+}
+
+impl OutputTarget {
+    /// The path named.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether a regular file is there now (and would be replaced).
+    pub fn exists(&self) -> bool {
+        self.existing.is_some()
+    }
+}
+
+/// What a file type is called in errors; `None` for a regular file.
+pub(crate) fn kind_name(kind: std::fs::FileType) -> Option<&'static str> {
+    Some(if kind.is_file() {
+        return None;
+    } else if kind.is_symlink() {
+        "symbolic link"
+    } else if kind.is_dir() {
+        "directory"
+    } else if kind.is_char_device() {
+        "character device"
+    } else if kind.is_block_device() {
+        "block device"
+    } else if kind.is_fifo() {
+        "FIFO"
+    } else if kind.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    })
+}
+
+/// Checks that `path` can be written by [`write_output`]: its directory
+/// exists and numalab may create files in it, and the path is free or a
+/// regular file (not a symbolic link, a device, a FIFO, a socket or a
+/// directory). Nothing is created.
+///
+/// ```
+/// use numalab::files::{check_output, OutputError};
+///
+/// // `-o /dev/stdout` is a symbolic link, `/dev/null` a device: refused.
+/// for (path, kind) in [("/dev/stdout", "symbolic link"), ("/dev/null", "character device")] {
+///     match check_output(path.as_ref()) {
+///         Err(OutputError::NotAFile { kind: found, .. }) => assert_eq!(found, kind),
+///         other => panic!("{path}: {other:?}"),
+///     }
+/// }
+/// assert!(matches!(check_output("/".as_ref()), Err(OutputError::NoFileName { .. })));
+/// ```
+pub fn check_output(path: &Path) -> Result<OutputTarget, OutputError> {
+    let bytes = path.as_os_str().as_bytes();
+    let no_name = || OutputError::NoFileName {
+        path: path.to_owned(),
+    };
+    if bytes.is_empty() || bytes.ends_with(b"/") {
+        return Err(no_name());
+    }
+    if path.file_name().is_none() {
+        return Err(no_name());
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    match std::fs::metadata(&dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(OutputError::NotADirectory {
+                path: path.to_owned(),
+                dir,
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(OutputError::NoDirectory {
+                path: path.to_owned(),
+                dir,
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+            return Err(OutputError::NotADirectory {
+                path: path.to_owned(),
+                dir,
+            })
+        }
+        Err(source) => {
+            return Err(OutputError::Inspect {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    }
+    if let Err(source) = linux::may_create_in(&dir) {
+        return Err(OutputError::DirectoryNotWritable {
+            path: path.to_owned(),
+            dir,
+            source,
+        });
+    }
+    let existing = match std::fs::symlink_metadata(path) {
+        Ok(meta) => match kind_name(meta.file_type()) {
+            None => Some(meta),
+            Some(kind) => {
+                return Err(OutputError::NotAFile {
+                    path: path.to_owned(),
+                    kind,
+                })
+            }
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(source) => {
+            return Err(OutputError::Inspect {
+                path: path.to_owned(),
+                source,
+            })
+        }
+    };
+    Ok(OutputTarget {
+        path: path.to_owned(),
+        dir,
+        existing,
+    })
+}
+
+/// Permission bits of a new output file, before the umask: as `cp` or a
+/// shell's `>` would give, less group and other write.
+const NEW_FILE_MODE: u32 = 0o644;
+
+/// How many unpredictable names are tried before giving up on `EEXIST`.
+const NAME_TRIES: usize = 16;
+
+/// Replaces the file at `path` with `bytes`, or creates it, after the
+/// checks of [`check_output`].
+///
+/// The bytes are written to an unnamed file in the target's directory
+/// (`O_TMPFILE`; where the file system has none, a new file under an
+/// unpredictable name, created exclusively and without following links).
+/// A replacement is owner-only until it is complete, then gets the mode of
+/// the file it replaces (and, when numalab runs as root, its owner and
+/// group); a new file has mode 0644 less the umask. The file is flushed to
+/// disk, named under an unpredictable name and renamed over the target,
+/// which is looked at once more just before: a symbolic link or a device
+/// put there meanwhile is refused. The rename replaces a name and never
+/// follows a link. On any failure nothing is left behind and the old file
+/// is untouched.
+///
+/// ```
+/// use std::os::unix::fs::PermissionsExt;
+/// use numalab::files::write_output;
+///
+/// let dir = std::env::temp_dir().join(format!("numalab-doc-write-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let path = dir.join("r.json");
+/// std::fs::write(&path, "old").unwrap();
+/// std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+///
+/// write_output(&path, b"{}\n").unwrap();
+/// assert_eq!(std::fs::read(&path).unwrap(), b"{}\n");
+/// let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+/// assert_eq!(mode & 0o777, 0o600, "the replaced file's mode is kept");
+/// assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "nothing else is left");
+/// std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
+    let target = check_output(path)?;
+    let write_err = |source| OutputError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let staged = stage(&target, bytes).map_err(write_err)?;
+    // Looked at once more: what is there now is what the rename replaces.
+    let result = match check_output(path) {
+        Ok(_) => std::fs::rename(&staged, path).map_err(write_err),
+        Err(err) => Err(err),
+    };
+    if result.is_err() {
+        let _ = linux::unlink(&staged);
+    } else {
+        // The rename itself made durable; a failure here loses nothing.
+        let _ = linux::sync_dir(&target.dir);
+    }
+    result
+}
+
+/// Writes `bytes` into a new file in the target's directory, complete with
+/// its final mode and owner, and returns the unpredictable name it has.
+fn stage(target: &OutputTarget, bytes: &[u8]) -> io::Result<PathBuf> {
+    // A replacement is owner-only until it has the old file's mode; a new
+    // file has its final mode (the kernel applies the umask) from the start.
+    let create_mode = if target.existing.is_some() {
+        0o600
+    } else {
+        NEW_FILE_MODE
+    };
+    match linux::open_unnamed_mode(&target.dir, create_mode) {
+        Ok(fd) => {
+            let file = File::from(fd);
+            fill(&file, target, bytes)?;
+            let fd = std::os::fd::OwnedFd::from(file);
+            let mut tries = 0;
+            loop {
+                let name = random_name(&target.dir)?;
+                match linux::link_fd(&fd, &name) {
+                    Ok(()) => return Ok(name),
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < NAME_TRIES => {
+                        tries += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Err(e) if linux::unnamed_unsupported(&e) => stage_named(target, bytes, create_mode),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`stage`] where the file system cannot make unnamed files: a new file
+/// under an unpredictable name, created exclusively without following
+/// links, removed again if anything fails.
+fn stage_named(target: &OutputTarget, bytes: &[u8], create_mode: u32) -> io::Result<PathBuf> {
+    let mut tries = 0;
+    let (name, file) = loop {
+        let name = random_name(&target.dir)?;
+        match linux::create_new(&name, create_mode) {
+            Ok(fd) => break (name, File::from(fd)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < NAME_TRIES => {
+                tries += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    match fill(&file, target, bytes) {
+        Ok(()) => Ok(name),
+        Err(e) => {
+            let _ = linux::unlink(&name);
+            Err(e)
+        }
+    }
+}
+
+/// Writes the contents, gives the file the replaced file's owner (as root)
+/// and mode, and flushes it to disk.
+fn fill(mut file: &File, target: &OutputTarget, bytes: &[u8]) -> io::Result<()> {
+    file.write_all(bytes)?;
+    if let Some(old) = &target.existing {
+        if linux::effective_uid() == 0 {
+            std::os::unix::fs::fchown(file, Some(old.uid()), Some(old.gid()))?;
+        } else if old.gid() != file.metadata()?.gid() {
+            // A member of the old file's group keeps it; anyone else gets
+            // their own group, as for any new file.
+            let _ = std::os::unix::fs::fchown(file, None, Some(old.gid()));
+        }
+        file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o777))?;
+    }
+    file.sync_all()
+}
+
+/// `DIR/.numalab-XXXXXXXXXXXXXXXX.tmp`, from the kernel's random generator.
+fn random_name(dir: &Path) -> io::Result<PathBuf> {
+    Ok(dir.join(format!(".numalab-{:016x}.tmp", linux::random_u64()?)))
+}
+
 /// `limit` bytes in the largest whole binary unit: "64 MiB", "1 KiB".
 fn human(limit: u64) -> String {
     const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
@@ -240,6 +614,212 @@ mod tests {
             read_input_text(&path, 100),
             Err(InputError::NotUtf8 { offset: 0, .. })
         ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A scratch directory for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("numalab-files-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn output_to_a_device_never_replaces_it() {
+        let before = std::fs::symlink_metadata("/dev/null").unwrap();
+        assert!(before.file_type().is_char_device());
+        match write_output("/dev/null".as_ref(), b"x") {
+            Err(OutputError::NotAFile { kind, .. }) => assert_eq!(kind, "character device"),
+            other => panic!("{other:?}"),
+        }
+        let after = std::fs::symlink_metadata("/dev/null").unwrap();
+        assert!(after.file_type().is_char_device());
+        assert_eq!((after.dev(), after.ino()), (before.dev(), before.ino()));
+        assert!(matches!(
+            check_output("/dev/stdout".as_ref()),
+            Err(OutputError::NotAFile {
+                kind: "symbolic link",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn output_through_a_symlink_is_refused_and_its_target_untouched() {
+        let dir = scratch("symlink");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let link = dir.join("r.json");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err = write_output(&link, b"{}").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{} is a symbolic link: numalab writes only regular files",
+                link.display()
+            )
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(names(&dir), ["r.json", "victim"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn output_keeps_the_replaced_files_mode() {
+        let dir = scratch("mode");
+        let path = dir.join("r.json");
+        std::fs::write(&path, "old").unwrap();
+        for mode in [0o600, 0o640, 0o444] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            write_output(&path, format!("{mode:o}").as_bytes()).unwrap();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            assert_eq!(meta.mode() & 0o7777, mode, "{mode:o}");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("{mode:o}"));
+        }
+        assert_eq!(names(&dir), ["r.json"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_new_output_file_is_0644_less_the_umask() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let umask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .map(|v| u32::from_str_radix(v.trim(), 8).unwrap())
+            .unwrap();
+        let dir = scratch("new");
+        let path = dir.join("r.json");
+        write_output(&path, b"{}").unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(meta.mode() & 0o7777, 0o644 & !umask);
+        assert_eq!(meta.uid(), linux::effective_uid());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn output_as_root_keeps_the_replaced_files_owner() {
+        if linux::effective_uid() != 0 {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI runs the tests as root"
+            );
+            eprintln!("skipped: not root, cannot give a file to another user");
+            return;
+        }
+        let dir = scratch("owner");
+        let path = dir.join("r.json");
+        std::fs::write(&path, "old").unwrap();
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        write_output(&path, b"new").unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn output_targets_that_are_not_files_are_refused_by_name() {
+        let dir = scratch("kinds");
+        let fifo = dir.join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("file"), "").unwrap();
+        let kind = |p: &Path| match check_output(p) {
+            Err(OutputError::NotAFile { kind, .. }) => kind.to_string(),
+            Err(OutputError::NoFileName { .. }) => "no name".into(),
+            Err(OutputError::NoDirectory { .. }) => "no directory".into(),
+            Err(OutputError::NotADirectory { .. }) => "not a directory".into(),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(kind(&fifo), "FIFO");
+        assert_eq!(kind(&dir.join("sub")), "directory");
+        assert_eq!(kind(&dir.join("sub/")), "no name");
+        assert_eq!(kind(Path::new("")), "no name");
+        assert_eq!(kind(&dir.join("missing/r.json")), "no directory");
+        assert_eq!(kind(&dir.join("file/r.json")), "not a directory");
+        assert!(check_output(&dir.join("file")).unwrap().exists());
+        assert!(!check_output(&dir.join("free")).unwrap().exists());
+        let err = write_output(&dir.join("missing/r.json"), b"x").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot write {0}/missing/r.json: directory {0}/missing does not exist",
+                dir.display()
+            )
+        );
+        assert_eq!(names(&dir), ["fifo", "file", "sub"]);
+        // A directory this process may not create files in (root may
+        // create files anywhere but on a read-only file system; the CLI
+        // tests check this as another user).
+        if linux::effective_uid() != 0 {
+            let locked = dir.join("locked");
+            std::fs::create_dir(&locked).unwrap();
+            std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500)).unwrap();
+            assert!(matches!(
+                check_output(&locked.join("r.json")),
+                Err(OutputError::DirectoryNotWritable { .. })
+            ));
+            std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_named_fallback_keeps_the_mode_and_leaves_one_file() {
+        let dir = scratch("named");
+        let path = dir.join("r.json");
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let target = check_output(&path).unwrap();
+        let staged = stage_named(&target, b"new", 0o600).unwrap();
+        let name = staged.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with(".numalab-") && name.len() == ".numalab-".len() + 16 + 4);
+        let meta = std::fs::symlink_metadata(&staged).unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        std::fs::rename(&staged, &path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(names(&dir), ["r.json"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn output_goes_through_no_predictable_name() {
+        // Whatever an attacker plants beside the target, the write creates
+        // its file exclusively under a name from the kernel's generator.
+        let dir = scratch("planted");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        for name in [
+            format!(".r.json.tmp-{}", std::process::id()),
+            ".r.json.tmp".to_string(),
+            "r.json.tmp".to_string(),
+        ] {
+            std::os::unix::fs::symlink(&victim, dir.join(name)).unwrap();
+        }
+        write_output(&dir.join("r.json"), b"{}").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(std::fs::read(dir.join("r.json")).unwrap(), b"{}");
+        assert_eq!(names(&dir).len(), 5, "nothing else left: {:?}", names(&dir));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -8,6 +8,13 @@
 //! every few tens of milliseconds, so memory freed before exit still shows
 //! in the peak. Where tracing is not permitted (some containers), only the
 //! samples are reported and the report says so.
+//!
+//! The command is followed until it exits, not its descendants: whatever
+//! it leaves running (a daemon it started) is let go, untraced, as soon as
+//! it exits. Signals another process sends to the caller while it runs
+//! (`SIGINT`, `SIGTERM`, `SIGHUP`, `SIGQUIT`) are passed on to the command
+//! ([`SignalRelay`]); the terminal's Ctrl-C already reaches it. If the
+//! caller dies, the command is killed (`PR_SET_PDEATHSIG`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -111,6 +118,10 @@ pub struct LaunchReport {
     pub observation: Observation,
     /// Wall time from start to exit.
     pub elapsed: Duration,
+    /// The first signal another process sent to the caller while the
+    /// command ran, which was passed on to it ([`SignalRelay`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relayed: Option<i32>,
 }
 
 /// Why a command could not be run.
@@ -139,6 +150,90 @@ pub enum LaunchError {
     /// Waiting for the command failed.
     #[error("lost track of the command: {0}")]
     Wait(io::Error),
+    /// A signal arrived before the command started; it was not started.
+    #[error("signal {signal} arrived before the command started; it was not run")]
+    Interrupted {
+        /// The signal.
+        signal: i32,
+    },
+    /// The signals to pass on could not be caught.
+    #[error("cannot catch signals to pass them on to the command: {0}")]
+    Signals(io::Error),
+}
+
+/// Signals that are passed on to the command.
+const RELAYED: [i32; 4] = [linux::SIGINT, linux::SIGTERM, linux::SIGHUP, linux::SIGQUIT];
+
+/// Whether a [`SignalRelay`] is installed.
+static RELAYING: AtomicBool = AtomicBool::new(false);
+
+/// While it lives, `SIGINT`, `SIGTERM`, `SIGHUP` and `SIGQUIT` sent to
+/// this process by another process (`kill`) do not end it: they are
+/// recorded, and passed on to the command [`Launch::run`] is running.
+/// Signals from the terminal (Ctrl-C, Ctrl-\, hang-up) are left to the
+/// command, which gets them too. Signals this process ignores (`nohup`)
+/// stay ignored. [`Launch::run`] installs one for its own duration; a
+/// caller installs one first to cover what it does before and after the
+/// command (setting and restoring [`InterleaveWeights`](crate::InterleaveWeights)).
+///
+/// ```
+/// use numalab::launch::{Exit, Launch, SignalRelay};
+/// let relay = SignalRelay::install()?;
+/// // The command sends SIGTERM to its parent, this process: the relay
+/// // passes it back to the command, which it ends.
+/// let report = Launch::new("sh", ["-c", "kill -TERM $PPID; sleep 30"]).run()?;
+/// assert_eq!(report.relayed, Some(15));
+/// assert_eq!(report.exit, Exit::Signal(15));
+/// assert_eq!(relay.arrived(), Some(15));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SignalRelay {
+    saved: Vec<linux::SavedAction>,
+    owner: bool,
+}
+
+impl SignalRelay {
+    /// Starts catching the signals (a relay already installed in this
+    /// process is shared: this one then restores nothing).
+    pub fn install() -> io::Result<SignalRelay> {
+        if RELAYING.swap(true, Ordering::SeqCst) {
+            return Ok(SignalRelay {
+                saved: Vec::new(),
+                owner: false,
+            });
+        }
+        linux::reset_relay();
+        let mut relay = SignalRelay {
+            saved: Vec::new(),
+            owner: true,
+        };
+        for signal in RELAYED {
+            if let Some(saved) = linux::relay_signal(signal)? {
+                relay.saved.push(saved);
+            }
+        }
+        Ok(relay)
+    }
+
+    /// The first signal another process sent since the relay was
+    /// installed.
+    pub fn arrived(&self) -> Option<i32> {
+        linux::relayed_signal()
+    }
+}
+
+impl Drop for SignalRelay {
+    fn drop(&mut self) {
+        if !self.owner {
+            return;
+        }
+        for saved in &self.saved {
+            linux::restore_signal(saved);
+        }
+        linux::reset_relay();
+        RELAYING.store(false, Ordering::SeqCst);
+    }
 }
 
 /// A command with its placement.
@@ -192,12 +287,18 @@ impl Launch {
         self
     }
 
-    /// Runs the command to completion. Ctrl-C and Ctrl-\ go to the command,
-    /// not to the caller, while it runs.
+    /// Runs the command to completion: until it exits, not what it leaves
+    /// running. Ctrl-C and Ctrl-\ go to the command, not to the caller;
+    /// signals other processes send to the caller are passed on to it
+    /// ([`SignalRelay`]). The command is killed if the calling thread
+    /// ends before it (`PR_SET_PDEATHSIG`): call this from a thread that
+    /// lives as long as the command should.
     pub fn run(&self) -> Result<LaunchReport, LaunchError> {
-        linux::ignore_signal(linux::SIGINT, true);
-        linux::ignore_signal(linux::SIGQUIT, true);
-        let result = match self.spawn(true) {
+        let relay = SignalRelay::install().map_err(LaunchError::Signals)?;
+        if let Some(signal) = relay.arrived() {
+            return Err(LaunchError::Interrupted { signal });
+        }
+        let mut report = match self.spawn(true) {
             Ok(pid) => self.trace(pid),
             Err(err) if err.raw_os_error() == Some(libc::EPERM) => self
                 .spawn(false)
@@ -205,9 +306,11 @@ impl Launch {
                 .and_then(|pid| self.sample(pid)),
             Err(source) => Err(self.spawn_error(source)),
         };
-        linux::ignore_signal(linux::SIGINT, false);
-        linux::ignore_signal(linux::SIGQUIT, false);
-        result
+        linux::relay_to(0);
+        if let Ok(report) = &mut report {
+            report.relayed = relay.arrived();
+        }
+        report
     }
 
     fn spawn_error(&self, source: io::Error) -> LaunchError {
@@ -224,10 +327,15 @@ impl Launch {
         // exec it may only make system calls.
         let policy = self.policy.as_ref().map(|p| (p.kernel_mode(), p.nodes()));
         let cpus = self.cpus.clone();
+        let parent = linux::process_id();
         let apply = move || -> io::Result<()> {
-            // The child must not inherit numalab's ignored signals.
-            linux::ignore_signal(linux::SIGINT, false);
-            linux::ignore_signal(linux::SIGQUIT, false);
+            // Killed if the caller dies (even by SIGKILL), as the command
+            // would be under numactl, which it replaces. If the caller
+            // died before this, the command is not started.
+            linux::set_parent_death_signal(linux::SIGKILL)?;
+            if linux::parent_process_id() != parent {
+                return Err(io::Error::from(io::ErrorKind::Other));
+            }
             if let Some(cpus) = &cpus {
                 linux::set_affinity(0, cpus.as_words())?;
             }
@@ -242,10 +350,17 @@ impl Launch {
         // SAFETY: the closure only makes system calls (no allocation, no
         // locks), which is what may run between fork and exec.
         let child = unsafe { command.pre_exec(apply) }.spawn()?;
-        Ok(child.id() as i32)
+        let pid = child.id() as i32;
+        // A signal that arrived before the pid was known is passed on now.
+        linux::relay_to(pid);
+        if let Some(signal) = linux::relayed_signal() {
+            let _ = linux::send_signal(pid, signal);
+        }
+        Ok(pid)
     }
 
-    /// Follows a traced command and its descendants to their exits.
+    /// Follows a traced command and its descendants until the command
+    /// exits, then lets the descendants still running go.
     fn trace(&self, pid: i32) -> Result<LaunchReport, LaunchError> {
         let start = Instant::now();
         // The exec stops the child with SIGTRAP before its first instruction.
@@ -256,16 +371,18 @@ impl Launch {
 
         let mut at_exit: BTreeMap<i32, ProcessMemory> = BTreeMap::new();
         let mut known = BTreeSet::from([pid]);
-        let mut exit = None;
-        loop {
+        // Tracees not yet exited.
+        let mut live = BTreeSet::from([pid]);
+        let exit = loop {
             let (tid, event) = match linux::wait_any(-1) {
                 Ok(found) => found,
-                Err(err) if err.raw_os_error() == Some(libc::ECHILD) => break,
+                Err(err) if err.raw_os_error() == Some(linux::ECHILD) => break Exit::Code(0),
                 Err(err) => return Err(LaunchError::Wait(err)),
             };
             let first_stop = known.insert(tid);
             if first_stop {
                 sampler.watch(tid);
+                live.insert(tid);
             }
             match event {
                 linux::WaitEvent::TraceEvent(linux::PTRACE_EVENT_EXIT) => {
@@ -293,25 +410,40 @@ impl Launch {
                     };
                     let _ = linux::trace_continue(tid, deliver);
                 }
-                linux::WaitEvent::Exited(code) if tid == pid => exit = Some(Exit::Code(code)),
-                linux::WaitEvent::Signaled(signal) if tid == pid => {
-                    exit = Some(Exit::Signal(signal))
+                // The command's own end ends the run (as numactl, which
+                // becomes the command, would end): what it leaves running
+                // is let go below, not waited for.
+                linux::WaitEvent::Exited(code) => {
+                    live.remove(&tid);
+                    if tid == pid {
+                        break Exit::Code(code);
+                    }
                 }
-                _ => {}
+                linux::WaitEvent::Signaled(signal) => {
+                    live.remove(&tid);
+                    if tid == pid {
+                        break Exit::Signal(signal);
+                    }
+                }
+                linux::WaitEvent::Other => {}
             }
-        }
+        };
+        let elapsed = start.elapsed();
+        let peak = sampler.finish();
+        release(live);
         let mut memory = ProcessMemory::default();
         for process in at_exit.values() {
             memory.merge(process);
         }
         Ok(LaunchReport {
             pid,
-            exit: exit.unwrap_or(Exit::Code(0)),
+            exit,
             memory,
-            peak: sampler.finish(),
+            peak,
             processes: at_exit.len(),
             observation: Observation::AtExit,
-            elapsed: start.elapsed(),
+            elapsed,
+            relayed: None,
         })
     }
 
@@ -335,7 +467,80 @@ impl Launch {
             processes: 1,
             observation: Observation::Sampled,
             elapsed: start.elapsed(),
+            relayed: None,
         })
+    }
+}
+
+/// How long [`release`] waits for the tracees to stop before leaving the
+/// rest to the kernel (which lets them go when this process ends).
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
+
+/// Lets the tracees still running (what the command left behind: a daemon,
+/// a process in the background) go on untraced. A tracee can only be
+/// detached while stopped: each is sent a SIGSTOP of its own, detached at
+/// that stop with the SIGSTOP withheld, and so never really stops. Other
+/// stops on the way are passed through.
+fn release(live: BTreeSet<i32>) {
+    let mut waiting: BTreeSet<i32> = BTreeSet::new();
+    for tid in live {
+        // A zombie (a thread-group leader whose threads still run) never
+        // stops; it is let go with its process.
+        let running = procfs::task_state(tid).is_ok_and(|state| state != 'Z' && state != 'X');
+        let asked = running
+            && procfs::tgid_of(tid)
+                .and_then(|tgid| linux::signal_thread(tgid, tid, linux::SIGSTOP))
+                .is_ok();
+        if asked {
+            waiting.insert(tid);
+        }
+    }
+    // Tracees that appear meanwhile (forks) are detached at their first
+    // stop; `unseen` counts the fork events whose new tracee has not
+    // stopped yet.
+    let mut unseen: i64 = 0;
+    let deadline = Instant::now() + RELEASE_WAIT;
+    while (!waiting.is_empty() || unseen > 0) && Instant::now() < deadline {
+        let (tid, event) = match linux::wait_any_nohang(-1) {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            Err(_) => break,
+        };
+        let ours = waiting.contains(&tid);
+        match event {
+            linux::WaitEvent::Exited(_) | linux::WaitEvent::Signaled(_) => {
+                waiting.remove(&tid);
+            }
+            linux::WaitEvent::Stopped(linux::SIGSTOP) if ours => {
+                let _ = linux::trace_detach(tid, 0);
+                waiting.remove(&tid);
+            }
+            linux::WaitEvent::Stopped(signal) if ours => {
+                let _ = linux::trace_continue(tid, signal);
+            }
+            linux::WaitEvent::Stopped(signal) => {
+                // A new tracee's first stop is ptrace's own SIGSTOP.
+                unseen -= 1;
+                let deliver = if signal == linux::SIGSTOP { 0 } else { signal };
+                let _ = linux::trace_detach(tid, deliver);
+            }
+            linux::WaitEvent::TraceEvent(event) => {
+                if [
+                    linux::PTRACE_EVENT_FORK,
+                    linux::PTRACE_EVENT_VFORK,
+                    linux::PTRACE_EVENT_CLONE,
+                ]
+                .contains(&event)
+                {
+                    unseen += 1;
+                }
+                let _ = linux::trace_continue(tid, 0);
+            }
+            linux::WaitEvent::Other => {}
+        }
     }
 }
 

@@ -524,7 +524,11 @@ pub fn parse_weights(text: &str) -> Result<BTreeMap<u32, u8>, PolicyError> {
                 ))
             })?;
         for node in nodes.iter() {
-            weights.insert(node, weight);
+            if weights.insert(node, weight).is_some() {
+                return Err(bad(format!(
+                    "node {node} is given two weights; give each node one"
+                )));
+            }
         }
     }
     Ok(weights)
@@ -621,10 +625,17 @@ impl Support {
 }
 
 /// The kernel's global weighted-interleave table, changed for as long as
-/// this value lives and restored when it is dropped.
+/// this value lives and restored when it is dropped (or by
+/// [`restore`](Self::restore), which says what could not be restored).
 ///
 /// The table lives in `/sys/kernel/mm/mempolicy/weighted_interleave/nodeN`,
-/// is shared by every process, and writing it needs root.
+/// is shared by every process, and writing it needs root. The kernel reads
+/// it at each allocation (page fault), not when a policy is set, so it
+/// must stay as asked for as long as the process using it allocates.
+/// Writing a weight also switches off the kernel's automatic weights
+/// (the `auto` switch of Linux 6.16); they are switched back on at
+/// restore where they were on, which the kernel refuses when it has no
+/// bandwidth figures for its nodes.
 ///
 /// ```
 /// use numalab::system::KernelSettings;
@@ -632,8 +643,12 @@ impl Support {
 /// // Asking for the weights the table already has writes nothing; asking
 /// // for others (`0=3,1=1`) writes them until `guard` is dropped.
 /// let current = KernelSettings::current().interleave_weights.unwrap_or_default();
+/// assert_eq!(InterleaveWeights::restore_commands(&current), None);
 /// match InterleaveWeights::set(&current) {
-///     Ok(guard) => assert!(guard.previous().is_empty()),
+///     Ok(guard) => {
+///         assert!(guard.previous().is_empty());
+///         guard.restore()?;
+///     }
 ///     // Before Linux 6.9 there is no table.
 ///     Err(PolicyError::Unsupported { .. }) => assert!(current.is_empty()),
 ///     Err(err) => return Err(err.into()),
@@ -643,34 +658,74 @@ impl Support {
 #[derive(Debug)]
 pub struct InterleaveWeights {
     previous: BTreeMap<u32, u8>,
+    /// The automatic weights were on before and must be switched back on.
+    auto_was_on: bool,
+    restored: bool,
+}
+
+/// What the live [`InterleaveWeights`] of this process changed, first
+/// value of each node: what [`InterleaveWeights::restore_all`] puts back.
+#[derive(Debug, Default)]
+struct Changed {
+    weights: BTreeMap<u32, u8>,
+    auto_was_on: bool,
+    holders: usize,
+}
+
+static CHANGED: std::sync::Mutex<Option<Changed>> = std::sync::Mutex::new(None);
+
+fn changed() -> std::sync::MutexGuard<'static, Option<Changed>> {
+    CHANGED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const WEIGHTS_DIR: &str = "/sys/kernel/mm/mempolicy/weighted_interleave";
+
+fn unsupported_weights() -> PolicyError {
+    PolicyError::Unsupported {
+        policy: "weighted-interleave",
+        feature: "MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 or later)",
+        kernel: procfs::kernel_release(),
+    }
 }
 
 impl InterleaveWeights {
     /// Sets the weights of the given nodes, remembering the old ones.
     pub fn set(weights: &BTreeMap<u32, u8>) -> Result<InterleaveWeights, PolicyError> {
         let Some(current) = procfs::interleave_weights() else {
-            return Err(PolicyError::Unsupported {
-                policy: "weighted-interleave",
-                feature: "MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 or later)",
-                kernel: procfs::kernel_release(),
-            });
+            return Err(unsupported_weights());
         };
         let mut guard = InterleaveWeights {
             previous: BTreeMap::new(),
+            auto_was_on: false,
+            restored: false,
         };
+        let auto = procfs::interleave_weights_auto() == Some(true);
         for (&node, &weight) in weights {
             if current.get(&node) == Some(&weight) {
                 continue;
             }
-            procfs::set_interleave_weight(node, weight).map_err(|source| PolicyError::Rejected {
-                policy: format!(
-                    "weight {weight} for node {node} (writing /sys/kernel/mm/mempolicy/weighted_interleave/node{node} needs root)"
+            if guard.previous.is_empty() {
+                // Recorded before the first write, so that everything up
+                // to here is put back even if numalab is then stopped.
+                guard.auto_was_on = auto;
+                let mut changed = changed();
+                let changed = changed.get_or_insert_with(Changed::default);
+                changed.holders += 1;
+                changed.auto_was_on |= auto;
+            }
+            let before = current.get(&node).copied().unwrap_or(1);
+            if let Some(changed) = changed().as_mut() {
+                changed.weights.entry(node).or_insert(before);
+            }
+            guard.previous.insert(node, before);
+            procfs::set_interleave_weight(node, weight).map_err(|source| {
+                PolicyError::Rejected {
+                    policy: format!(
+                    "weight {weight} for node {node} (writing {WEIGHTS_DIR}/node{node} needs root)"
                 ),
-                source,
+                    source,
+                }
             })?;
-            guard
-                .previous
-                .insert(node, current.get(&node).copied().unwrap_or(1));
         }
         Ok(guard)
     }
@@ -679,13 +734,103 @@ impl InterleaveWeights {
     pub fn previous(&self) -> &BTreeMap<u32, u8> {
         &self.previous
     }
+
+    /// Puts the old weights back (and the automatic weights, if they were
+    /// on), and says what the kernel refused.
+    pub fn restore(mut self) -> Result<(), PolicyError> {
+        self.restore_now()
+    }
+
+    fn restore_now(&mut self) -> Result<(), PolicyError> {
+        if self.restored {
+            return Ok(());
+        }
+        self.restored = true;
+        if self.previous.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut changed = changed();
+            if let Some(c) = changed.as_mut() {
+                c.holders = c.holders.saturating_sub(1);
+                if c.holders == 0 {
+                    *changed = None;
+                }
+            }
+        }
+        write_back(&self.previous, self.auto_was_on)
+    }
+
+    /// Puts back everything the live [`InterleaveWeights`] of this process
+    /// changed, as it was before the first of them: for a process about to
+    /// end at once (a second Ctrl-C), whose guards will not be dropped.
+    /// Safe to call from any thread; does nothing when nothing is changed.
+    pub fn restore_all() -> Result<(), PolicyError> {
+        let Some(changed) = changed().take() else {
+            return Ok(());
+        };
+        write_back(&changed.weights, changed.auto_was_on)
+    }
+
+    /// The shell commands that would put the kernel's table back after
+    /// [`set`](Self::set)`(wanted)`, for a person to run if this process is
+    /// killed (`SIGKILL`) before it restores it; `None` when `wanted` would
+    /// change nothing (or the kernel has no table).
+    pub fn restore_commands(wanted: &BTreeMap<u32, u8>) -> Option<String> {
+        let current = procfs::interleave_weights()?;
+        let mut commands: Vec<String> = wanted
+            .iter()
+            .filter(|(node, weight)| current.get(node) != Some(weight))
+            .map(|(node, _)| {
+                let old = current.get(node).copied().unwrap_or(1);
+                format!("echo {old} > {WEIGHTS_DIR}/node{node}")
+            })
+            .collect();
+        if commands.is_empty() {
+            return None;
+        }
+        if procfs::interleave_weights_auto() == Some(true) {
+            if let Some(path) = procfs::interleave_auto_path() {
+                commands.push(format!("echo true > {path}"));
+            }
+        }
+        Some(commands.join("; "))
+    }
+}
+
+/// Writes `weights` back, then switches the automatic weights back on if
+/// `auto` (writing a weight switched them off).
+fn write_back(weights: &BTreeMap<u32, u8>, auto: bool) -> Result<(), PolicyError> {
+    let mut first_error = None;
+    for (&node, &weight) in weights {
+        if let Err(source) = procfs::set_interleave_weight(node, weight) {
+            first_error.get_or_insert(PolicyError::Rejected {
+                policy: format!(
+                    "restoring weight {weight} of node {node} ({WEIGHTS_DIR}/node{node})"
+                ),
+                source,
+            });
+        }
+    }
+    if auto {
+        if let Err(source) = procfs::set_interleave_weights_auto(true) {
+            let policy = if source.raw_os_error() == Some(libc::ENODEV) {
+                "switching its automatic weights back on (the weights are as before, but in manual mode until the next boot: the kernel has no bandwidth figures for its nodes to compute weights from)".to_owned()
+            } else {
+                "switching its automatic weights back on".to_owned()
+            };
+            first_error.get_or_insert(PolicyError::Rejected { policy, source });
+        }
+    }
+    match first_error {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
 }
 
 impl Drop for InterleaveWeights {
     fn drop(&mut self) {
-        for (&node, &weight) in &self.previous {
-            let _ = procfs::set_interleave_weight(node, weight);
-        }
+        let _ = self.restore_now();
     }
 }
 
@@ -790,6 +935,21 @@ mod tests {
         }
         let err = "bogus".parse::<MemPolicy>().unwrap_err().to_string();
         assert!(err.contains("expected one of"), "{err}");
+    }
+
+    #[test]
+    fn a_node_weighted_twice_is_refused_naming_it() {
+        for (text, node) in [("0:3,0:1", 0), ("0-1=3,1=1", 1), ("2:1,0-3:2", 2)] {
+            let err = parse_weights(text).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("node {node} is given two weights")),
+                "{text}: {err}"
+            );
+        }
+        assert_eq!(
+            parse_weights("0:3,1:1").unwrap(),
+            BTreeMap::from([(0, 3), (1, 1)])
+        );
     }
 
     #[test]

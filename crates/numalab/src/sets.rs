@@ -56,12 +56,12 @@ pub enum ParseSetError {
         end: u32,
     },
     /// An index beyond what Linux can address.
-    #[error("{what} {index} is beyond the largest {what} number Linux supports ({max})")]
+    #[error("{what} {index} is out of range: Linux numbers {what}s from 0 to {max}")]
     TooLarge {
         /// "node" or "CPU".
         what: &'static str,
-        /// The offending index.
-        index: u32,
+        /// The offending index, as written (it may not fit any integer).
+        index: String,
         /// The largest index allowed.
         max: u32,
     },
@@ -166,13 +166,15 @@ impl Bits {
                 if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
                     return Err(malformed());
                 }
-                let index = s.parse::<u32>().map_err(|_| ParseSetError::TooLarge {
+                // Digits only: the only way to fail is to be too large.
+                let too_large = || ParseSetError::TooLarge {
                     what,
-                    index: u32::MAX,
+                    index: s.trim_start_matches('0').to_owned(),
                     max,
-                })?;
+                };
+                let index = s.parse::<u32>().map_err(|_| too_large())?;
                 if index > max {
-                    return Err(ParseSetError::TooLarge { what, index, max });
+                    return Err(too_large());
                 }
                 Ok(index)
             };
@@ -436,7 +438,7 @@ mod tests {
         ));
         assert!(matches!(
             "1024".parse::<NodeSet>(),
-            Err(ParseSetError::TooLarge { index: 1024, .. })
+            Err(ParseSetError::TooLarge { ref index, .. }) if index == "1024"
         ));
         assert!(matches!(
             "99999999999".parse::<CpuSet>(),
@@ -444,6 +446,30 @@ mod tests {
         ));
         let err = "0,x".parse::<NodeSet>().unwrap_err().to_string();
         assert!(err.contains("\"x\""), "{err}");
+    }
+
+    #[test]
+    fn numbers_beyond_any_integer_are_out_of_range_not_wrapped() {
+        // More digits than u32 (or u64) holds: named as written, with the
+        // limit, never as 4294967295.
+        let err = "99999999999999999999".parse::<NodeSet>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "node 99999999999999999999 is out of range: Linux numbers nodes from 0 to 1023"
+        );
+        let err = "0-4294967296".parse::<NodeSet>().unwrap_err().to_string();
+        assert!(err.starts_with("node 4294967296 is out of range"), "{err}");
+        let err = "00099999999999999999999"
+            .parse::<CpuSet>()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "CPU 99999999999999999999 is out of range: Linux numbers CPUs from 0 to {}",
+                CpuSet::MAX
+            )
+        );
     }
 
     #[test]

@@ -215,53 +215,94 @@ pub fn monotonic() -> std::time::Duration {
     crate::sys::linux::monotonic()
 }
 
-/// While it lives, Ctrl-C (`SIGINT`) and `SIGQUIT` do not end the calling
-/// process: a program that starts children can let the terminal interrupt
-/// them (they get the signal too), then clean up after them — remove
-/// shared-memory segments, say the run was interrupted — and exit itself.
-/// Ignored signals stay ignored across `exec`, so children started while
-/// a shield lives call [`default_interrupts`] first. Dropping it restores
-/// the default.
+/// While it lives, Ctrl-C (`SIGINT`), `SIGTERM` and `SIGHUP` wait: they
+/// are blocked on the calling thread, and one that arrives stays pending
+/// until the guard is dropped, then takes its usual effect (a handler
+/// installed meanwhile runs). For work that must not be cut short and must
+/// not share the process with another thread while it runs: a second
+/// thread, even a sleeping signal watcher, changes how the kernel's NUMA
+/// balancing scans the process, and so where and whether its pages show
+/// up. Create it before starting any thread (threads inherit the mask).
 ///
 /// ```
-/// let shield = numalab::system::InterruptShield::new();
-/// // … start workers, wait for them (a Ctrl-C ends them, not us) …
-/// // A Ctrl-C sent to this process now does not end it:
-/// let pid = std::process::id().to_string();
-/// let sent = std::process::Command::new("kill").args(["-INT", &pid]).status()?;
-/// assert!(sent.success());
-/// drop(shield);
+/// let held = numalab::system::SignalsHeld::new()?;
+/// // … fill and count pages: a Ctrl-C now waits …
+/// assert_eq!(held.pending(), None);
+/// drop(held); // a Ctrl-C that came meanwhile takes effect here
 /// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct InterruptShield {
+pub struct SignalsHeld {
     _private: (),
 }
 
-impl InterruptShield {
-    /// Ignores `SIGINT` and `SIGQUIT` until dropped.
-    pub fn new() -> InterruptShield {
-        crate::sys::linux::ignore_signal(crate::sys::linux::SIGINT, true);
-        crate::sys::linux::ignore_signal(crate::sys::linux::SIGQUIT, true);
-        InterruptShield { _private: () }
+/// The signals a [`SignalsHeld`] holds back.
+const HELD: [i32; 3] = [
+    crate::sys::linux::SIGINT,
+    crate::sys::linux::SIGTERM,
+    crate::sys::linux::SIGHUP,
+];
+
+impl SignalsHeld {
+    /// Blocks `SIGINT`, `SIGTERM` and `SIGHUP` until dropped.
+    pub fn new() -> io::Result<SignalsHeld> {
+        crate::sys::linux::block_signals(&HELD, true)?;
+        Ok(SignalsHeld { _private: () })
+    }
+
+    /// The signal that arrived and waits, if any (the first of `SIGINT`,
+    /// `SIGTERM`, `SIGHUP` pending).
+    pub fn pending(&self) -> Option<i32> {
+        crate::sys::linux::pending_signal(&HELD)
     }
 }
 
-impl Default for InterruptShield {
-    fn default() -> Self {
-        InterruptShield::new()
-    }
-}
-
-impl Drop for InterruptShield {
+impl Drop for SignalsHeld {
     fn drop(&mut self) {
-        default_interrupts();
+        let _ = crate::sys::linux::block_signals(&HELD, false);
     }
 }
 
 /// Gives `SIGINT` and `SIGQUIT` their default effect (ending the process),
-/// as a child started under an [`InterruptShield`] must.
+/// as a child whose parent ignored them must.
 pub fn default_interrupts() {
     crate::sys::linux::ignore_signal(crate::sys::linux::SIGINT, false);
     crate::sys::linux::ignore_signal(crate::sys::linux::SIGQUIT, false);
+}
+
+/// Makes the calling process receive `SIGTERM` when the thread that
+/// started it ends (`PR_SET_PDEATHSIG`: also when that thread's process is
+/// killed with `SIGKILL`), then checks that `parent` is still its parent:
+/// a parent that died before this call gives an error (`ESRCH`) instead of
+/// a process that would never be told. Two system calls and no
+/// allocation, so it can run between `fork` and `exec`
+/// ([`CommandExt::pre_exec`](std::os::unix::process::CommandExt::pre_exec)).
+/// The signal survives `exec` (except of set-user-ID programs).
+///
+/// ```
+/// use std::os::unix::process::CommandExt;
+///
+/// let parent = std::process::id();
+/// let mut command = std::process::Command::new("true");
+/// // SAFETY: end_with_parent makes two system calls and allocates nothing.
+/// unsafe { command.pre_exec(move || numalab::system::end_with_parent(parent)) };
+/// assert!(command.status()?.success());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn end_with_parent(parent: u32) -> io::Result<()> {
+    crate::sys::linux::set_parent_death_signal(crate::sys::linux::SIGTERM)?;
+    if crate::sys::linux::parent_process_id() != parent {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
+}
+
+/// The process id of the calling process's parent: after the parent died,
+/// the process that adopted it (`getppid`).
+///
+/// ```
+/// assert_ne!(numalab::system::parent_process_id(), std::process::id());
+/// ```
+pub fn parent_process_id() -> u32 {
+    crate::sys::linux::parent_process_id()
 }

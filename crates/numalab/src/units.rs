@@ -27,12 +27,18 @@ pub struct ParseSizeError {
 
 /// Parses a size in bytes.
 ///
+/// A fraction is read exactly, and allowed when the size it gives is a
+/// whole number of bytes: `1.5G` and `0.5K` are, `4096.5` and `1.3K`
+/// (1331.2 bytes) are refused rather than rounded.
+///
 /// ```
 /// use numalab::units::parse_size;
 /// assert_eq!(parse_size("1.5G")?, 3 << 29);
 /// assert_eq!(parse_size("512MiB")?, 512 << 20);
 /// assert_eq!(parse_size("4096")?, 4096);
 /// assert!(parse_size("1.5 parsecs").is_err());
+/// let err = parse_size("4096.5").unwrap_err();
+/// assert_eq!(err.reason, "4096.5 is not a whole number of bytes");
 /// # Ok::<(), numalab::units::ParseSizeError>(())
 /// ```
 pub fn parse_size(text: &str) -> Result<u64, ParseSizeError> {
@@ -56,20 +62,44 @@ pub fn parse_size(text: &str) -> Result<u64, ParseSizeError> {
         "t" | "tb" | "tib" => 40,
         _ => return Err(bad(&format!("unknown unit {:?}", unit.trim()))),
     };
-    let bytes = match number.split_once('.') {
-        None => number
-            .parse::<u64>()
-            .ok()
-            .and_then(|n| n.checked_mul(1 << shift)),
-        Some((whole, fraction)) => {
-            let value: f64 = format!("{}.{fraction}", if whole.is_empty() { "0" } else { whole })
-                .parse()
-                .map_err(|_| bad("the number is malformed"))?;
-            let bytes = value * (1u64 << shift) as f64;
-            (bytes < u64::MAX as f64).then_some(bytes as u64)
-        }
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if fraction.contains('.') || (whole.is_empty() && fraction.is_empty()) {
+        return Err(bad("the number is malformed"));
+    }
+    let too_large = || bad("it is too large");
+    let whole: u64 = match whole {
+        "" => 0,
+        digits => digits.parse().map_err(|_| too_large())?,
     };
-    bytes.ok_or_else(|| bad("it is too large"))
+    let whole = whole.checked_mul(1 << shift).ok_or_else(too_large)?;
+    // The fraction f / 10^d (trailing zeros dropped, so its last digit is
+    // not 0) times 2^shift is a whole number of bytes exactly when 5^d
+    // divides f, which makes f odd, so also 2^d must divide 2^shift:
+    // d <= shift. The bytes are then f / 5^d * 2^(shift - d).
+    let fraction = fraction.trim_end_matches('0');
+    let places = fraction.len() as u32;
+    let part = if fraction.is_empty() {
+        Some(0)
+    } else if places > shift {
+        None
+    } else {
+        let five = 5u128.pow(places);
+        fraction
+            .parse::<u128>()
+            .ok()
+            .filter(|f| f % five == 0)
+            .and_then(|f| u64::try_from((f / five) << (shift - places)).ok())
+    };
+    let Some(part) = part else {
+        let unit = unit.trim();
+        return Err(bad(&if unit.is_empty() {
+            format!("{number} is not a whole number of bytes")
+        } else {
+            let approx = number.parse::<f64>().unwrap_or(0.0) * (1u64 << shift) as f64;
+            format!("{number}{unit} ({approx} bytes) is not a whole number of bytes")
+        }));
+    };
+    whole.checked_add(part).ok_or_else(too_large)
 }
 
 /// Bytes in the largest binary unit that keeps them readable: `1.5 GiB`,
@@ -130,6 +160,14 @@ mod tests {
             ("1.5gib", 3 << 29),
             (".5G", 1 << 29),
             ("2T", 2 << 40),
+            ("4096.0", 4096),
+            ("0.5K", 512),
+            ("1.25k", 1280),
+            ("0.001953125M", 2048),
+            ("1.50G", 3 << 29),
+            ("16777215T", 16_777_215 << 40),
+            // 2^-20 MiB, written out: one byte.
+            ("0.00000095367431640625M", 1),
         ] {
             assert_eq!(parse_size(text), Ok(bytes), "{text}");
         }
@@ -143,6 +181,13 @@ mod tests {
             ("1.2.3G", "malformed"),
             ("12X", "unknown unit \"X\""),
             ("99999999999T", "too large"),
+            ("16777216T", "too large"),
+            ("99999999999999999999999999999999999999999", "too large"),
+            (".", "malformed"),
+            ("4096.5", "4096.5 is not a whole number of bytes"),
+            ("1.3K", "1.3K (1331.2 bytes) is not a whole number of bytes"),
+            ("0.0000000000000000001G", "not a whole number of bytes"),
+            ("0.1", "0.1 is not a whole number of bytes"),
         ] {
             let err = parse_size(text).unwrap_err();
             assert!(err.to_string().contains(reason), "{text}: {err}");

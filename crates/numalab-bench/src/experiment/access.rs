@@ -38,6 +38,7 @@ use numalab::replicated::Replicated;
 use numalab::NodeBuffer;
 
 use super::clock::Clock;
+use super::config::{MIN_SAMPLES_PER_THREAD, SAMPLES_PER_RUN, SAMPLES_PER_THREAD};
 use super::rwlock::StripeLock;
 use super::values::Pattern;
 use crate::kernels::{self, Isa, Mix, Rng, Store};
@@ -163,13 +164,115 @@ impl Schedule {
     }
 }
 
+/// How many latency samples of each kind each of `threads` threads keeps.
+pub(crate) fn samples_per_thread(threads: usize) -> usize {
+    (SAMPLES_PER_RUN / threads.max(1)).clamp(MIN_SAMPLES_PER_THREAD, SAMPLES_PER_THREAD)
+}
+
+/// A bounded, uniform sample of a stream of timings (Vitter's algorithm
+/// R): the first `capacity` are kept; then the n-th replaces a random kept
+/// one with probability capacity / n, so every timing seen is kept with
+/// the same probability.
+#[derive(Debug)]
+pub(crate) struct Reservoir {
+    /// The timings kept (at most `capacity`), in clock ticks.
+    pub kept: Vec<u64>,
+    /// Timings seen.
+    pub seen: u64,
+    capacity: usize,
+    rng: Rng,
+}
+
+impl Reservoir {
+    /// Keeps at most `capacity` timings; `expected` (when known) sizes it
+    /// so the loop does not allocate.
+    pub fn new(capacity: usize, expected: Option<u64>, seed: u64) -> Reservoir {
+        let reserve = expected.map_or(capacity, |n| capacity.min(n.saturating_add(2) as usize));
+        Reservoir {
+            kept: Vec::with_capacity(reserve),
+            seen: 0,
+            capacity,
+            rng: Rng::new(seed),
+        }
+    }
+
+    /// Records one timing.
+    #[inline]
+    pub fn push(&mut self, ticks: u64) {
+        self.seen += 1;
+        if self.kept.len() < self.capacity {
+            self.kept.push(ticks);
+        } else {
+            let slot = self.rng.below(self.seen);
+            if let Some(kept) = self.kept.get_mut(slot as usize) {
+                *kept = ticks;
+            }
+        }
+    }
+
+    /// Timings kept.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Forgets every timing.
+    pub fn clear(&mut self) {
+        self.kept.clear();
+        self.seen = 0;
+    }
+}
+
+impl Default for Reservoir {
+    fn default() -> Reservoir {
+        Reservoir::new(SAMPLES_PER_THREAD, Some(0), 0x5eed)
+    }
+}
+
 /// Latency samples of one thread, in clock ticks.
 #[derive(Debug, Default)]
 pub(crate) struct Samples {
     /// Of reads.
-    pub reads: Vec<u64>,
+    pub reads: Reservoir,
     /// Of writes.
-    pub writes: Vec<u64>,
+    pub writes: Reservoir,
+}
+
+impl Samples {
+    /// Reservoirs of `capacity` each, sized for `expected` timings of
+    /// each kind.
+    pub fn new(capacity: usize, expected: Option<u64>, seed: u64) -> Samples {
+        Samples {
+            reads: Reservoir::new(capacity, expected, seed),
+            writes: Reservoir::new(capacity, expected, seed ^ 0x9e37_79b9_7f4a_7c15),
+        }
+    }
+}
+
+/// The stride of latency sampling: `every` operations, moved up to the
+/// nearest number that shares no factor with the read:write cycle, so the
+/// timed operations fall on every position of the cycle in turn and
+/// reads and writes are both timed, in their ratio. (Every 1024th
+/// operation of a `3:1` cycle of four is always its write.)
+pub(crate) fn sampling_stride(every: u64, mix: Mix) -> u64 {
+    let period = u64::from(mix.reads) + u64::from(mix.writes);
+    if every == 0 || mix.reads == 0 || mix.writes == 0 || period <= 1 {
+        return every;
+    }
+    fn gcd(mut a: u64, mut b: u64) -> u64 {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    }
+    let mut stride = every;
+    while gcd(stride, period) != 1 {
+        stride = stride.saturating_add(1);
+        if stride == u64::MAX {
+            break;
+        }
+    }
+    stride
 }
 
 /// Runs `job` with `rng`; samples are appended to `samples` (which the
@@ -183,7 +286,7 @@ pub(crate) fn perform(job: &Job<'_>, rng: &mut Rng, samples: &mut Samples) -> Do
     let sample_every = if job.sample_every == 0 || job.pattern == Pattern::Copy {
         u64::MAX
     } else {
-        job.sample_every
+        sampling_stride(job.sample_every, job.mix)
     };
     let mut countdown = sample_every;
     let mut cursor = 0usize;
@@ -1063,6 +1166,72 @@ mod tests {
     }
 
     #[test]
+    fn reads_and_writes_are_both_timed_when_the_cycle_divides_the_stride() {
+        // 3:1 is a cycle of four operations, which divides 1024: every
+        // 1024th operation was the cycle's write, and no read was timed.
+        let deps = deps();
+        let locks = [StripeLock::default()];
+        for pattern in [Pattern::Random, Pattern::Sequential] {
+            let mut memory = Memory::new(1 << 16);
+            let mut j = job(memory.region(&locks), pattern, 64, "3:1", 400_000, &deps);
+            j.sample_every = 1024;
+            let mut samples = Samples::default();
+            let done = perform(&j, &mut Rng::new(5), &mut samples);
+            assert_eq!((done.reads, done.writes), (300_000, 100_000));
+            let (r, w) = (samples.reads.len(), samples.writes.len());
+            assert!(r > 0 && w > 0, "{pattern}: {r} reads and {w} writes timed");
+            // One in 1025 (shares no factor with 4): every place of the
+            // cycle in turn, so reads and writes in their ratio.
+            assert_eq!(r + w, 400_000 / 1025, "{pattern}");
+            assert!((3 * w).abs_diff(r) <= 3, "{pattern}: {r} reads, {w} writes");
+        }
+        assert_eq!(sampling_stride(1024, "3:1".parse().unwrap()), 1025);
+        assert_eq!(sampling_stride(1023, "2:1".parse().unwrap()), 1024);
+        assert_eq!(sampling_stride(1024, "1:0".parse().unwrap()), 1024);
+        assert_eq!(sampling_stride(0, "1:1".parse().unwrap()), 0);
+    }
+
+    #[test]
+    fn latency_samples_stay_bounded_however_many_operations() {
+        // Was one sample kept per timed operation: 10^14 operations asked
+        // for hundreds of gigabytes before the first ran.
+        let deps = deps();
+        let locks = [StripeLock::default()];
+        let mut memory = Memory::new(1 << 16);
+        let mut j = job(
+            memory.region(&locks),
+            Pattern::Random,
+            64,
+            "1:1",
+            200_001,
+            &deps,
+        );
+        j.sample_every = 1;
+        let mut samples = Samples::new(1000, Some(200_001), 3);
+        assert!(samples.reads.kept.capacity() < 2000, "sized to the bound");
+        perform(&j, &mut Rng::new(4), &mut samples);
+        assert_eq!(
+            (samples.reads.seen, samples.writes.seen),
+            (100_001, 100_000)
+        );
+        assert_eq!((samples.reads.len(), samples.writes.len()), (1000, 1000));
+
+        // The kept ones are a uniform sample of all: their mean is the
+        // stream's (0..1e6: 500 000, with a standard error near 2 900).
+        let mut reservoir = Reservoir::new(10_000, None, 9);
+        for tick in 0..1_000_000u64 {
+            reservoir.push(tick);
+        }
+        assert_eq!((reservoir.len(), reservoir.seen), (10_000, 1_000_000));
+        let mean = reservoir.kept.iter().sum::<u64>() as f64 / 10_000.0;
+        assert!((mean - 500_000.0).abs() < 20_000.0, "mean {mean}");
+        let late = reservoir.kept.iter().filter(|&&t| t >= 900_000).count();
+        assert!((800..1200).contains(&late), "{late} of the last tenth kept");
+        assert_eq!(samples_per_thread(1), SAMPLES_PER_THREAD);
+        assert_eq!(samples_per_thread(4096), MIN_SAMPLES_PER_THREAD);
+    }
+
+    #[test]
     fn sequential_strided_and_copy_stay_in_the_share() {
         let deps = deps();
         let locks = [StripeLock::default()];
@@ -1236,7 +1405,8 @@ mod tests {
                             assert_eq!(done.reads + done.writes, 2000, "{mode} {pattern}");
                             assert_eq!(done.bytes, 2000 * op as u64);
                             if pattern != Pattern::Copy {
-                                assert_eq!(samples.reads.len() + samples.writes.len(), 2000 / 16);
+                                // One in 17: the stride of 16 moved off the 1:1 cycle's 2.
+                                assert_eq!(samples.reads.len() + samples.writes.len(), 2000 / 17);
                             }
                         });
                     }

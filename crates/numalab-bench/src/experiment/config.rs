@@ -231,6 +231,84 @@ fn default_seed() -> u64 {
 /// Operations when neither `ops` nor `duration` is given.
 pub const DEFAULT_OPS: u64 = 10_000_000;
 
+/// The most worker threads an experiment starts (`threads.count`).
+///
+/// Each thread is a pinned OS thread with its own stack, counters and
+/// latency reservoir. 4096 is more than the CPUs of the servers numalab
+/// measures (the big ones have a few hundred) and lets such a machine be
+/// oversubscribed several times over, while a typo such as `2147483648`
+/// is refused before a single per-thread table is made.
+pub const MAX_THREADS: u32 = 4096;
+
+/// The most operations one run counts (`access.ops`): 10¹².
+///
+/// At a hundred million random operations a second (a busy two-socket
+/// server) that is near three hours per run; more is almost surely a
+/// slip of the keyboard, and it keeps the progress counters (operations
+/// of every run) far inside 64 bits.
+pub const MAX_OPS: u64 = 1_000_000_000_000;
+
+/// The most bytes one run moves: `access.ops` × `access.op_size`, 2⁶⁰
+/// bytes (1 EiB).
+///
+/// Byte counts are 64-bit and summed over threads; below 2⁶⁰ they cannot
+/// wrap, and an exbibyte is months of traffic at any bandwidth a machine
+/// has.
+pub const MAX_BYTES_PER_RUN: u64 = 1 << 60;
+
+/// The most measured runs (`run.repeats`).
+///
+/// The figures are medians over the repeats, which a thousand pin down
+/// well past the machine's noise; every repeat keeps a row per thread in
+/// the result, so the count is bounded with the rows ([`MAX_RESULT_ROWS`]).
+pub const MAX_REPEATS: u32 = 1000;
+
+/// The most unmeasured runs before the repeats (`run.warmup`): a hundred
+/// warm-ups settle any cache, TLB or frequency state one can.
+pub const MAX_WARMUP: u32 = 100;
+
+/// The most reader-writer locks per region (`access.lock_stripes`): 2¹⁶.
+///
+/// Each lock is a 64-byte line on the region's node (4 MiB per region
+/// copy at this limit); more stripes than that no longer lower contention
+/// measurably, and an array sized by a typo would take the node's memory.
+pub const MAX_LOCK_STRIPES: u32 = 1 << 16;
+
+/// The most per-thread rows a result holds: threads × (warm-ups +
+/// repeats), summed over a sweep's cells.
+///
+/// Each row (a thread in one run, with its counters and latency
+/// percentiles) takes near a kilobyte in memory and in the JSON file;
+/// 100 000 rows keep a result under about a hundred megabytes (e.g. 4096
+/// threads × 24 runs, or 64 threads × 1500 runs).
+pub const MAX_RESULT_ROWS: u64 = 100_000;
+
+/// The most latency samples one thread keeps of each kind (reads,
+/// writes) in one run: 2¹⁶, half a megabyte of ticks.
+///
+/// Past that a thread keeps a uniform random sample of everything it
+/// timed (a reservoir), so memory does not grow with `access.ops` or
+/// `access.duration` and the percentiles stay those of the whole run.
+pub const SAMPLES_PER_THREAD: usize = 1 << 16;
+
+/// The most latency samples one run keeps of each kind over all its
+/// threads: 2²⁰ (8 MiB of ticks). Each thread keeps this share of it,
+/// between [`MIN_SAMPLES_PER_THREAD`] and [`SAMPLES_PER_THREAD`].
+pub const SAMPLES_PER_RUN: usize = 1 << 20;
+
+/// The fewest latency samples a thread keeps of each kind however many
+/// threads share [`SAMPLES_PER_RUN`]: 256, enough for its median and p90
+/// (its p99.9 is the run's, from all threads together).
+pub const MIN_SAMPLES_PER_THREAD: usize = 256;
+
+/// The most cells a `[sweep]` grid may have (the product of its lists'
+/// lengths, counted before any cell is made).
+///
+/// Every cell is a whole experiment, planned before the first runs:
+/// 10 000 cells of even one second each are near three hours, and each
+/// planned cell is kept in memory until its turn.
+pub const MAX_SWEEP_CELLS: u64 = 10_000;
+
 impl Default for Access {
     fn default() -> Self {
         Access {
@@ -343,7 +421,7 @@ pub struct Key {
 pub const KEYS: &[Key] = &[
     Key { path: "name", default: "the file's name", values: "text", meaning: "short name, used in titles and file names" },
     Key { path: "description", default: "", values: "text", meaning: "what the experiment shows" },
-    Key { path: "threads.count", default: "1", values: "1 or more", meaning: "worker threads" },
+    Key { path: "threads.count", default: "1", values: "1 to 4096", meaning: "worker threads" },
     Key { path: "threads.placement", default: "balanced", values: "balanced | ratio:3:1 | nodes:0,1 | cpus:0-5,12-17", meaning: "balanced: even split over the nodes with CPUs; ratio: split over those nodes in id order in this ratio (the deck's unbalanced runs); nodes: even split over these nodes; cpus: exactly these CPUs in order. Within a node, one CPU per core first, then SMT siblings" },
     Key { path: "threads.oversubscribe", default: "false", values: "bool", meaning: "allow more threads than CPUs (they share CPUs; otherwise such a plan is refused)" },
     Key { path: "memory.size", default: "256MiB", values: "150MiB, 1G, 64K, 4096 (binary units, as everywhere in numalab)", meaning: "bytes per region" },
@@ -354,18 +432,18 @@ pub const KEYS: &[Key] = &[
     Key { path: "access.pattern", default: "random", values: "random | sequential | strided:BYTES | copy", meaning: "random: uniform op-size-aligned offsets over the whole region; sequential/strided: each thread walks its own share; copy: each thread copies the first half of its share into the second" },
     Key { path: "access.op_size", default: "64", values: "bytes, multiple of 8", meaning: "bytes per read or write (the deck's RW_SIZE)" },
     Key { path: "access.read_write", default: "1:0 (copy: 1:1)", values: "R:W", meaning: "reads to writes, interleaved exactly (2:1 is R R W R R W ...)" },
-    Key { path: "access.ops", default: "10000000", values: "integer", meaning: "operations in total (reads plus writes; a copy counts one of each), split evenly across the threads" },
-    Key { path: "access.duration", default: "-", values: "10s, 500ms, 2m", meaning: "instead of ops: every thread runs this long" },
+    Key { path: "access.ops", default: "10000000", values: "1 to 10^12; ops x op_size at most 2^60 bytes", meaning: "operations in total (reads plus writes; a copy counts one of each), split evenly across the threads" },
+    Key { path: "access.duration", default: "-", values: "10s, 500ms, 2m, at most 24h", meaning: "instead of ops: every thread runs this long" },
     Key { path: "access.sync", default: "none", values: "none | rwlock", meaning: "rwlock: a reader-writer lock per stripe of the region, shared for reads and exclusive for writes (the deck's Experiment 2)" },
-    Key { path: "access.lock_stripes", default: "1024", values: "1 or more", meaning: "locks per region with sync = rwlock; each guards an equal stripe" },
-    Key { path: "access.latency_sample", default: "1024", values: "0 or more", meaning: "time one operation in this many for the latency percentiles (0: none)" },
+    Key { path: "access.lock_stripes", default: "1024", values: "1 to 65536", meaning: "locks per region with sync = rwlock; each guards an equal stripe" },
+    Key { path: "access.latency_sample", default: "1024", values: "0 or more", meaning: "time one operation in this many for the latency percentiles (0: none); moved up to the next number sharing no factor with reads + writes, so reads and writes are both timed. Each thread keeps a uniform sample of at most 65536 timings of each kind (1048576 per run over all threads, at least 256 a thread); the result says how many were kept (samples) of how many timed (timed)" },
     Key { path: "access.isa", default: "auto", values: "auto | avx512 | avx2 | scalar", meaning: "vector instructions for sequential and copy operations of 256 bytes or more" },
     Key { path: "access.stores", default: "cached", values: "cached | non_temporal", meaning: "stores through the caches, or streaming stores around them (sequential writes and copies)" },
     Key { path: "access.seed", default: "1", values: "integer", meaning: "seed of the per-thread random generators (thread i, repeat r get distinct streams)" },
-    Key { path: "run.repeats", default: "5", values: "1 or more", meaning: "measured runs; figures are their median, with min, max and CV" },
-    Key { path: "run.warmup", default: "1", values: "0 or more", meaning: "unmeasured runs first" },
+    Key { path: "run.repeats", default: "5", values: "1 to 1000", meaning: "measured runs; figures are their median, with min, max and CV" },
+    Key { path: "run.warmup", default: "1", values: "0 to 100", meaning: "unmeasured runs first" },
     Key { path: "run.counters", default: "true", values: "bool", meaning: "read perf counters per thread (hardware where the PMU allows, software events otherwise)" },
-    Key { path: "sweep.\"KEY\"", default: "-", values: "list", meaning: "numalab sweep: runs every combination of the listed values of these keys, e.g. \"threads.count\" = [1, 2, 4]" },
+    Key { path: "sweep.\"KEY\"", default: "-", values: "list", meaning: "numalab sweep: runs every combination of the listed values of these keys, e.g. \"threads.count\" = [1, 2, 4]; at most 10000 combinations" },
 ];
 
 /// The keys `--set` and `[sweep]` accept (every key but `sweep` itself).
@@ -412,10 +490,120 @@ impl Sweep {
         self.axes.is_empty()
     }
 
-    /// Number of cells in the grid.
+    /// Number of cells in the grid (saturating at `usize::MAX`).
     pub fn cells(&self) -> usize {
-        self.axes.iter().map(|(_, v)| v.len()).product()
+        self.axes
+            .iter()
+            .map(|(_, v)| v.len())
+            .try_fold(1usize, |n, k| n.checked_mul(k))
+            .unwrap_or(usize::MAX)
     }
+
+    /// Refuses a grid of more than [`MAX_SWEEP_CELLS`] cells, counted from
+    /// the lists' lengths before any cell is made.
+    ///
+    /// ```
+    /// use numalab_bench::experiment::config::{Sweep, MAX_SWEEP_CELLS};
+    /// let list = |n: i64| (0..n).map(toml::Value::Integer).collect::<Vec<_>>();
+    /// let grid = Sweep { axes: vec![("access.seed".into(), list(4000)), ("access.ops".into(), list(2000))] };
+    /// let err = grid.check_size().unwrap_err();
+    /// assert_eq!(err.message, format!(
+    ///     "[sweep] has 4000 x 2000 = 8000000 cells, more than {MAX_SWEEP_CELLS}, the most a sweep runs"));
+    /// ```
+    pub fn check_size(&self) -> Result<(), ConfigError> {
+        let cells = self.cells();
+        if u64::try_from(cells).unwrap_or(u64::MAX) <= MAX_SWEEP_CELLS {
+            return Ok(());
+        }
+        let lengths: Vec<String> = self.axes.iter().map(|(_, v)| v.len().to_string()).collect();
+        let total = if cells == usize::MAX {
+            "more than 2^64".to_owned()
+        } else {
+            cells.to_string()
+        };
+        Err(ConfigError {
+            location: None,
+            set_option: None,
+            message: format!(
+                "[sweep] has {} = {total} cells, more than {MAX_SWEEP_CELLS}, the most a sweep runs",
+                lengths.join(" x ")
+            ),
+            hint: Some("sweep fewer values, or split the grid over several files".into()),
+        })
+    }
+}
+
+/// Whether a TOML text sets no key: empty, comments, or tables without
+/// keys. (An empty experiment file is almost surely a mistake: the wrong
+/// file, or one truncated.)
+fn sets_no_key(text: &str) -> bool {
+    fn empty(table: &toml::Table) -> bool {
+        table.values().all(|v| match v {
+            toml::Value::Table(inner) => empty(inner),
+            _ => false,
+        })
+    }
+    text.parse::<toml::Table>().is_ok_and(|t| empty(&t))
+}
+
+/// One axis of the `[sweep]` table as the file writes it.
+#[derive(Debug)]
+struct AxisSpan {
+    /// The key (`threads.count`).
+    key: String,
+    /// Where the key is written.
+    span: std::ops::Range<usize>,
+    /// Why the value is not a list of values, when it is not.
+    not_a_list: Option<String>,
+}
+
+/// The keys of the file's `[sweep]` table, with where they are written;
+/// empty when there is none or the file is not TOML (serde then says
+/// where).
+fn sweep_axes(text: &str) -> Vec<AxisSpan> {
+    use toml::de::{DeTable, DeValue};
+    let Ok(document) = DeTable::parse(text) else {
+        return Vec::new();
+    };
+    let Some(DeValue::Table(sweep)) = document
+        .get_ref()
+        .iter()
+        .find(|(k, _)| k.get_ref().as_ref() == "sweep")
+        .map(|(_, v)| v.get_ref())
+    else {
+        return Vec::new();
+    };
+    sweep
+        .iter()
+        .map(|(key, value)| {
+            let name = key.get_ref().to_string();
+            let not_a_list = match value.get_ref() {
+                DeValue::Array(_) => None,
+                // `memory.policy = [...]` without quotes: TOML reads a
+                // table `memory` holding `policy`.
+                DeValue::Table(inner) => {
+                    let dotted: Vec<String> = inner
+                        .iter()
+                        .map(|(k, _)| format!("\"{name}.{}\"", k.get_ref()))
+                        .collect();
+                    Some(format!(
+                        "sweep key {name}.{} is not quoted, so TOML reads it as a table `{name}`; quote each key: {} = [...]",
+                        inner.iter().next().map(|(k, _)| k.get_ref().to_string()).unwrap_or_default(),
+                        dotted.join(", ")
+                    ))
+                }
+                _ => Some(format!(
+                    "sweep \"{name}\" must be a list of values, as in \"{name}\" = [{}]",
+                    text.get(value.span()).unwrap_or("...").trim()
+                )),
+            };
+            AxisSpan {
+                key: name,
+                span: key.span(),
+                not_a_list,
+            }
+        })
+        .collect()
 }
 
 impl Serialize for Sweep {
@@ -631,47 +819,75 @@ fn from_toml_error(err: &toml::de::Error, file: &str, text: &str) -> ConfigError
 }
 
 impl Experiment {
-    /// Reads an experiment file.
+    /// Reads an experiment file: a regular file (or a pipe) of at most
+    /// 1 MiB, so `/dev/zero` or a huge file is refused, not read.
     pub fn from_file(path: &Path) -> Result<Experiment, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::plain(format!(
-                "cannot read experiment file {}: {e}",
-                path.display()
-            ))
-        })?;
+        /// An experiment file is a few dozen lines; anything near this is
+        /// not one.
+        const MAX_EXPERIMENT_BYTES: u64 = 1 << 20;
+        let text =
+            numalab::files::read_text_limited(path, MAX_EXPERIMENT_BYTES, "experiment files")
+                .map_err(|e| ConfigError::plain(format!("experiment file: {e}")))?;
         let mut exp = Self::from_toml_str(&text, &path.display().to_string())?;
         if exp.name == DEFAULT_NAME && !text.lines().any(|l| l.trim_start().starts_with("name")) {
             if let Some(stem) = path.file_stem() {
                 exp.name = stem.to_string_lossy().into_owned();
             }
         }
+        if sets_no_key(&text) {
+            return Err(ConfigError::plain(format!(
+                "{} sets no key (it is empty, or only comments and empty tables): an experiment file needs at least one, e.g. name = \"{}\" to run every default (docs/experiment-file.md lists the keys)",
+                path.display(),
+                exp.name
+            )));
+        }
         Ok(exp)
     }
 
     /// Parses an experiment from TOML text; `file` names it in errors.
     pub fn from_toml_str(text: &str, file: &str) -> Result<Experiment, ConfigError> {
+        // The grid's keys where the file writes them: for its order (TOML
+        // tables have none), its errors' locations, and its shape before
+        // serde sees it.
+        let axes = sweep_axes(text);
+        for axis in &axes {
+            if let Some(error) = &axis.not_a_list {
+                return Err(ConfigError {
+                    location: Some(Box::new(locate(file, text, axis.span.clone()))),
+                    set_option: None,
+                    message: error.clone(),
+                    hint: None,
+                });
+            }
+        }
+        let at = |key: &str| {
+            axes.iter()
+                .find(|a| a.key == key)
+                .map(|a| Box::new(locate(file, text, a.span.clone())))
+        };
         let mut exp: Experiment =
             toml::from_str(text).map_err(|e| from_toml_error(&e, file, text))?;
-        // TOML tables have no order; the grid's axes keep the file's.
-        exp.sweep
-            .axes
-            .sort_by_key(|(key, _)| text.find(&format!("\"{key}\"")).unwrap_or(usize::MAX));
+        exp.sweep.axes.sort_by_key(|(key, _)| {
+            axes.iter()
+                .find(|a| &a.key == key)
+                .map_or(usize::MAX, |a| a.span.start)
+        });
         if exp.name.is_empty() {
             exp.name = DEFAULT_NAME.to_owned();
         }
+        // The grid's size, counted before anything is made of it.
+        exp.sweep.check_size().map_err(|mut e| {
+            e.location = exp.sweep.axes.first().and_then(|(key, _)| at(key));
+            e
+        })?;
         exp.validate().map_err(|mut e| {
             e.location = key_location(file, text, &e.message).map(Box::new);
             e
         })?;
         for (key, values) in &exp.sweep.axes {
-            let at = |needle: &str| {
-                text.find(needle)
-                    .map(|start| Box::new(locate(file, text, start..start + needle.len())))
-            };
-            let quoted = format!("\"{key}\"");
             if !settable_keys().any(|k| k == key) {
                 return Err(ConfigError {
-                    location: at(&quoted),
+                    location: at(key),
                     set_option: None,
                     message: format!("sweep over unknown key \"{key}\""),
                     hint: nearest(key, settable_keys()).map(|k| format!("did you mean \"{k}\"?")),
@@ -679,22 +895,30 @@ impl Experiment {
             }
             if values.is_empty() {
                 return Err(ConfigError {
-                    location: at(&quoted),
+                    location: at(key),
                     set_option: None,
                     message: format!("sweep \"{key}\" lists no value"),
                     hint: None,
                 });
             }
-            // Each value must be valid for its key.
+            // Each value must be valid for its key: its type, and its
+            // range when the range is the key's own (combinations with
+            // other axes are checked cell by cell).
             for value in values {
                 let mut cell = exp.clone();
                 cell.sweep = Sweep::default();
-                cell.set_value(key, value.clone()).map_err(|mut e| {
+                let located = |mut e: ConfigError| {
                     e.set_option = None;
-                    e.location = at(&quoted);
+                    e.location = at(key);
                     e.message = format!("sweep \"{key}\" value {value}: {}", e.message);
                     e
-                })?;
+                };
+                cell.set_value(key, value.clone()).map_err(located)?;
+                if let Err(e) = cell.validate() {
+                    if e.message.split([':', ' ']).next() == Some(key.as_str()) {
+                        return Err(located(e));
+                    }
+                }
             }
         }
         Ok(exp)
@@ -708,8 +932,67 @@ impl Experiment {
             message: format!("{key}: {message}"),
             hint: None,
         };
+        // Counts first: everything after may multiply them.
         if self.threads.count == 0 {
             return Err(bad("threads.count", "must be at least 1".into()));
+        }
+        let over = |key: &str, value: u64, limit: u64, what: &str| ConfigError {
+            location: None,
+            set_option: None,
+            message: format!("{key} = {value} is more than {limit}, {what}"),
+            hint: None,
+        };
+        if self.threads.count > MAX_THREADS {
+            return Err(over(
+                "threads.count",
+                self.threads.count.into(),
+                MAX_THREADS.into(),
+                "the most threads numalab starts",
+            ));
+        }
+        if self.run.repeats > MAX_REPEATS {
+            return Err(over(
+                "run.repeats",
+                self.run.repeats.into(),
+                MAX_REPEATS.into(),
+                "the most repeats numalab runs",
+            ));
+        }
+        if self.run.warmup > MAX_WARMUP {
+            return Err(over(
+                "run.warmup",
+                self.run.warmup.into(),
+                MAX_WARMUP.into(),
+                "the most warm-up runs numalab runs",
+            ));
+        }
+        if let Some(ops) = self.access.ops {
+            if ops > MAX_OPS {
+                return Err(over(
+                    "access.ops",
+                    ops,
+                    MAX_OPS,
+                    "the most operations numalab counts in one run",
+                ));
+            }
+        }
+        if self.access.lock_stripes > MAX_LOCK_STRIPES {
+            return Err(over(
+                "access.lock_stripes",
+                self.access.lock_stripes.into(),
+                MAX_LOCK_STRIPES.into(),
+                "the most locks numalab puts over a region",
+            ));
+        }
+        let rows = self.result_rows();
+        if rows > MAX_RESULT_ROWS {
+            return Err(bad(
+                "threads.count",
+                format!(
+                    "{} threads x ({} warm-ups + {} repeats) make {rows} per-thread rows, more than {MAX_RESULT_ROWS}, the most one result holds; lower threads.count, run.repeats or run.warmup",
+                    self.threads.count, self.run.warmup, self.run.repeats
+                ),
+            ));
         }
         if self.memory.size.0 == 0 {
             return Err(bad("memory.size", "must be at least one byte".into()));
@@ -738,6 +1021,29 @@ impl Experiment {
         if self.access.ops == Some(0) {
             return Err(bad("access.ops", "must be at least 1".into()));
         }
+        if let Some(ops) = self.access.total_ops() {
+            let bytes = u128::from(ops) * u128::from(op);
+            if bytes > u128::from(MAX_BYTES_PER_RUN) {
+                return Err(bad(
+                    "access.ops",
+                    format!(
+                        "{ops} operations of {} move {bytes} bytes a run, more than {MAX_BYTES_PER_RUN} (1 EiB), the most numalab counts; lower access.ops or access.op_size",
+                        self.access.op_size
+                    ),
+                ));
+            }
+        }
+        if let Pattern::Strided(stride) = self.access.pattern {
+            if stride > self.memory.size.0 {
+                return Err(bad(
+                    "access.pattern",
+                    format!(
+                        "strided:{stride} steps further than a region ({}), so every operation would land at the start of the share; use a stride of at most memory.size",
+                        self.memory.size
+                    ),
+                ));
+            }
+        }
         if self.access.pattern == Pattern::Copy {
             if let Some(rw) = self.access.read_write {
                 if rw.0
@@ -760,6 +1066,19 @@ impl Experiment {
             return Err(bad("run.repeats", "must be at least 1".into()));
         }
         Ok(())
+    }
+
+    /// Per-thread rows this experiment's result holds: threads × (warm-ups
+    /// + repeats), bounded by [`MAX_RESULT_ROWS`].
+    ///
+    /// ```
+    /// use numalab_bench::experiment::Experiment;
+    /// let exp = Experiment::from_toml_str("[threads]\ncount = 4\n[run]\nrepeats = 5\nwarmup = 1\n", "x")?;
+    /// assert_eq!(exp.result_rows(), 24);
+    /// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+    /// ```
+    pub fn result_rows(&self) -> u64 {
+        u64::from(self.threads.count) * (u64::from(self.run.warmup) + u64::from(self.run.repeats))
     }
 
     /// Applies `--set key=value` overrides: the value is read as TOML
@@ -836,6 +1155,8 @@ impl Experiment {
     /// value, in axis order) and the experiment it is. The first axis
     /// varies slowest. Without a `[sweep]`, the experiment itself.
     pub fn cells(&self) -> Result<Vec<Cell>, ConfigError> {
+        // Counted before a single cell is made.
+        self.sweep.check_size()?;
         let mut cells = vec![(
             Vec::new(),
             Experiment {
@@ -867,6 +1188,13 @@ impl Experiment {
                 e
             })?;
         }
+        let rows: u64 = cells.iter().map(|(_, exp)| exp.result_rows()).sum();
+        if cells.len() > 1 && rows > MAX_RESULT_ROWS {
+            return Err(ConfigError::plain(format!(
+                "the sweep's {} cells make {rows} per-thread rows (threads x runs, summed), more than {MAX_RESULT_ROWS}, the most one result holds; sweep fewer cells or lower run.repeats",
+                cells.len()
+            )));
+        }
         Ok(cells)
     }
 }
@@ -884,9 +1212,10 @@ pub fn parse_value(text: &str) -> toml::Value {
 }
 
 /// The location of the key a validation message starts with
-/// (`access.op_size: ...`), found in the file.
+/// (`access.op_size: ...` or `threads.count = 9000 is ...`), found in the
+/// file.
 fn key_location(file: &str, text: &str, message: &str) -> Option<Location> {
-    let key = message.split(':').next()?;
+    let key = message.split([':', ' ']).next()?;
     let (section, field) = key.split_once('.')?;
     let header = format!("[{section}]");
     let mut in_section = false;
@@ -1096,6 +1425,194 @@ mod tests {
         let err = parse("[sweep]\n\"threads.count\" = 4\n").unwrap_err();
         assert!(err.message.contains("must be a list"), "{err}");
         assert!(parse("[sweep]\n\"threads.count\" = []\n").is_err());
+    }
+
+    #[test]
+    fn counts_past_their_limits_are_refused_naming_key_value_and_limit() {
+        for (text, message) in [
+            (
+                "[threads]\ncount = 2147483648\n",
+                "threads.count = 2147483648 is more than 4096, the most threads numalab starts",
+            ),
+            (
+                "[threads]\ncount = 100000\noversubscribe = true\n",
+                "threads.count = 100000 is more than 4096",
+            ),
+            (
+                "[run]\nrepeats = 4294967295\n",
+                "run.repeats = 4294967295 is more than 1000, the most repeats numalab runs",
+            ),
+            (
+                "[run]\nwarmup = 4294967295\n",
+                "run.warmup = 4294967295 is more than 100",
+            ),
+            (
+                "[access]\nops = 100000000000000\n",
+                "access.ops = 100000000000000 is more than 1000000000000, the most operations",
+            ),
+            (
+                "[access]\nlock_stripes = 4294967295\n",
+                "access.lock_stripes = 4294967295 is more than 65536",
+            ),
+            (
+                "[threads]\ncount = 4096\noversubscribe = true\n[run]\nrepeats = 1000\n",
+                "threads.count: 4096 threads x (1 warm-ups + 1000 repeats) make 4100096 per-thread rows, more than 100000",
+            ),
+            (
+                "[memory]\nsize = \"1TiB\"\n[access]\nops = 1000000000000\nop_size = \"4MiB\"\n",
+                "access.ops: 1000000000000 operations of 4MiB move",
+            ),
+            (
+                "[memory]\nsize = \"1MiB\"\n[access]\npattern = \"strided:16000000T\"\n",
+                "access.pattern: strided:17592186044416000000 steps further than a region (1MiB)",
+            ),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(err.message.starts_with(message), "{text}: {err}");
+            let key = message.split([':', ' ']).next().unwrap();
+            let line = err.location.as_ref().map(|l| l.text.clone()).unwrap_or_default();
+            let field = key.rsplit('.').next().unwrap();
+            assert!(line.starts_with(field), "{text}: pinned on {line:?}");
+        }
+        // The same through --set, before anything else happens.
+        let exp = parse("[threads]\ncount = 2\n").unwrap();
+        let err = exp
+            .with_overrides(&["run.repeats=4294967295".into()])
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--set run.repeats=4294967295: run.repeats = 4294967295 is more than 1000, the most repeats numalab runs"
+        );
+        // At the limits, accepted.
+        parse("[threads]\ncount = 4096\n[run]\nrepeats = 20\nwarmup = 1\n").unwrap();
+        parse("[run]\nrepeats = 1000\nwarmup = 100\n[access]\nops = 1000000000000\nlock_stripes = 65536\n").unwrap();
+    }
+
+    #[test]
+    fn durations_past_a_day_are_refused_without_a_panic() {
+        for text in ["99999999999999999999s", "1e20s", "25h", "86401s"] {
+            let err = parse(&format!("[access]\nduration = \"{text}\"\n")).unwrap_err();
+            assert_eq!(err.location.as_ref().unwrap().line, 2, "{text}: {err}");
+            assert!(!err.message.is_empty());
+        }
+        let err = parse("[access]\nduration = \"99999999999999999999s\"\n").unwrap_err();
+        assert!(
+            err.message
+                .contains("longer than 24h, the longest numalab runs"),
+            "{err}"
+        );
+        let exp = parse("[access]\nduration = \"24h\"\n").unwrap();
+        assert_eq!(
+            exp.access.duration.unwrap().0,
+            super::super::values::MAX_DURATION
+        );
+        let err = exp
+            .with_overrides(&["access.duration=1e300s".into()])
+            .unwrap_err();
+        assert!(err.to_string().contains("access.duration"), "{err}");
+    }
+
+    #[test]
+    fn a_sweep_grid_is_counted_before_any_cell_is_made() {
+        // 4000 x 2000 cells used to be made (and cloned) before a check.
+        let seeds: Vec<String> = (0..4000).map(|i| i.to_string()).collect();
+        let ops: Vec<String> = (1..=2000).map(|i| i.to_string()).collect();
+        let text = format!(
+            "[sweep]\n\"access.seed\" = [{}]\n\"access.ops\" = [{}]\n",
+            seeds.join(", "),
+            ops.join(", ")
+        );
+        let err = parse(&text).unwrap_err();
+        assert_eq!(
+            err.message,
+            "[sweep] has 4000 x 2000 = 8000000 cells, more than 10000, the most a sweep runs"
+        );
+        assert_eq!(err.location.as_ref().unwrap().line, 2);
+        // A grid built by hand is counted by cells() too.
+        let mut exp = parse("").unwrap();
+        exp.sweep.axes = vec![
+            (
+                "access.seed".into(),
+                (0..4000).map(toml::Value::Integer).collect(),
+            ),
+            (
+                "access.ops".into(),
+                (1..=2000).map(toml::Value::Integer).collect(),
+            ),
+        ];
+        assert!(exp.cells().unwrap_err().message.contains("8000000 cells"));
+        // And the rows the cells' results would hold, summed.
+        let exp = parse(
+            "[threads]\ncount = 4000\noversubscribe = true\n[run]\nrepeats = 20\n[sweep]\n\"access.seed\" = [1, 2]\n",
+        )
+        .unwrap();
+        let err = exp.cells().unwrap_err();
+        assert!(err.message.contains("168000 per-thread rows"), "{err}");
+    }
+
+    #[test]
+    fn sweep_errors_are_pinned_on_the_key_that_is_wrong() {
+        // A comment naming the key came first: the error pointed at it.
+        let err = parse(
+            "# sweeps \"threads.count\"\n[sweep]\n\"memory.policy\" = [\"local\"]\n\"threads.count\" = [1, \"two\"]\n",
+        )
+        .unwrap_err();
+        let at = err.location.as_ref().unwrap();
+        assert_eq!((at.line, at.column), (4, 1), "{err}");
+        // A value that is not a list: on its key, not on [sweep].
+        let err =
+            parse("[sweep]\n\"threads.count\" = [1]\n\"memory.policy\" = \"local\"\n").unwrap_err();
+        assert_eq!(err.location.as_ref().unwrap().line, 3, "{err}");
+        assert_eq!(
+            err.message,
+            "sweep \"memory.policy\" must be a list of values, as in \"memory.policy\" = [\"local\"]"
+        );
+        // A dotted key without quotes is a table `memory` to TOML.
+        let err =
+            parse("[sweep]\n\"threads.count\" = [1]\nmemory.policy = [\"local\"]\n").unwrap_err();
+        assert_eq!(err.location.as_ref().unwrap().line, 3, "{err}");
+        assert!(
+            err.message
+                .starts_with("sweep key memory.policy is not quoted"),
+            "{err}"
+        );
+        assert!(err.message.contains("\"memory.policy\" = [...]"), "{err}");
+        // A value out of its key's range, on that key's line.
+        let err = parse("[sweep]\n\"memory.policy\" = [\"local\"]\n\"threads.count\" = [1, 0]\n")
+            .unwrap_err();
+        assert_eq!(err.location.as_ref().unwrap().line, 3, "{err}");
+        assert_eq!(
+            err.message,
+            "sweep \"threads.count\" value 0: threads.count: must be at least 1"
+        );
+        // The axes keep the file's order, whatever a comment says first.
+        let exp = parse(
+            "# \"memory.policy\" then \"threads.count\"\n[sweep]\n\"threads.count\" = [1]\n\"memory.policy\" = [\"local\"]\n",
+        )
+        .unwrap();
+        let keys: Vec<&str> = exp.sweep.axes.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["threads.count", "memory.policy"]);
+    }
+
+    #[test]
+    fn an_experiment_file_that_sets_no_key_is_refused() {
+        let dir = std::env::temp_dir().join(format!("numalab-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for text in ["", "# nothing yet\n\n", "[threads]\n[memory]\n"] {
+            let path = dir.join("empty.toml");
+            std::fs::write(&path, text).unwrap();
+            let err = Experiment::from_file(&path).unwrap_err();
+            assert!(
+                err.message
+                    .starts_with(&format!("{} sets no key", path.display())),
+                "{text:?}: {err}"
+            );
+            assert!(err.message.contains("name = \"empty\""), "{err}");
+        }
+        let path = dir.join("named.toml");
+        std::fs::write(&path, "name = \"defaults\"\n").unwrap();
+        assert_eq!(Experiment::from_file(&path).unwrap().name, "defaults");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -31,7 +31,7 @@ use super::rwlock::StripeLock;
 use super::values::{PolicySpec, Sync};
 use crate::kernels::Rng;
 use crate::stats::NOISY_CV;
-use crate::workers::run_pinned;
+use crate::workers::{run_pinned, WorkerError};
 
 /// Why an experiment could not run.
 ///
@@ -39,9 +39,9 @@ use crate::workers::run_pinned;
 /// use numalab::Topology;
 /// use numalab_bench::experiment::{execute, Control, ExecuteError, Experiment, PlanError};
 /// // More threads than this machine has CPUs, without threads.oversubscribe.
-/// let exp = Experiment::from_toml_str("[threads]\ncount = 100000\n[memory]\nsize = \"1MiB\"", "x")?;
+/// let exp = Experiment::from_toml_str("[threads]\ncount = 4000\n[memory]\nsize = \"1MiB\"", "x")?;
 /// match execute(&exp, &Topology::system()?, &Control::default()) {
-///     Err(ExecuteError::Plan(PlanError::TooManyThreads { count, .. })) => assert_eq!(count, 100_000),
+///     Err(ExecuteError::Plan(PlanError::TooManyThreads { count, .. })) => assert_eq!(count, 4000),
 ///     Err(other) => panic!("unexpected: {other}"),
 ///     Ok(_) => panic!("refused before anything runs"),
 /// }
@@ -86,6 +86,19 @@ pub enum ExecuteError {
     /// A worker could not be pinned.
     #[error(transparent)]
     Bind(#[from] BindError),
+    /// A worker thread could not be started (the ones started were
+    /// stopped).
+    #[error(transparent)]
+    Workers(WorkerError),
+}
+
+impl From<WorkerError> for ExecuteError {
+    fn from(err: WorkerError) -> ExecuteError {
+        match err {
+            WorkerError::Bind(err) => ExecuteError::Bind(err),
+            other => ExecuteError::Workers(other),
+        }
+    }
 }
 
 /// Progress of a run, for a progress bar (updated by the workers once per
@@ -213,6 +226,9 @@ pub fn execute_plan(
     plan: Plan,
     control: &Control,
 ) -> Result<RunResult, ExecuteError> {
+    // Ranges first (a caller may have built the experiment by hand):
+    // nothing below runs with a count past its limit.
+    exp.validate().map_err(PlanError::from)?;
     let environment = Environment::current(topology);
     let mut warnings = plan.warnings.clone();
 
@@ -259,7 +275,7 @@ pub fn execute_plan(
     let clock = Clock::calibrate();
     let loop_ns = loop_cost(exp, &plan, &clock);
 
-    let runs = exp.run.warmup + exp.run.repeats;
+    let runs = exp.run.warmup.saturating_add(exp.run.repeats);
     let progress = &control.progress;
     progress.runs_total.store(runs, Ordering::Relaxed);
     progress.runs_done.store(0, Ordering::Relaxed);
@@ -682,10 +698,13 @@ fn one_run(
         regions.iter().map(|r| r.library(exp)).collect();
     let isa = access.isa.resolve();
     let mix = access.mix();
-    let capacity = |ops: Option<u64>| match (ops, access.latency_sample) {
-        (_, 0) => 0,
-        (Some(ops), every) => (ops / u64::from(every) + 2) as usize,
-        (None, _) => 1 << 16,
+    // Bounded reservoirs, sized for the timings expected when the run
+    // is counted (none without sampling).
+    let stride = access::sampling_stride(u64::from(access.latency_sample), mix);
+    let per_thread = access::samples_per_thread(plan.threads.len());
+    let sampling = |ops: Option<u64>| match (ops, stride) {
+        (_, 0) => (0, Some(0)),
+        (ops, every) => (per_thread, ops.map(|ops| ops / every)),
     };
     let outcome = run_pinned(
         &plan.cpus(),
@@ -695,14 +714,11 @@ fn one_run(
             let seed = access.seed
                 ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
                 ^ (run + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            let n = capacity(t.ops);
+            let (keep, expected) = sampling(t.ops);
             ThreadState {
                 rng: Rng::new(seed),
                 counters: ThreadCounters::open(available),
-                samples: Samples {
-                    reads: Vec::with_capacity(n),
-                    writes: Vec::with_capacity(n),
-                },
+                samples: Samples::new(keep, expected, seed.rotate_left(17)),
             }
         },
         |i, state: &mut ThreadState| {
@@ -739,7 +755,10 @@ fn one_run(
         },
     )?;
 
-    let nanos = |ticks: &[u64]| ticks.iter().map(|&t| clock.nanos(t)).collect::<Vec<f64>>();
+    let nanos = |kept: &access::Reservoir| {
+        let ns: Vec<f64> = kept.kept.iter().map(|&t| clock.nanos(t)).collect();
+        (ns, kept.seen)
+    };
     let mut all_reads = Vec::new();
     let mut all_writes = Vec::new();
     let mut threads = Vec::with_capacity(outcome.workers.len());
@@ -762,12 +781,12 @@ fn one_run(
             writes: done.done.writes,
             bytes: done.done.bytes,
             busy_s: worker.busy.as_secs_f64(),
-            read_latency_ns: Percentiles::of(&reads),
-            write_latency_ns: Percentiles::of(&writes),
+            read_latency_ns: Percentiles::sampled(&reads.0, reads.1),
+            write_latency_ns: Percentiles::sampled(&writes.0, writes.1),
             counters: counts.clone(),
         });
-        all_reads.extend(reads);
-        all_writes.extend(writes);
+        all_reads.push(reads);
+        all_writes.push(writes);
     }
     let wall = outcome.wall.as_secs_f64();
     let ops: u64 = threads.iter().map(|t| t.ops).sum();
@@ -790,8 +809,8 @@ fn one_run(
         } else {
             0.0
         },
-        read_latency_ns: Percentiles::of(&all_reads),
-        write_latency_ns: Percentiles::of(&all_writes),
+        read_latency_ns: Percentiles::merged(&all_reads),
+        write_latency_ns: Percentiles::merged(&all_writes),
         counters,
         threads,
     })
@@ -860,10 +879,11 @@ fn loop_cost(exp: &Experiment, plan: &Plan, clock: &Clock) -> Option<f64> {
         stop: &stop,
         progress: &progress,
     };
-    let mut samples = Samples {
-        reads: Vec::with_capacity(ops as usize / 16 + 2),
-        writes: Vec::with_capacity(ops as usize / 16 + 2),
-    };
+    let mut samples = Samples::new(
+        super::config::SAMPLES_PER_THREAD,
+        Some(ops / u64::from(exp.access.latency_sample.max(1))),
+        7,
+    );
     // Best of three: the loop's cost, not the machine's noise.
     (0..3)
         .map(|_| {
@@ -1079,6 +1099,19 @@ mod tests {
             .warnings
             .iter()
             .any(|w| w.kind == WarningKind::Interrupted));
+    }
+
+    #[test]
+    fn reads_and_writes_both_have_latencies_at_3_to_1() {
+        // Every 1024th operation of a 3:1 cycle was its write: no read
+        // latency at all.
+        let result = run("[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"3:1\"\nops = 200_000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false");
+        let r = &result.repeats[0];
+        let reads = r.read_latency_ns.expect("reads timed");
+        let writes = r.write_latency_ns.expect("writes timed");
+        assert_eq!(reads.samples + writes.samples, 200_000 / 1025);
+        assert!(reads.samples > 2 * writes.samples, "{reads:?} {writes:?}");
+        assert_eq!((reads.timed, writes.timed), (reads.samples, writes.samples));
     }
 
     #[test]

@@ -213,6 +213,10 @@ pub enum PlanError {
     /// Shares too small for one operation.
     #[error("{0}")]
     Layout(String),
+    /// A value out of range (an experiment not read through
+    /// [`Experiment::from_toml_str`], which checks them first).
+    #[error(transparent)]
+    Config(#[from] super::config::ConfigError),
 }
 
 fn mib(bytes: u64) -> String {
@@ -306,6 +310,7 @@ impl Plan {
         topology: &Topology,
         free: &dyn Fn(u32) -> Option<NodeFree>,
     ) -> Result<Plan, PlanError> {
+        exp.validate()?;
         let mut warnings = Vec::new();
         let (cpus, oversubscribed) = thread_cpus(exp, topology, &mut warnings)?;
         let node_of = |cpu: u32| topology.cpu(cpu).and_then(|c| c.node).unwrap_or(0);
@@ -403,7 +408,7 @@ impl Plan {
         for (thread, replica) in threads.iter_mut().zip(&replica_of) {
             thread.replica = *replica;
         }
-        check_memory(&regions, topology, free)?;
+        check_memory(&regions, &engine_memory(exp, threads.len()), topology, free)?;
         Ok(Plan {
             threads,
             regions,
@@ -440,19 +445,20 @@ fn node_cpus(topology: &Topology, node: u32) -> Vec<u32> {
 
 /// Splits `count` in proportion to `weights` (largest remainder; ties to
 /// the earlier entry).
-fn split(count: usize, weights: &[u32]) -> Vec<usize> {
-    let total: u64 = weights.iter().map(|&w| u64::from(w)).sum();
+fn split(count: usize, weights: &[u64]) -> Vec<usize> {
+    // Parts are u32 and at most a few thousand nodes: no overflow in u128.
+    let total: u128 = weights.iter().map(|&w| u128::from(w)).sum();
     if total == 0 {
         return vec![0; weights.len()];
     }
     let mut parts: Vec<usize> = weights
         .iter()
-        .map(|&w| (count as u64 * u64::from(w) / total) as usize)
+        .map(|&w| (count as u128 * u128::from(w) / total) as usize)
         .collect();
     let mut left = count - parts.iter().sum::<usize>();
     let mut order: Vec<usize> = (0..weights.len()).collect();
     order.sort_by_key(|&i| {
-        let rem = count as u64 * u64::from(weights[i]) % total;
+        let rem = count as u128 * u128::from(weights[i]) % total;
         (std::cmp::Reverse(rem), i)
     });
     for i in order.into_iter().cycle() {
@@ -508,7 +514,7 @@ fn thread_cpus(
         return Ok((cpus, count > list.len()));
     }
 
-    let (nodes, weights): (Vec<u32>, Vec<u32>) = match &exp.threads.placement {
+    let (nodes, weights): (Vec<u32>, Vec<u64>) = match &exp.threads.placement {
         ThreadPlacement::Balanced => (cpu_nodes.clone(), vec![1; cpu_nodes.len()]),
         ThreadPlacement::Nodes(list) => {
             let set =
@@ -524,7 +530,7 @@ fn thread_cpus(
             (nodes, weights)
         }
         ThreadPlacement::Ratio(parts) => {
-            let mut weights = vec![0u32; cpu_nodes.len().min(parts.len())];
+            let mut weights = vec![0u64; cpu_nodes.len().min(parts.len())];
             if parts.len() > cpu_nodes.len() {
                 warnings.push(Warning::new(
                     WarningKind::Placement,
@@ -541,7 +547,7 @@ fn thread_cpus(
             }
             let k = weights.len();
             for (i, part) in parts.iter().enumerate() {
-                weights[i % k] += part;
+                weights[i % k] += u64::from(*part);
             }
             (cpu_nodes[..k].to_vec(), weights)
         }
@@ -863,9 +869,43 @@ fn shares(
     Ok(threads)
 }
 
-/// Refuses regions the nodes cannot hold.
+/// What the engine allocates besides the regions' data.
+struct EngineMemory {
+    /// Each region's lock array (per copy), placed with the region.
+    locks_per_region: u64,
+    /// The threads' latency reservoirs, on the heap (any node).
+    samples: u64,
+}
+
+fn engine_memory(exp: &Experiment, threads: usize) -> EngineMemory {
+    let locked = exp.access.sync == super::values::Sync::Rwlock
+        && exp.memory.replication.library_mode().is_none();
+    let locks = if locked {
+        let bytes = u64::from(exp.access.lock_stripes)
+            * std::mem::size_of::<super::rwlock::StripeLock>() as u64;
+        bytes.div_ceil(4096) * 4096
+    } else {
+        0
+    };
+    let per_thread = if exp.access.latency_sample == 0 {
+        0
+    } else {
+        super::access::samples_per_thread(threads)
+    };
+    EngineMemory {
+        locks_per_region: locks,
+        // Reads and writes, 8 bytes a timing, plus their nanoseconds when
+        // the run ends.
+        samples: (threads * per_thread * 2 * 16) as u64,
+    }
+}
+
+/// Refuses regions (with their locks, and the threads' latency samples)
+/// that the nodes cannot hold. Sums saturate: a size no machine has is
+/// refused, never wrapped into a small one.
 fn check_memory(
     regions: &[RegionPlan],
+    engine: &EngineMemory,
     topology: &Topology,
     free: &dyn Fn(u32) -> Option<NodeFree>,
 ) -> Result<(), PlanError> {
@@ -880,36 +920,51 @@ fn check_memory(
         .any(|r| r.huge_pages == HugePages::Explicit2M);
     for region in regions {
         let bytes = if region.huge_pages == HugePages::Explicit2M {
-            region.bytes.div_ceil(2 << 20) * (2 << 20)
+            region.bytes.div_ceil(2 << 20).saturating_mul(2 << 20)
         } else {
             region.bytes
+        };
+        // Locks are base pages; with explicit huge pages only the pool
+        // is counted.
+        let bytes = if huge {
+            bytes
+        } else {
+            bytes.saturating_add(engine.locks_per_region)
+        };
+        let mut add = |node: u32, bytes: u64| {
+            let sum = on_node.entry(node).or_default();
+            *sum = sum.saturating_add(bytes);
         };
         if !region.replicas.is_empty() {
             // A full copy on each of its nodes.
             for &node in &region.replicas {
-                *on_node.entry(node).or_default() += bytes;
+                add(node, bytes);
             }
             continue;
         }
         match &region.policy {
             MemPolicy::Bind(nodes) if nodes.len() == 1 => {
-                *on_node.entry(nodes.first().unwrap_or(0)).or_default() += bytes;
+                add(nodes.first().unwrap_or(0), bytes);
             }
             MemPolicy::Bind(nodes) => anywhere.push((nodes.clone(), bytes)),
             MemPolicy::Interleave(nodes) => {
                 let k = nodes.len().max(1) as u64;
                 for node in nodes.iter() {
-                    *on_node.entry(node).or_default() += bytes / k;
+                    add(node, bytes / k);
                 }
             }
             MemPolicy::WeightedInterleave(weights) => {
                 let total: u64 = weights.values().map(|&w| u64::from(w)).sum();
                 for (node, w) in weights {
-                    *on_node.entry(*node).or_default() += bytes * u64::from(*w) / total.max(1);
+                    let share = u128::from(bytes) * u128::from(*w) / u128::from(total.max(1));
+                    add(*node, u64::try_from(share).unwrap_or(u64::MAX));
                 }
             }
             _ => anywhere.push((all.clone(), bytes)),
         }
+    }
+    if engine.samples > 0 && !huge {
+        anywhere.push((all.clone(), engine.samples));
     }
     let available = |node: u32| free(node);
     let unit = |bytes: u64| if huge { bytes.div_ceil(2 << 20) } else { bytes };
@@ -954,7 +1009,10 @@ fn check_memory(
     for (set, _) in &anywhere {
         nodes = nodes.union(set);
     }
-    let total: u64 = on_node.values().sum::<u64>() + anywhere.iter().map(|(_, b)| b).sum::<u64>();
+    let total: u64 = on_node
+        .values()
+        .chain(anywhere.iter().map(|(_, b)| b))
+        .fold(0u64, |sum, b| sum.saturating_add(*b));
     let frees: Vec<NodeFree> = nodes.iter().filter_map(available).collect();
     if !frees.is_empty() {
         let free_sum: u64 = frees
@@ -1308,6 +1366,52 @@ mod tests {
         assert!(
             err.to_string()
                 .contains("needs 30 free 2 MiB huge pages on node 1, which has 10"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn locks_and_latency_samples_count_against_free_memory() {
+        let topo = two();
+        let mib = 1u64 << 20;
+        let free = |_node: u32| {
+            Some(NodeFree {
+                free: 3 * mib,
+                reclaimable: 0,
+                huge_2m: 0,
+            })
+        };
+        // 1 MiB of data fits; with 65536 stripe locks (4 MiB) beside it,
+        // on the same node, it does not.
+        let base = "[threads]\ncount = 1\n[memory]\nsize = \"1MiB\"\npolicy = \"bind:0\"\n[access]\nlatency_sample = 0\n";
+        assert!(Plan::resolve_with(&exp(base), &topo, &free).is_ok());
+        let locked = exp(&format!("{base}sync = \"rwlock\"\nlock_stripes = 65536\n"));
+        let err = Plan::resolve_with(&locked, &topo, &free).unwrap_err();
+        assert!(
+            matches!(err, PlanError::Memory { needed, .. } if needed == 5 * mib),
+            "{err}"
+        );
+        // The threads' latency reservoirs: 2 kinds x 65536 timings x 16
+        // bytes each for one thread, on top of the data, in total.
+        let sampled =
+            exp("[threads]\ncount = 1\n[memory]\nsize = \"5MiB\"\npolicy = \"interleave\"\n");
+        let err = Plan::resolve_with(&sampled, &topo, &free).unwrap_err();
+        assert!(
+            matches!(err, PlanError::Memory { needed, .. } if needed == 7 * mib),
+            "{err}"
+        );
+        // Sizes past any machine are summed without wrapping (they
+        // overflowed u64 into a small number, or panicked).
+        let vast = exp("[threads]\ncount = 8\n[memory]\nsize = \"16000000T\"\nsharing = \"per-thread\"\npolicy = \"bind:0\"\n");
+        let err = Plan::resolve_with(&vast, &topo, &free).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PlanError::Memory {
+                    needed: u64::MAX,
+                    ..
+                }
+            ),
             "{err}"
         );
     }

@@ -27,18 +27,30 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Latency percentiles of the sampled operations, in nanoseconds (the
 /// clock's own cost subtracted).
 ///
+/// Memory for timings is bounded: each thread keeps at most a fixed
+/// number of them (a uniform random sample of all it timed, see
+/// `access.latency_sample` in docs/experiment-file.md), so `samples` (the
+/// timings the percentiles are of) may be fewer than `timed` (the
+/// operations timed).
+///
 /// ```
 /// use numalab_bench::experiment::result::Percentiles;
 /// let samples: Vec<f64> = (1..=1000).map(f64::from).collect();
 /// let p = Percentiles::of(&samples).unwrap();
-/// assert_eq!((p.samples, p.max), (1000, 1000.0));
+/// assert_eq!((p.samples, p.timed, p.max), (1000, 1000, 1000.0));
 /// assert!(p.p50 < p.p90 && p.p90 < p.p99 && p.p99 <= p.p999);
 /// assert!(Percentiles::of(&[]).is_none());
+/// // 1000 kept of 50 000 timed.
+/// assert_eq!(Percentiles::sampled(&samples, 50_000).unwrap().timed, 50_000);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Percentiles {
-    /// Operations timed.
+    /// Timings kept, which the percentiles are of.
     pub samples: u64,
+    /// Operations timed (0 in results written before numalab bounded
+    /// the samples, when every timing was kept).
+    #[serde(default)]
+    pub timed: u64,
     /// Median.
     pub p50: f64,
     /// 90th percentile.
@@ -47,20 +59,88 @@ pub struct Percentiles {
     pub p99: f64,
     /// 99.9th percentile.
     pub p999: f64,
-    /// Slowest.
+    /// Slowest kept.
     pub max: f64,
 }
 
 impl Percentiles {
-    /// From samples in nanoseconds; `None` when there are none.
+    /// From every timing, in nanoseconds; `None` when there are none.
     pub fn of(samples: &[f64]) -> Option<Percentiles> {
+        Self::sampled(samples, samples.len() as u64)
+    }
+
+    /// From `samples` kept of `timed` timings (a uniform sample of them).
+    pub fn sampled(samples: &[f64], timed: u64) -> Option<Percentiles> {
         Some(Percentiles {
             samples: samples.len() as u64,
+            timed: timed.max(samples.len() as u64),
             p50: quantile(samples, 0.5)?,
             p90: quantile(samples, 0.9)?,
             p99: quantile(samples, 0.99)?,
             p999: quantile(samples, 0.999)?,
             max: samples.iter().copied().fold(f64::MIN, f64::max),
+        })
+    }
+
+    /// From several threads' samples, each `(kept, timed)`: a thread that
+    /// kept one timing in ten counts each ten times, so every thread
+    /// weighs by what it timed, not by what it kept.
+    ///
+    /// ```
+    /// use numalab_bench::experiment::result::Percentiles;
+    /// // A thread that kept 100 fast timings of 100, another that kept 100
+    /// // slow ones of 900: nine in ten operations were slow.
+    /// let fast = (vec![10.0; 100], 100);
+    /// let slow = (vec![50.0; 100], 900);
+    /// let p = Percentiles::merged(&[fast, slow]).unwrap();
+    /// assert_eq!((p.samples, p.timed), (200, 1000));
+    /// assert_eq!((p.p50, p.p90), (50.0, 50.0));
+    /// ```
+    pub fn merged(parts: &[(Vec<f64>, u64)]) -> Option<Percentiles> {
+        let timed: u64 = parts
+            .iter()
+            .map(|(kept, seen)| (*seen).max(kept.len() as u64))
+            .sum();
+        if parts.iter().all(|(kept, seen)| kept.len() as u64 >= *seen) {
+            // Every timing kept: the plain percentiles.
+            let all: Vec<f64> = parts
+                .iter()
+                .flat_map(|(kept, _)| kept.iter().copied())
+                .collect();
+            return Self::sampled(&all, timed);
+        }
+        let mut weighted: Vec<(f64, f64)> = parts
+            .iter()
+            .filter(|(kept, _)| !kept.is_empty())
+            .flat_map(|(kept, seen)| {
+                let weight = *seen as f64 / kept.len() as f64;
+                kept.iter().map(move |&ns| (ns, weight))
+            })
+            .collect();
+        if weighted.is_empty() {
+            return None;
+        }
+        weighted.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total: f64 = weighted.iter().map(|(_, w)| w).sum();
+        let at = |q: f64| {
+            let target = q * total;
+            let mut sum = 0.0;
+            for &(ns, w) in &weighted {
+                sum += w;
+                if sum >= target {
+                    return ns;
+                }
+            }
+            weighted[weighted.len() - 1].0
+        };
+        Some(Percentiles {
+            samples: weighted.len() as u64,
+            timed,
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: weighted[weighted.len() - 1].0,
         })
     }
 }

@@ -92,16 +92,29 @@ impl fmt::Display for ByteSize {
 
 text_serde!(ByteSize, "a size such as \"150MiB\" or a number of bytes");
 
-/// A duration, written `10s`, `500ms`, `2m`, `1.5s`.
+/// A duration, written `10s`, `500ms`, `2m`, `1.5s`, `1h`: longer than
+/// zero and at most [`MAX_DURATION`].
 ///
 /// ```
 /// use numalab_bench::experiment::Seconds;
 /// assert_eq!("500ms".parse::<Seconds>()?.0.as_millis(), 500);
 /// assert_eq!(Seconds(std::time::Duration::from_secs(90)).to_string(), "90s");
+/// // Refused, never a panic: a duration past the limit, or beyond f64.
+/// assert!("25h".parse::<Seconds>().unwrap_err().contains("longer than 24h"));
+/// assert!("99999999999999999999s".parse::<Seconds>().is_err());
 /// # Ok::<(), String>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Seconds(pub Duration);
+
+/// The longest duration an experiment takes (`access.duration`, per
+/// thread and per run): 24 hours.
+///
+/// A timed run is repeated (`run.warmup` + `run.repeats` times), so a
+/// day per run is already weeks of machine time; anything longer is a
+/// slip of the unit (`h` for `s`), and numbers past it (`1e20s`) cannot
+/// be held by a [`Duration`] at all.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
 impl FromStr for Seconds {
     type Err = String;
@@ -124,7 +137,17 @@ impl FromStr for Seconds {
         if !(secs.is_finite() && secs > 0.0) {
             return Err(format!("duration {s:?} must be longer than zero"));
         }
-        Ok(Seconds(Duration::from_secs_f64(secs)))
+        if secs > MAX_DURATION.as_secs_f64() {
+            return Err(format!(
+                "duration {s:?} is longer than 24h, the longest numalab runs (write at most 24h)"
+            ));
+        }
+        match Duration::try_from_secs_f64(secs) {
+            Ok(d) if !d.is_zero() => Ok(Seconds(d)),
+            _ => Err(format!(
+                "duration {s:?} is shorter than a nanosecond, the clock's step"
+            )),
+        }
     }
 }
 

@@ -160,6 +160,10 @@ pub enum MatrixError {
     /// A thread could not be pinned.
     #[error(transparent)]
     Bind(#[from] BindError),
+    /// A worker thread could not be started (the ones started were
+    /// stopped).
+    #[error(transparent)]
+    Workers(crate::workers::WorkerError),
     /// A thread stopped answering.
     #[error("{what}: no progress for {after:.1?} (a thread descheduled, or failed)")]
     Stalled {
@@ -168,6 +172,15 @@ pub enum MatrixError {
         /// How long it waited.
         after: Duration,
     },
+}
+
+impl From<crate::workers::WorkerError> for MatrixError {
+    fn from(err: crate::workers::WorkerError) -> MatrixError {
+        match err {
+            crate::workers::WorkerError::Bind(err) => MatrixError::Bind(err),
+            other => MatrixError::Workers(other),
+        }
+    }
 }
 
 /// Bytes in the largest fitting binary unit, for messages.

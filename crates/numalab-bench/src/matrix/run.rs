@@ -788,7 +788,7 @@ pub fn run_until(
     if interrupted {
         warnings.push(MatrixWarning::new(
             MatrixWarningKind::Interrupted,
-            "interrupted (Ctrl-C): the result holds the cells measured before it; the others were not measured",
+            "interrupted (Ctrl-C, SIGTERM or SIGHUP): the result holds the cells measured before it; the others were not measured",
         ));
     }
     let mut result = MatrixResult {

@@ -4,9 +4,67 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use numalab::ring::{Backpressure, RingOptions};
+use numalab::ring::{Backpressure, RingOptions, MAX_BLOCKS, MAX_READERS};
 use numalab::HugePages;
 use serde::{Deserialize, Serialize};
+
+use super::plan::PlanError;
+
+/// Most streams `numalab ring` runs at once (`--streams`).
+pub const MAX_STREAMS: usize = 256;
+/// Most writer and reader processes `numalab ring` starts for one cell
+/// (streams × (readers + 1)).
+pub const MAX_WORKERS: usize = 1024;
+/// Largest ring block (`--block-size`), 1 TiB.
+pub const MAX_BLOCK_SIZE: u64 = 1 << 40;
+/// Longest a process waits for the other side (`--timeout`): a day.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+/// Transfer-header room of each block in `numalab ring`'s rings: the
+/// smallest there is, as its writer sends empty transfer headers. (The
+/// library's default, 4 KiB a block, would make a ring of small blocks
+/// mostly header room.)
+pub const HEADER_ROOM: usize = 64;
+
+/// `--timeout SECONDS` as a duration: more than 0, at most
+/// [`MAX_TIMEOUT`] (checked before the conversion, which cannot hold
+/// every number).
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab_bench::ring::config::timeout_from_secs;
+///
+/// assert_eq!(timeout_from_secs(2.5)?, Duration::from_millis(2500));
+/// let err = timeout_from_secs(1e20).unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "--timeout=100000000000000000000 is more than 86400, the most seconds a \
+///      numalab ring process waits for the other side"
+/// );
+/// assert!(timeout_from_secs(0.0).is_err() && timeout_from_secs(f64::NAN).is_err());
+/// # Ok::<(), numalab_bench::ring::PlanError>(())
+/// ```
+pub fn timeout_from_secs(secs: f64) -> Result<Duration, PlanError> {
+    let out = |rule: String| PlanError::OutOfRange {
+        flag: "timeout",
+        value: secs.to_string(),
+        rule,
+    };
+    if secs.is_nan() || secs <= 0.0 {
+        return Err(out("must be a positive number of seconds".into()));
+    }
+    if secs > MAX_TIMEOUT.as_secs_f64() {
+        return Err(out(format!(
+            "is more than {}, the most seconds a numalab ring process waits for the other side",
+            MAX_TIMEOUT.as_secs()
+        )));
+    }
+    // In range, so the conversion cannot fail; a zero from a subnormal
+    // number is refused as zero.
+    match Duration::try_from_secs_f64(secs) {
+        Ok(duration) if !duration.is_zero() => Ok(duration),
+        _ => Err(out("must be a positive number of seconds".into())),
+    }
+}
 
 /// Preset tables.
 ///
@@ -167,5 +225,108 @@ impl RingConfig {
         .lock(self.mlock)
         .backpressure(Backpressure::Block)
         .max_readers(u32::try_from(self.readers).unwrap_or(u32::MAX))
+        .header_size(HEADER_ROOM)
+    }
+
+    /// Streams of the largest cell: `--streams`, or 2 for the blog's
+    /// tables.
+    pub fn max_streams(&self) -> usize {
+        match self.layout {
+            Some(Layout::Blog) => 2,
+            None => self.streams,
+        }
+    }
+
+    /// Checks every count, size and duration against its limit, before
+    /// anything is planned, made or started; the error names the option as
+    /// the command line spells it, its value and the limit.
+    ///
+    /// ```
+    /// use numalab_bench::ring::{PlanError, RingConfig};
+    ///
+    /// let mut config = RingConfig::new("numalab");
+    /// assert!(config.check().is_ok());
+    /// config.streams = 100_000;
+    /// assert_eq!(
+    ///     config.check().unwrap_err().to_string(),
+    ///     "--streams=100000 is more than 256, the most streams numalab ring runs at once"
+    /// );
+    /// config.streams = 1;
+    /// config.timeout = std::time::Duration::from_secs(1 << 40);
+    /// assert!(matches!(config.check(), Err(PlanError::OutOfRange { flag: "timeout", .. })));
+    /// ```
+    pub fn check(&self) -> Result<(), PlanError> {
+        let out = |flag: &'static str, value: String, rule: String| {
+            Err(PlanError::OutOfRange { flag, value, rule })
+        };
+        if self.layout.is_none() {
+            if self.streams == 0 {
+                return Err(PlanError::NoStreams);
+            }
+            if self.streams > MAX_STREAMS {
+                return out(
+                    "streams",
+                    self.streams.to_string(),
+                    format!(
+                        "is more than {MAX_STREAMS}, the most streams numalab ring runs at once"
+                    ),
+                );
+            }
+        }
+        if !(1..=MAX_READERS as usize).contains(&self.readers) {
+            return out(
+                "readers",
+                self.readers.to_string(),
+                format!("is not from 1 to {MAX_READERS}, the readers a ring can have"),
+            );
+        }
+        let workers = self.max_streams().saturating_mul(self.readers + 1);
+        if workers > MAX_WORKERS {
+            return out(
+                "readers",
+                self.readers.to_string(),
+                format!(
+                    "with {} stream(s) starts {workers} writer and reader processes, more than \
+                     {MAX_WORKERS}, the most numalab ring starts at once",
+                    self.max_streams()
+                ),
+            );
+        }
+        if self.block_size < 64 || !self.block_size.is_multiple_of(64) {
+            return out(
+                "block-size",
+                self.block_size.to_string(),
+                "is not a multiple of 64 bytes".into(),
+            );
+        }
+        if self.block_size > MAX_BLOCK_SIZE {
+            return out(
+                "block-size",
+                self.block_size.to_string(),
+                format!(
+                    "is more than {MAX_BLOCK_SIZE} (1 TiB), the largest block numalab ring makes"
+                ),
+            );
+        }
+        if !(2..=MAX_BLOCKS).contains(&self.blocks) {
+            return out(
+                "blocks",
+                self.blocks.to_string(),
+                format!("is not from 2 to {MAX_BLOCKS}, the blocks a ring can have"),
+            );
+        }
+        if self.volume < self.block_size {
+            return out(
+                "volume",
+                self.volume.to_string(),
+                format!("is less than one block ({} bytes)", self.block_size),
+            );
+        }
+        timeout_from_secs(self.timeout.as_secs_f64())?;
+        // Whatever else the ring itself refuses (a segment larger than an
+        // address can describe).
+        self.ring_options("check", 0)
+            .validate()
+            .map_err(|source| PlanError::Ring { source })
     }
 }

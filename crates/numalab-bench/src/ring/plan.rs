@@ -95,6 +95,24 @@ pub enum PlanError {
     /// No stream.
     #[error("--streams=0: at least one stream is needed")]
     NoStreams,
+    /// A count, size or duration outside its limit
+    /// ([`RingConfig::check`]).
+    #[error("--{flag}={value} {rule}")]
+    OutOfRange {
+        /// The option, as the command line spells it.
+        flag: &'static str,
+        /// Its value.
+        value: String,
+        /// The rule it breaks, with the limit.
+        rule: String,
+    },
+    /// Sizes the ring itself refuses.
+    #[error("--block-size, --blocks")]
+    Ring {
+        /// Why.
+        #[source]
+        source: numalab::ring::RingError,
+    },
     /// A node list with something that is not a node number.
     #[error("--{flag}={spec}: {value:?} is not a node number")]
     NotANode {

@@ -26,8 +26,9 @@ use crate::document::Schema;
 ///     environment: Environment::current(&topology),
 ///     settings: Settings { volume_bytes: 1 << 20, block_size: 64 << 10, blocks: 8,
 ///         mode: Mode::InPlace, huge_pages: HugePages::None, readers_per_stream: 1,
-///         verify: false },
+///         verify: false, segment_bytes: 8 * (64 << 10) + 8192 },
 ///     cells: Vec::new(),
+///     interrupted: false,
 /// };
 /// let text = Document::new(&report).to_json().unwrap();
 /// assert!(text.contains(r#""mode": "in-place""#));
@@ -43,6 +44,10 @@ pub struct RingReport {
     pub settings: Settings,
     /// The cells, in table order; each says whether it ran.
     pub cells: Vec<CellResult>,
+    /// A signal (Ctrl-C, `SIGTERM`, `SIGHUP`) stopped the run: the cells
+    /// that finished have their figures, the others are `interrupted`.
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 impl Schema for RingReport {
@@ -65,7 +70,7 @@ impl RingReport {
 ///
 /// let settings = Settings { volume_bytes: 1 << 30, block_size: 4 << 20, blocks: 8,
 ///     mode: Mode::Copy, huge_pages: HugePages::Transparent, readers_per_stream: 2,
-///     verify: true };
+///     verify: true, segment_bytes: (32 << 20) + (2 << 20) };
 /// let json = serde_json::to_value(&settings)?;
 /// assert_eq!(json["mode"], "copy");
 /// assert_eq!(serde_json::from_value::<Settings>(json)?, settings);
@@ -87,6 +92,11 @@ pub struct Settings {
     pub readers_per_stream: usize,
     /// Whether every byte was checked.
     pub verify: bool,
+    /// Bytes of each ring's segment: its `blocks × block_size` of data,
+    /// and a descriptor and transfer-header slot per block, control words
+    /// and page rounding (0 in documents from before it was recorded).
+    #[serde(default)]
+    pub segment_bytes: u64,
 }
 
 /// Whether a cell ran.
@@ -106,15 +116,18 @@ pub enum CellStatus {
     Skipped,
     /// It was started and failed.
     Failed,
+    /// A signal stopped the run before it finished (or started).
+    Interrupted,
 }
 
 impl CellStatus {
-    /// `ran`, `skipped` or `failed`, as the JSON spells it.
+    /// `ran`, `skipped`, `failed` or `interrupted`, as the JSON spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             CellStatus::Ran => "ran",
             CellStatus::Skipped => "skipped",
             CellStatus::Failed => "failed",
+            CellStatus::Interrupted => "interrupted",
         }
     }
 }
@@ -141,9 +154,10 @@ pub struct CellResult {
     pub table: String,
     /// The cell's name in its table.
     pub name: String,
-    /// `ran`, `skipped` (this machine cannot place it) or `failed`.
+    /// `ran`, `skipped` (this machine cannot place it), `failed` or
+    /// `interrupted`.
     pub status: CellStatus,
-    /// Why it was skipped or failed.
+    /// Why it was skipped, failed or interrupted.
     pub reason: Option<String>,
     /// Each stream.
     pub streams: Vec<StreamResult>,

@@ -4,12 +4,16 @@
 //! every placement audited.
 
 use std::error::Error as _;
-use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use numalab::audit::PlacementAudit;
-use numalab::ring::{Ring, RingError};
-use numalab::system::{Environment, InterruptShield};
+use numalab::ring::{self, Ring, RingError, RingOptions};
+use numalab::system::Environment;
 use numalab::{CpuSet, Topology};
 
 use super::config::RingConfig;
@@ -22,6 +26,7 @@ use super::worker::{Role, WorkerConfig};
 /// Why `numalab ring` stopped.
 ///
 /// ```
+/// use std::sync::atomic::AtomicUsize;
 /// use numalab::Topology;
 /// use numalab_bench::ring::{run, PlanError, RingConfig, RunError};
 ///
@@ -29,7 +34,7 @@ use super::worker::{Role, WorkerConfig};
 /// let mut config = RingConfig::new("numalab");
 /// config.streams = 0;
 /// // The plan is checked before any ring or process is made.
-/// let err = run(&config, &topology, &mut |_| {}).unwrap_err();
+/// let err = run(&config, &topology, &mut |_| {}, &AtomicUsize::new(0)).unwrap_err();
 /// assert!(matches!(err, RunError::Plan(PlanError::NoStreams)), "{err}");
 /// assert_eq!(err.to_string(), "--streams=0: at least one stream is needed");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -37,9 +42,24 @@ use super::worker::{Role, WorkerConfig};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RunError {
-    /// The node or CPU choices cannot be planned.
+    /// The node or CPU choices cannot be planned, or a count or size is
+    /// out of range.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// The rings of a cell do not fit in memory together (checked before
+    /// any is made).
+    #[error("--streams={streams} --blocks={blocks} --block-size={block_size}")]
+    NoRoom {
+        /// Streams of the cell, one ring each.
+        streams: usize,
+        /// Blocks per ring.
+        blocks: u64,
+        /// Bytes per block.
+        block_size: u64,
+        /// The total, and where it does not fit.
+        #[source]
+        source: RingError,
+    },
     /// A stream's ring could not be made.
     #[error("making the ring of stream {stream} on node {node}")]
     MakeRing {
@@ -80,10 +100,6 @@ pub enum RunError {
         /// Bytes the writer wrote.
         written: u64,
     },
-    /// A worker was ended by Ctrl-C: the run stops, its segments are
-    /// removed.
-    #[error("interrupted (Ctrl-C); the run's ring segments were removed")]
-    Interrupted,
 }
 
 /// `err` and every error under it, joined by `: `.
@@ -98,21 +114,47 @@ fn with_sources(err: &RunError) -> String {
     text
 }
 
+/// The name of a signal that stops a run, for messages.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        1 => "SIGHUP".into(),
+        2 => "SIGINT (Ctrl-C)".into(),
+        3 => "SIGQUIT".into(),
+        15 => "SIGTERM".into(),
+        other => format!("signal {other}"),
+    }
+}
+
 /// Runs every cell `config` asks for on this machine (`topology` is its
-/// topology). `progress` hears one line as each cell starts. Ctrl-C ends
-/// the workers and the run ([`RunError::Interrupted`]), removing its
-/// segments. In a preset table a cell that fails is reported as failed and
-/// the others still run; a custom cell's failure is the error.
+/// topology). `progress` hears one line as each cell starts.
+///
+/// `stop` is how the caller asks the run to end: a signal handler stores
+/// the number of the signal that arrived (Ctrl-C's `SIGINT`, `SIGTERM`,
+/// `SIGHUP`); 0 means go on. The run then ends its workers, removes its
+/// segments, and returns the report with the cells that finished and the
+/// others marked `interrupted` ([`RingReport::interrupted`]). A worker
+/// ended by Ctrl-C (the terminal sends it to the whole job) stops the run
+/// the same way. Without handlers installed, a signal ends the calling
+/// process at once, but not the workers' rings: each worker is told by the
+/// kernel when the thread that started it ends (so call this from a
+/// thread that lives until it returns), and removes its ring then.
+///
+/// In a preset table a cell that fails is reported as failed and the
+/// others still run; a custom cell's failure is the error.
 pub fn run(
     config: &RingConfig,
     topology: &Topology,
     progress: &mut dyn FnMut(&str),
+    stop: &AtomicUsize,
 ) -> Result<RingReport, RunError> {
+    config.check()?;
     let cells = plan::cells(config, topology)?;
-    // Ctrl-C ends the workers (they restore the default); numalab stays to
-    // remove the segments and say so.
-    let _shield = InterruptShield::new();
+    let segment_bytes = config
+        .ring_options("check", 0)
+        .segment_size()
+        .map_err(|source| PlanError::Ring { source })?;
     let mut results = Vec::new();
+    let mut stopped_by = None;
     for cell in cells {
         let not_ran = |status, reason| CellResult {
             table: cell.table.into(),
@@ -123,12 +165,19 @@ pub fn run(
             total_mb_per_s: None,
             placement_ok: false,
         };
-        let result = match &cell.streams {
-            Err(reason) => not_ran(CellStatus::Skipped, reason.clone()),
-            Ok(streams) => {
+        if stopped_by.is_none() {
+            stopped_by = Some(stop.load(Ordering::SeqCst) as i32).filter(|&s| s != 0);
+        }
+        let result = match (&cell.streams, stopped_by) {
+            (Err(reason), _) => not_ran(CellStatus::Skipped, reason.clone()),
+            (Ok(_), Some(signal)) => not_ran(
+                CellStatus::Interrupted,
+                format!("not run: {} stopped the run", signal_name(signal)),
+            ),
+            (Ok(streams), None) => {
                 progress(&format!("running {} cell: {}", cell.table, cell.name));
-                match run_cell(config, streams) {
-                    Ok(streams) => CellResult {
+                match run_cell(config, streams, stop) {
+                    Ok(CellRun::Done(streams)) => CellResult {
                         table: cell.table.into(),
                         name: cell.name.clone(),
                         status: CellStatus::Ran,
@@ -137,9 +186,17 @@ pub fn run(
                         placement_ok: streams.iter().all(|s| s.placement_ok),
                         streams,
                     },
-                    Err(err)
-                        if config.layout.is_some() && !matches!(err, RunError::Interrupted) =>
-                    {
+                    Ok(CellRun::Stopped(signal)) => {
+                        stopped_by = Some(signal);
+                        not_ran(
+                            CellStatus::Interrupted,
+                            format!(
+                                "{} stopped it; its workers were ended and its rings removed",
+                                signal_name(signal)
+                            ),
+                        )
+                    }
+                    Err(err) if config.layout.is_some() => {
                         not_ran(CellStatus::Failed, with_sources(&err))
                     }
                     Err(err) => return Err(err),
@@ -158,21 +215,68 @@ pub fn run(
             huge_pages: config.huge_pages,
             readers_per_stream: config.readers,
             verify: config.verify,
+            segment_bytes,
         },
         cells: results,
+        interrupted: stopped_by.is_some(),
     })
 }
 
-/// Kills and reaps the children on every exit path.
-struct Children(Vec<(String, Child)>);
+/// How a cell's run ended, when it did not fail.
+enum CellRun {
+    /// Every worker finished.
+    Done(Vec<StreamResult>),
+    /// A signal (its number) stopped it.
+    Stopped(i32),
+}
 
-impl Drop for Children {
+/// A worker process, its output read by two threads so that it never
+/// blocks on a full pipe while it is not waited for.
+struct Worker {
+    what: String,
+    child: Child,
+    stdout: Option<JoinHandle<Vec<u8>>>,
+    stderr: Option<JoinHandle<Vec<u8>>>,
+    status: Option<ExitStatus>,
+}
+
+impl Worker {
+    /// What it wrote on a stream, once it has exited.
+    fn take(handle: &mut Option<JoinHandle<Vec<u8>>>) -> Vec<u8> {
+        handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Kills and reaps the workers still running on every exit path.
+struct Workers(Vec<Worker>);
+
+impl Drop for Workers {
     fn drop(&mut self) {
-        for (_, child) in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
+        for worker in &mut self.0 {
+            if worker.status.is_none() {
+                let _ = worker.child.kill();
+                let _ = worker.child.wait();
+            }
         }
     }
+}
+
+/// How often the run looks at its workers and at `stop`.
+const POLL: Duration = Duration::from_millis(20);
+
+fn drain(pipe: Option<impl Read + Send + 'static>) -> Option<JoinHandle<Vec<u8>>> {
+    let mut pipe = pipe?;
+    std::thread::Builder::new()
+        .stack_size(64 << 10)
+        .spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+        .ok()
 }
 
 fn start_worker(
@@ -180,7 +284,8 @@ fn start_worker(
     role: Role,
     name: &str,
     cpus: &CpuSet,
-) -> Result<Child, RunError> {
+    what: String,
+) -> Result<Worker, RunError> {
     let worker = WorkerConfig {
         role,
         name: name.to_owned(),
@@ -191,24 +296,100 @@ fn start_worker(
         readers: config.readers,
         verify: config.verify,
     };
-    Command::new(&config.worker_exe)
+    let parent = std::process::id();
+    let mut command = Command::new(&config.worker_exe);
+    command
         .args(worker.args())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| RunError::Process {
-            what: format!("starting a {} process", role.as_str()),
-            source,
-        })
+        .stderr(Stdio::piped());
+    // SAFETY: end_with_parent makes two system calls and allocates
+    // nothing, as code between fork and exec must. It makes the worker
+    // get SIGTERM when this thread ends, however it ends (kill -9
+    // included), and fails the start if this process is gone already.
+    unsafe {
+        command.pre_exec(move || numalab::system::end_with_parent(parent));
+    }
+    let mut child = command.spawn().map_err(|source| RunError::Process {
+        what: format!("starting a {} process", role.as_str()),
+        source,
+    })?;
+    Ok(Worker {
+        what,
+        stdout: drain(child.stdout.take()),
+        stderr: drain(child.stderr.take()),
+        child,
+        status: None,
+    })
 }
 
-fn run_cell(config: &RingConfig, streams: &[StreamPlan]) -> Result<Vec<StreamResult>, RunError> {
+/// Waits for every worker; when `stop` is set, kills them. `Some(signal)`
+/// when a signal stopped the cell.
+fn wait_all(workers: &mut Workers, stop: &AtomicUsize) -> Result<Option<i32>, RunError> {
+    let mut stopped = None;
+    loop {
+        let mut running = 0;
+        for worker in workers.0.iter_mut().filter(|w| w.status.is_none()) {
+            match worker.child.try_wait() {
+                Ok(Some(status)) => worker.status = Some(status),
+                Ok(None) => running += 1,
+                Err(source) => {
+                    return Err(RunError::Process {
+                        what: format!("waiting for the {}", worker.what),
+                        source,
+                    })
+                }
+            }
+        }
+        if stopped.is_none() {
+            stopped = Some(stop.load(Ordering::SeqCst) as i32).filter(|&s| s != 0);
+            if stopped.is_some() {
+                for worker in workers.0.iter_mut().filter(|w| w.status.is_none()) {
+                    let _ = worker.child.kill();
+                }
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    // Ctrl-C reaches the workers (the terminal signals the whole job)
+    // maybe before this process's handler has run: a worker ended by it
+    // stops the run too.
+    Ok(stopped.or_else(|| {
+        workers
+            .0
+            .iter()
+            .filter_map(|w| w.status.and_then(|s| s.signal()))
+            .find(|&signal| signal == 2 || signal == 3)
+    }))
+}
+
+fn run_cell(
+    config: &RingConfig,
+    streams: &[StreamPlan],
+    stop: &AtomicUsize,
+) -> Result<CellRun, RunError> {
+    let names: Vec<String> = (0..streams.len())
+        .map(|i| format!("run-{}-{i}", std::process::id()))
+        .collect();
+    let options: Vec<RingOptions> = streams
+        .iter()
+        .zip(&names)
+        .map(|(stream, name)| config.ring_options(name, stream.memory_node))
+        .collect();
+    // All the cell's rings, before the first is made: each fitting alone
+    // is not enough.
+    ring::check_room(&options).map_err(|source| RunError::NoRoom {
+        streams: streams.len(),
+        blocks: config.blocks,
+        block_size: config.block_size,
+        source,
+    })?;
     let mut rings = Vec::new();
-    for (i, stream) in streams.iter().enumerate() {
-        let name = format!("run-{}-{i}", std::process::id());
-        let options = config.ring_options(&name, stream.memory_node);
-        let ring = Ring::create(&options).map_err(|source| RunError::MakeRing {
+    for (i, (stream, options)) in streams.iter().zip(&options).enumerate() {
+        let ring = Ring::create(options).map_err(|source| RunError::MakeRing {
             stream: i,
             node: stream.memory_node,
             source,
@@ -217,42 +398,41 @@ fn run_cell(config: &RingConfig, streams: &[StreamPlan]) -> Result<Vec<StreamRes
     }
     let audits: Vec<PlacementAudit> = rings.iter().map(Ring::audit).collect();
 
-    let mut children = Children(Vec::new());
+    let mut workers = Workers(Vec::new());
     for (stream, ring) in streams.iter().zip(&rings) {
         for r in 0..config.readers {
-            let child = start_worker(config, Role::Reader, ring.name(), &stream.reader_cpus)?;
-            children
-                .0
-                .push((format!("reader {r} of ring {}", ring.name()), child));
+            let what = format!("reader {r} of ring {}", ring.name());
+            let worker =
+                start_worker(config, Role::Reader, ring.name(), &stream.reader_cpus, what)?;
+            workers.0.push(worker);
         }
     }
     for (stream, ring) in streams.iter().zip(&rings) {
-        let child = start_worker(config, Role::Writer, ring.name(), &stream.writer_cpus)?;
-        children
-            .0
-            .push((format!("writer of ring {}", ring.name()), child));
+        let what = format!("writer of ring {}", ring.name());
+        let worker = start_worker(config, Role::Writer, ring.name(), &stream.writer_cpus, what)?;
+        workers.0.push(worker);
+    }
+    if let Some(signal) = wait_all(&mut workers, stop)? {
+        // `workers` has reaped them all; dropping `rings` removes the
+        // segments.
+        return Ok(CellRun::Stopped(signal));
     }
     // Collect every report; the first failure is the error.
     let mut reports = Vec::new();
     let mut failure = None;
-    let mut interrupted = false;
-    for (what, child) in children.0.drain(..) {
-        let output = child
-            .wait_with_output()
-            .map_err(|source| RunError::Process {
-                what: format!("waiting for the {what}"),
-                source,
-            })?;
-        interrupted |= matches!(output.status.signal(), Some(2 | 3));
-        let stdout = String::from_utf8_lossy(&output.stdout);
+    for worker in &mut workers.0 {
+        let status = worker.status.expect("every worker was waited for");
+        let stdout = Worker::take(&mut worker.stdout);
+        let stdout = String::from_utf8_lossy(&stdout);
         let parsed = stdout
             .lines()
             .last()
             .and_then(|line| serde_json::from_str::<WorkerReport>(line).ok());
         match parsed {
-            Some(report) if output.status.success() => reports.push(report),
+            Some(report) if status.success() => reports.push(report),
             _ => {
-                let stderr = String::from_utf8_lossy(&output.stderr);
+                let stderr = Worker::take(&mut worker.stderr);
+                let stderr = String::from_utf8_lossy(&stderr);
                 let message = stderr
                     .lines()
                     .rev()
@@ -261,15 +441,12 @@ fn run_cell(config: &RingConfig, streams: &[StreamPlan]) -> Result<Vec<StreamRes
                     .trim_start_matches("numalab: error: ")
                     .to_owned();
                 failure.get_or_insert_with(|| RunError::Worker {
-                    what,
-                    status: output.status.to_string(),
+                    what: worker.what.clone(),
+                    status: status.to_string(),
                     message,
                 });
             }
         }
-    }
-    if interrupted {
-        return Err(RunError::Interrupted);
     }
     if let Some(err) = failure {
         return Err(err);
@@ -320,5 +497,5 @@ fn run_cell(config: &RingConfig, streams: &[StreamPlan]) -> Result<Vec<StreamRes
         });
     }
     drop(rings);
-    Ok(results)
+    Ok(CellRun::Done(results))
 }

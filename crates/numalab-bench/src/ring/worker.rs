@@ -196,9 +196,12 @@ fn now_ns() -> u64 {
     numalab::system::monotonic().as_nanos() as u64
 }
 
-/// Runs a worker in this process (started by [`run`](super::run()) under
-/// its interrupt shield, so it first restores Ctrl-C's default: an
-/// interrupt must end it).
+/// Runs a worker in this process (started by [`run`](super::run())). It
+/// first restores Ctrl-C's default, in case whatever started it ignored
+/// the signal: an interrupt must end it. [`run`](super::run()) starts it
+/// so that the kernel sends it `SIGTERM` when the run's process dies; the
+/// `numalab ring-worker` command then removes the ring if its creator is
+/// gone ([`numalab::ring::remove_abandoned`]) and exits.
 pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
     numalab::system::default_interrupts();
     affinity::bind_thread_to_cpus(&config.cpus).map_err(|source| WorkerError::Pin {

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use anyhow::Result;
 use clap::Args;
 use numalab::launch::LaunchError;
-use numalab::Topology;
+use numalab::{InterleaveWeights, Topology};
 use numalab_bench::exec::{exec, ExecConfig, ExecError};
 
 use crate::output::{self, OutputArgs};
@@ -20,8 +20,12 @@ use crate::render;
 #[derive(Debug, Args)]
 #[command(
     after_help = "The report goes to standard error (the command owns standard output), or to \
---output FILE. numalab exits with the command's exit status (128 + N if a signal N killed it); \
-125 when numalab itself fails, 126/127 when the command cannot be run.\n\n\
+--output FILE. numalab exits with the command's exit status (128 + N if a signal N killed it) as \
+soon as the command exits (what it leaves running is not waited for); 125 when numalab itself \
+fails or its options are wrong, 126/127 when the command cannot be run. SIGINT, SIGTERM, SIGHUP \
+and SIGQUIT sent to numalab with kill are passed on to the command (the terminal's Ctrl-C reaches \
+it directly); numalab waits for it, restores the interleave weights, and exits 128 + that signal. If numalab is killed (SIGKILL), so is the \
+command; weights set with -w stay set, and numalab prints at the start how to restore them.\n\n\
 Examples:\n  \
   numalab exec --membind=0 -- ./app           memory on node 0 only\n  \
   numalab exec -N 1 -m 1 -- ./app              CPUs and memory on node 1\n  \
@@ -50,6 +54,8 @@ pub const EXIT_OWN_FAILURE: i32 = 125;
 
 /// Runs `numalab exec`; returns the exit status to leave with.
 pub fn run(args: &ExecArgs) -> Result<i32> {
+    // Before the command runs: its exit status is not lost to a bad -o.
+    args.output.check()?;
     let topology = Topology::system()?;
     let placement = args.placement.resolve(&topology)?;
     let config = ExecConfig {
@@ -58,8 +64,23 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
         cpus: placement.cpus,
         weights: placement.weights,
     };
+    if let Some(commands) = config
+        .weights
+        .as_ref()
+        .and_then(InterleaveWeights::restore_commands)
+    {
+        eprintln!(
+            "numalab exec: changing the kernel's weighted-interleave weights (for every process) until the command ends; if numalab is killed before, restore them with: {commands}"
+        );
+    }
     let report = match exec(&topology, &config) {
         Ok(report) => report,
+        Err(ExecError::Launch(LaunchError::Interrupted { signal })) => {
+            eprintln!(
+                "numalab exec: signal {signal} arrived before the command started; it was not run"
+            );
+            return Ok(128 + signal);
+        }
         Err(ExecError::Launch(LaunchError::Spawn { program, source })) => {
             eprintln!(
                 "numalab exec: cannot run {}: {source}",
@@ -73,6 +94,9 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
         }
         Err(err) => return Err(err.into()),
     };
+    for warning in &report.warnings {
+        eprintln!("numalab exec: warning: {warning}");
+    }
     if !args.quiet {
         let text = render::to_string(&report, args.output.format())?;
         match &args.output.output {
@@ -80,5 +104,10 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
             None => eprint!("{text}"),
         }
     }
-    Ok(report.run.exit.shell_code())
+    // Interrupted by a signal sent to numalab: 128 + it, as a shell says
+    // of a command a signal ended, whatever the command made of it.
+    Ok(match report.run.relayed {
+        Some(signal) => 128 + signal,
+        None => report.run.exit.shell_code(),
+    })
 }

@@ -4,7 +4,10 @@
 //! (or go to swap)?", answered as `numastat -p` would. The fill itself is
 //! [`numalab_bench::fill`]; its tables are in `render/fill.rs`.
 
-use anyhow::Result;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
 use clap::Args;
 use numalab::{HugePages, MemPolicy, Topology};
 use numalab_bench::fill::{fill, FillConfig};
@@ -12,6 +15,7 @@ use numalab_bench::fill::{fill, FillConfig};
 use crate::output::OutputArgs;
 use crate::placement::PlacementArgs;
 use crate::render;
+use crate::signals::Interrupts;
 
 /// Allocate and touch SIZE bytes under a memory policy, then show where
 /// the pages landed per node (numastat -p's split), numa_balancing's
@@ -44,8 +48,16 @@ pub struct FillArgs {
     pub output: OutputArgs,
 }
 
-/// Runs `numalab fill`.
-pub fn run(args: &FillArgs) -> Result<()> {
+/// Runs `numalab fill`; returns the exit status (128 + the signal when
+/// Ctrl-C, SIGTERM or SIGHUP arrived: the fill is finished, the weights
+/// restored and the report written first).
+pub fn run(args: &FillArgs) -> Result<i32> {
+    args.output.check()?;
+    // A signal waits until the pages are counted (the fill's guard then
+    // restores the weights) and is caught after: a watcher thread during
+    // the fill would change how NUMA balancing scans the process, and the
+    // pages it counts.
+    let held = numalab::system::SignalsHeld::new().context("holding back signals")?;
     let topology = Topology::system()?;
     let placement = args.placement.resolve(&topology)?;
     let config = FillConfig {
@@ -55,5 +67,14 @@ pub fn run(args: &FillArgs) -> Result<()> {
         cpus: placement.cpus,
         weights: placement.weights,
     };
-    render::emit(&fill(&topology, &config)?, &args.output)
+    let report = fill(&topology, &config);
+    let interrupts = Interrupts::catch(&Arc::new(AtomicBool::new(false)))?;
+    let waited = held.pending();
+    drop(held);
+    let report = report?;
+    render::emit(&report, &args.output)?;
+    Ok(waited
+        .map(|signal| 128 + signal)
+        .or_else(|| interrupts.exit_status())
+        .unwrap_or(0))
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use numalab::{NodeSet, Role, Topology};
 use numalab_bench::matrix::{
@@ -93,7 +93,8 @@ pub struct MatrixArgs {
     pub huge_pages: Option<numalab::HugePages>,
 
     /// Draw the matrices (heat maps) and the loaded-latency curve into
-    /// STEM-latency.svg/.png, STEM-bandwidth-read.svg/.png, ...
+    /// STEM-latency.svg/.png, STEM-bandwidth-read.svg/.png, ... (STEM's
+    /// directory must exist)
     #[arg(long, value_name = "STEM")]
     pub plot: Option<PathBuf>,
 
@@ -119,9 +120,10 @@ pub struct MatrixArgs {
     pub output: OutputArgs,
 }
 
-/// Runs `numalab matrix`; returns the exit status (130 when Ctrl-C
-/// stopped it, after writing what was measured).
+/// Runs `numalab matrix`; returns the exit status (128 + the signal when
+/// Ctrl-C, SIGTERM or SIGHUP stopped it, after writing what was measured).
 pub fn run(args: &MatrixArgs) -> Result<i32> {
+    args.output.check()?;
     let topology = super::topo::load(args.xml.as_ref(), args.synthetic.as_deref())?;
     let shape = shape_of(&topology, args)?;
     let config = config_of(args);
@@ -134,17 +136,10 @@ pub fn run(args: &MatrixArgs) -> Result<i32> {
         return Ok(0);
     }
     matrix::validate(&topology, &shape, &config).map_err(|e| flag_error(args, e))?;
-    // Measuring takes a while: a result file that cannot be written is
-    // refused first.
-    if let Some(path) = &args.output.output {
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        if let Some(dir) = dir.filter(|d| !d.is_dir()) {
-            bail!(
-                "-o {}: directory {} does not exist",
-                path.display(),
-                dir.display()
-            );
-        }
+    // Measuring takes a while: figures that cannot be written are refused
+    // first (the -o file was checked above).
+    if let Some(stem) = &args.plot {
+        crate::plot::check_stem(stem)?;
     }
 
     let show_progress = std::io::stderr().is_terminal();
@@ -153,10 +148,11 @@ pub fn run(args: &MatrixArgs) -> Result<i32> {
             eprintln!("numalab matrix: {line}");
         }
     };
-    // Ctrl-C: the cell being measured is finished, the rest skipped, and
-    // what was measured is written (a second Ctrl-C quits at once).
+    // Ctrl-C, SIGTERM, SIGHUP: the cell being measured is finished, the
+    // rest skipped, and what was measured is written (a second signal
+    // quits at once).
     let stop = Arc::new(AtomicBool::new(false));
-    crate::exp::catch_interrupts(&stop)?;
+    let interrupts = crate::signals::Interrupts::catch(&stop)?;
     let result = measure(&topology, &shape, &config, &mut progress, &stop)
         .map_err(|e| flag_error(args, e))?;
     // Tables carry the warnings; machine formats carry them in the data,
@@ -168,7 +164,7 @@ pub fn run(args: &MatrixArgs) -> Result<i32> {
         }
     }
     Ok(if result.interrupted {
-        crate::cmd::run::EXIT_INTERRUPTED
+        interrupts.exit_status().unwrap_or(1)
     } else {
         0
     })

@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use numalab_bench::document::{Document, Schema};
-use numalab_bench::experiment::result::{RunResult, SweepResult, RUN_SCHEMA, SWEEP_SCHEMA};
+use numalab_bench::document::{Document, DocumentError, Schema};
+use numalab_bench::experiment::result::{
+    RunResult, SweepResult, RUN_SCHEMA, SCHEMA_VERSION, SWEEP_SCHEMA,
+};
 use numalab_bench::matrix::MatrixResult;
 
 use crate::render::{experiment::text, figures};
@@ -26,17 +28,26 @@ pub struct PlotArgs {
     #[arg(value_name = "RESULTS.json")]
     pub results: PathBuf,
 
-    /// Write STEM.svg and STEM.png (default: the results file without its
-    /// extension)
+    /// Write STEM.svg and STEM.png, in a directory that exists (default:
+    /// the results file without its extension)
     #[arg(long, short = 'o', value_name = "STEM")]
     pub output: Option<PathBuf>,
 }
 
+/// The largest result file `numalab plot` reads: a sweep of a few hundred
+/// cells with every thread's figures is a few megabytes.
+pub const MAX_RESULT_BYTES: u64 = 256 << 20;
+
 /// Runs `numalab plot`.
 pub fn run(args: &PlotArgs) -> Result<()> {
     let path = &args.results;
+    let stem = args
+        .output
+        .clone()
+        .unwrap_or_else(|| path.with_extension(""));
+    crate::plot::check_stem(&stem)?;
     let text_in =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        numalab::files::read_text_limited(path, MAX_RESULT_BYTES, "result files numalab plots")?;
     let doc: serde_json::Value = serde_json::from_str(&text_in)
         .with_context(|| format!("{} is not JSON", path.display()))?;
     let schema = doc
@@ -44,11 +55,32 @@ pub fn run(args: &PlotArgs) -> Result<()> {
         .and_then(|s| s.as_str())
         .unwrap_or("")
         .to_owned();
-    let stem = args
-        .output
-        .clone()
-        .unwrap_or_else(|| path.with_extension(""));
     let load_err = || format!("reading {} as {schema}", path.display());
+    // A run or sweep result is read as its type directly (below), so its
+    // version is checked here: a newer numalab's result may mean something
+    // else in the same fields.
+    if schema == SWEEP_SCHEMA || schema == RUN_SCHEMA {
+        let version = doc.get("schema_version").and_then(|v| v.as_u64());
+        if version != Some(u64::from(SCHEMA_VERSION)) {
+            let name = if schema == RUN_SCHEMA {
+                RUN_SCHEMA
+            } else {
+                SWEEP_SCHEMA
+            };
+            let Some(found) = version.and_then(|v| u32::try_from(v).ok()) else {
+                bail!(
+                    "{}: {name} without a schema_version numalab can read; this numalab reads version {SCHEMA_VERSION}",
+                    path.display()
+                );
+            };
+            let err = DocumentError::OtherVersion {
+                schema: name,
+                expected: SCHEMA_VERSION,
+                found,
+            };
+            bail!("{}: {err}", path.display());
+        }
+    }
     // A run or sweep result carries its schema fields itself, so it is
     // read as its type directly; a matrix result is a document of its
     // schema, checked for name and version as it is read.

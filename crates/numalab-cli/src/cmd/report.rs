@@ -9,14 +9,14 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
 use numalab::Topology;
 use numalab_bench::experiment::Control;
 use numalab_bench::report::{Report, ReportPlan};
 use numalab_bench::topo::TopoReport;
 
-use crate::exp::{self, ProgressDisplay};
+use crate::exp::ProgressDisplay;
 use crate::output::{self, OutputArgs};
 use crate::render::{self, report::html_page};
 
@@ -55,8 +55,10 @@ pub struct ReportArgs {
     pub markdown: bool,
 }
 
-/// Runs `numalab report`.
-pub fn run(args: &ReportArgs) -> Result<()> {
+/// Runs `numalab report`; returns the exit status (128 + the signal when
+/// Ctrl-C, SIGTERM or SIGHUP stopped the policy sweep, after writing the
+/// report of what was measured).
+pub fn run(args: &ReportArgs) -> Result<i32> {
     let html = args
         .output
         .as_ref()
@@ -67,17 +69,9 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         markdown: args.markdown,
         output: args.output.clone(),
     };
+    // Before anything is measured: a bad target would lose the report.
     for path in args.output.iter().chain(&args.html) {
-        if let Some(dir) = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty() && !d.is_dir())
-        {
-            bail!(
-                "-o {}: directory {} does not exist",
-                path.display(),
-                dir.display()
-            );
-        }
+        output::check_target(path)?;
     }
 
     // Everything planned and checked before anything is measured.
@@ -96,7 +90,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 
     progress("running the policy sweep");
     let control = Control::default();
-    exp::catch_interrupts(&control.stop)?;
+    let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
     let label = Arc::new(Mutex::new(String::new()));
     let display = ProgressDisplay::start(Arc::clone(&control.progress), Arc::clone(&label));
     let sweep = plan.run_sweep(&topology, &control, |i, n, cell| {
@@ -115,5 +109,6 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     if let Some(path) = &args.html {
         output::write_atomically(path, html_page(&report)?.as_bytes())?;
     }
-    out.emit(&text)
+    out.emit(&text)?;
+    Ok(interrupts.exit_status().unwrap_or(0))
 }

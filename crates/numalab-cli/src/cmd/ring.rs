@@ -5,16 +5,22 @@
 //! `--cleanup`).
 
 use std::io::IsTerminal;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use numalab::ring::{self, RingError, SizeError, MAX_READERS};
+use numalab::ring;
 use numalab::{CpuSet, HugePages, Topology};
-use numalab_bench::ring::{self as engine, RingConfig, RingList, Role, WorkerConfig};
+use numalab_bench::ring::config::timeout_from_secs;
+use numalab_bench::ring::{self as engine, CellStatus, RingConfig, RingList, Role, WorkerConfig};
 
 use crate::output::{self, OutputArgs};
 use crate::render;
+use crate::signals::Interrupts;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 /// Move data between writer and reader processes through numalab's
 /// shared-memory ring, for chosen placements of ring memory, writer and
@@ -31,7 +37,11 @@ Examples:\n  \
   numalab ring --streams 2 --memory-node 0,1 --writer-node 0,1 --reader-node 0,1\n  \
   numalab ring --layout blog --json              the blog's two tables, placement verified\n  \
   numalab ring --list                            ring segments on this machine, live or stale\n  \
-  numalab ring --cleanup NAME                    remove a stale segment"
+  numalab ring --cleanup NAME                    remove a stale segment\n\n\
+Ctrl-C, SIGTERM or SIGHUP end the workers, remove the run's segments, write the cells that \
+finished (the others marked interrupted) and exit with 128 + the signal's number (130, 143, \
+129); a second signal exits at once. Workers end when numalab dies, even by kill -9, and \
+remove their ring then."
 )]
 pub struct RingArgs {
     /// Run a preset table: `blog` is the blog's single-stream table (every
@@ -41,7 +51,8 @@ pub struct RingArgs {
     #[arg(long, value_enum, conflicts_with_all = ["streams", "memory_node", "writer_node", "reader_node", "writer_cpus", "reader_cpus"])]
     pub layout: Option<LayoutArg>,
 
-    /// Parallel streams, each with its own ring, writer and reader(s)
+    /// Parallel streams, each with its own ring, writer and reader(s); at
+    /// most 256, and all their rings must fit in free memory together
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub streams: usize,
 
@@ -65,7 +76,8 @@ pub struct RingArgs {
     #[arg(long, value_name = "CPUS[/CPUS…]")]
     pub reader_cpus: Option<String>,
 
-    /// Readers per stream (each reads everything)
+    /// Readers per stream (each reads everything), 1 to 64; at most 1024
+    /// writer and reader processes in all
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub readers: usize,
 
@@ -74,11 +86,15 @@ pub struct RingArgs {
     #[arg(long, visible_alias = "size", default_value = "20G", value_name = "BYTES", value_parser = crate::args::size)]
     pub volume: u64,
 
-    /// Bytes per ring block
+    /// Bytes per ring block: a multiple of 64, at most 1 TiB
     #[arg(long, default_value = "4M", value_name = "BYTES", value_parser = crate::args::size)]
     pub block_size: u64,
 
-    /// Blocks per ring
+    /// Blocks per ring, 2 to 1048576. Each block also takes 96 bytes in
+    /// the ring's segment (its descriptor and transfer-header slot), and
+    /// the segment is rounded up to whole pages: with blocks of a few
+    /// hundred bytes the segment is much larger than the data (the result
+    /// gives its size)
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub blocks: u64,
 
@@ -100,6 +116,7 @@ pub struct RingArgs {
     pub mlock: bool,
 
     /// Seconds any process may wait for the other side before failing
+    /// (more than 0, at most 86400)
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub timeout: f64,
 
@@ -159,10 +176,14 @@ impl From<ModeArg> for engine::Mode {
     }
 }
 
-/// Runs `numalab ring`.
-pub fn run(args: &RingArgs) -> Result<()> {
+/// Runs `numalab ring`; returns the exit status: 0, or 128 + the signal
+/// that stopped a run (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)
+/// after writing the cells that finished.
+pub fn run(args: &RingArgs) -> Result<i32> {
+    args.output.check()?;
     if args.list {
-        return render::emit(&RingList::current(), &args.output);
+        render::emit(&RingList::current(), &args.output)?;
+        return Ok(0);
     }
     if let Some(name) = &args.cleanup {
         let removed =
@@ -170,18 +191,45 @@ pub fn run(args: &RingArgs) -> Result<()> {
         for path in removed {
             eprintln!("removed {}", path.display());
         }
-        return Ok(());
+        return Ok(0);
     }
-    let topology = Topology::system()?;
+    // Every count, size and duration is checked before anything else.
     let config = config(args)?;
+    let topology = Topology::system()?;
     let show_progress = std::io::stderr().is_terminal();
     let mut progress = |line: &str| {
         if show_progress {
             eprintln!("{line}");
         }
     };
-    let report = engine::run(&config, &topology, &mut progress)?;
+    // Ctrl-C, SIGTERM and SIGHUP store their number in the flag the run
+    // looks at: it ends its workers, removes its segments and writes what
+    // it measured. A second signal ends numalab at once (the workers, told
+    // by the kernel that their parent is gone, remove the segments).
+    let stop = Arc::new(AtomicUsize::new(0));
+    let flag = Arc::clone(&stop);
+    let _interrupts =
+        Interrupts::catch_with(move |signal| flag.store(signal as usize, Ordering::SeqCst))?;
+    let report = engine::run(&config, &topology, &mut progress, &stop)?;
     render::emit(&report, &args.output)?;
+    if report.interrupted {
+        // A worker ended by Ctrl-C may be all that was seen of it.
+        let signal = match stop.load(Ordering::SeqCst) as i32 {
+            0 => SIGINT,
+            signal => signal,
+        };
+        let finished = report
+            .cells
+            .iter()
+            .filter(|c| c.status == CellStatus::Ran)
+            .count();
+        eprintln!(
+            "numalab: interrupted by {}: {finished} cell(s) finished and were written; \
+             the workers were ended and the run's ring segments removed",
+            engine::run::signal_name(signal)
+        );
+        return Ok(128 + signal);
+    }
     if let Some(failed) = report.failed_cell() {
         bail!(
             "cell {:?} failed: {}",
@@ -189,11 +237,12 @@ pub fn run(args: &RingArgs) -> Result<()> {
             failed.reason.as_deref().unwrap_or("")
         );
     }
-    Ok(())
+    Ok(0)
 }
 
-/// The engine's configuration from the flags, checked before anything is
-/// allocated or started.
+/// The engine's configuration from the flags, every count, size and
+/// duration checked against its limit before anything is allocated or
+/// started.
 fn config(args: &RingArgs) -> Result<RingConfig> {
     let config = RingConfig {
         layout: args.layout.map(Into::into),
@@ -210,52 +259,13 @@ fn config(args: &RingArgs) -> Result<RingConfig> {
         mode: args.mode.into(),
         huge_pages: args.huge_pages,
         mlock: args.mlock,
-        // A timeout that is not a positive number is refused below.
-        timeout: Duration::try_from_secs_f64(args.timeout).unwrap_or_default(),
+        timeout: timeout_from_secs(args.timeout)?,
         verify: args.verify,
         worker_exe: std::env::current_exe()
             .context("finding the numalab binary to start workers")?,
     };
-    check_sizes(args, &config)?;
+    config.check()?;
     Ok(config)
-}
-
-/// Refuses sizes no ring takes (the ring's own rules, named by the flag
-/// that breaks them) and sizes this measurement cannot use.
-fn check_sizes(args: &RingArgs, config: &RingConfig) -> Result<()> {
-    if let Err(err) = config.ring_options("check", 0).validate() {
-        return Err(match err {
-            RingError::Size(SizeError::BlockSize { .. }) => anyhow!(
-                "--block-size={}: must be a multiple of 64 bytes",
-                args.block_size
-            ),
-            RingError::Size(SizeError::Blocks { blocks }) if blocks < 2 => {
-                anyhow!("--blocks={}: a ring needs at least 2 blocks", args.blocks)
-            }
-            RingError::Size(SizeError::Readers { .. }) => anyhow!(
-                "--readers={}: from 1 to {MAX_READERS} readers per stream",
-                args.readers
-            ),
-            other => anyhow!(other).context(format!(
-                "--block-size={} --blocks={}",
-                args.block_size, args.blocks
-            )),
-        });
-    }
-    if args.volume < args.block_size {
-        bail!(
-            "--volume={}: less than one block ({} bytes)",
-            args.volume,
-            args.block_size
-        );
-    }
-    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        bail!(
-            "--timeout={}: must be a positive number of seconds",
-            args.timeout
-        );
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -302,16 +312,52 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
         .cpus
         .parse()
         .with_context(|| format!("--cpus={}", args.cpus))?;
+    let timeout = timeout_from_secs(args.timeout)?;
+    end_with_the_ring(&args.name)?;
     let report = engine::worker::run(&WorkerConfig {
         role,
         name: args.name.clone(),
         cpus,
         mode: args.mode.into(),
-        timeout: Duration::try_from_secs_f64(args.timeout)
-            .with_context(|| format!("--timeout={}", args.timeout))?,
+        timeout,
         volume: args.volume,
         readers: args.readers,
         verify: args.verify,
     })?;
     output::print_stdout(&format!("{}\n", serde_json::to_string(&report)?))
+}
+
+/// How long a worker told to end waits for its ring's creator to be gone.
+const CREATOR_EXIT: Duration = Duration::from_secs(2);
+
+/// SIGTERM or SIGHUP end the worker, and first remove its ring when the
+/// process that made it is gone: `numalab ring` starts its workers so that
+/// the kernel sends them SIGTERM when it dies, even by `kill -9`, and its
+/// segments must not outlive them. The signal comes when the thread that
+/// started the worker ends, which can be before the rest of the process
+/// (and its hold on the ring) is gone: the worker waits up to
+/// [`CREATOR_EXIT`] for that. A ring whose creator lives is left to it.
+fn end_with_the_ring(name: &str) -> Result<()> {
+    let mut signals =
+        Signals::new([SIGTERM, SIGHUP]).context("installing the worker's signal handlers")?;
+    let name = name.to_owned();
+    std::thread::Builder::new()
+        .name("ring-worker-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                let start = Instant::now();
+                while start.elapsed() < CREATOR_EXIT {
+                    match ring::remove_abandoned(&name) {
+                        Ok(false) if ring::RingMonitor::open(&name).is_ok() => {
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                        // Removed, gone already, or not a ring to remove.
+                        _ => break,
+                    }
+                }
+                std::process::exit(128 + signal);
+            }
+        })
+        .context("starting the worker's signal thread")?;
+    Ok(())
 }

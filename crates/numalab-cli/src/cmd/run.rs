@@ -20,8 +20,9 @@ use crate::render;
     numalab run examples/deck-exp1-small.toml\n  \
     numalab run exp.toml --set threads.count=8 --set access.op_size=64\n  \
     numalab run exp.toml --set memory.policy=remote --json -o remote.json\n\n\
-Ctrl-C stops the workers after their current chunk of operations; what was measured is \
-written, marked interrupted, and numalab exits with status 130.")]
+Ctrl-C (or SIGTERM, SIGHUP) stops the workers after their current chunk of operations; what \
+was measured is written, marked interrupted, and numalab exits with 128 + the signal (130 for \
+Ctrl-C, 143 for SIGTERM); a second signal quits at once.")]
 pub struct RunArgs {
     /// The experiment file (TOML; every key is described in
     /// docs/experiment-file.md)
@@ -36,13 +37,12 @@ pub struct RunArgs {
     pub output: OutputArgs,
 }
 
-/// Exit status after an interrupted run, as a shell reports SIGINT.
-pub const EXIT_INTERRUPTED: i32 = 130;
-
 /// Runs `numalab run`; returns the exit status.
 pub fn run(args: &RunArgs) -> Result<i32> {
+    // Before anything is measured: a bad -o would lose the measurement.
+    args.output.check()?;
     let control = Control::default();
-    exp::catch_interrupts(&control.stop)?;
+    let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
     let experiment = exp::load(&args.experiment, &args.sets)?;
     if !experiment.sweep.is_empty() {
         eprintln!(
@@ -63,7 +63,14 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     result.created = numalab_bench::document::now_rfc3339();
     render::emit(&result, &args.output)?;
     Ok(if result.interrupted {
-        EXIT_INTERRUPTED
+        interrupts.exit_status().unwrap_or(1)
+    } else if result.figures.is_none() {
+        // A run without a single measured repeat measured nothing.
+        eprintln!(
+            "numalab run: no repeat completed (run.repeats = {}), so there is no figure",
+            result.experiment.run.repeats
+        );
+        1
     } else {
         0
     })

@@ -34,8 +34,9 @@ pub struct SweepArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
 
-    /// Write the figure to STEM.svg and STEM.png (default: the -o file's
-    /// name without extension, else the experiment's name)
+    /// Write the figure to STEM.svg and STEM.png, in a directory that
+    /// exists (default: the -o file's name without extension, else the
+    /// experiment's name)
     #[arg(long, value_name = "STEM")]
     pub plot: Option<PathBuf>,
 
@@ -49,9 +50,18 @@ pub struct SweepArgs {
 
 /// Runs `numalab sweep`; returns the exit status.
 pub fn run(args: &SweepArgs) -> Result<i32> {
+    // Before anything is measured: a bad -o would lose the measurement.
+    args.output.check()?;
     let control = Control::default();
-    exp::catch_interrupts(&control.stop)?;
+    let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
     let experiment = exp::load(&args.experiment, &args.sets)?;
+    if !args.no_plot {
+        crate::plot::check_stem(&exp::figure_stem(
+            args.plot.as_deref(),
+            args.output.output.as_deref(),
+            &experiment.name,
+        ))?;
+    }
     if experiment.sweep.is_empty() {
         bail!(
             "{} has no [sweep] table (or --set fixed every swept key); add one, e.g.\n[sweep]\n\"threads.count\" = [1, 2, 4]\n\"memory.policy\" = [\"local\", \"remote\", \"interleave\"]\nor use `numalab run` for a single experiment",
@@ -81,9 +91,14 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
         let paths = figures::draw_sweep(&result, &stem)?;
         eprintln!("{}", text::wrote(&paths));
     }
-    let failed = result.cells.iter().filter(|c| c.error.is_some()).count();
+    // A cell that ran without completing a repeat measured nothing.
+    let failed = result
+        .cells
+        .iter()
+        .filter(|c| c.error.is_some() || c.result.as_ref().is_some_and(|r| r.figures.is_none()))
+        .count();
     Ok(if result.interrupted {
-        crate::cmd::run::EXIT_INTERRUPTED
+        interrupts.exit_status().unwrap_or(1)
     } else if failed > 0 {
         eprintln!(
             "numalab sweep: {failed} of {} cells failed while running (their errors are above and in the results); the others ran",

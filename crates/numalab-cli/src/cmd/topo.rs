@@ -51,5 +51,6 @@ pub fn report(args: &TopoArgs) -> Result<TopoReport> {
 
 /// Runs `numalab topo`.
 pub fn run(args: &TopoArgs) -> Result<()> {
+    args.output.check()?;
     render::emit(&report(args)?, &args.output)
 }

@@ -1,5 +1,5 @@
 //! What `numalab run` and `numalab sweep` share besides their rendering:
-//! loading an experiment with its `--set` overrides, Ctrl-C, the progress
+//! loading an experiment with its `--set` overrides, the progress
 //! bar, and where figures are written. Their tables, CSV and figures are
 //! in [`crate::render::experiment`] and [`crate::render::figures`].
 
@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use numalab_bench::experiment::{Experiment, Progress};
 
@@ -20,21 +20,6 @@ use numalab_bench::experiment::{Experiment, Progress};
 pub fn load(path: &Path, sets: &[String]) -> Result<Experiment> {
     let exp = Experiment::from_file(path).map_err(|e| anyhow::anyhow!("{e}"))?;
     exp.with_overrides(sets).map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-/// Ctrl-C (and SIGTERM) set the stop flag the workers look at between
-/// chunks; a second Ctrl-C ends numalab at once.
-pub fn catch_interrupts(stop: &Arc<AtomicBool>) -> Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    use signal_hook::flag;
-    for signal in [SIGINT, SIGTERM] {
-        // Registered first, so it sees the flag as it was before this
-        // signal: only a second signal exits.
-        flag::register_conditional_shutdown(signal, 130, Arc::clone(stop))
-            .context("installing the Ctrl-C handler")?;
-        flag::register(signal, Arc::clone(stop)).context("installing the Ctrl-C handler")?;
-    }
-    Ok(())
 }
 
 /// A progress bar on standard error, shown only when it is a terminal and

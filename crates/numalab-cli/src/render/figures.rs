@@ -6,12 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use numalab_bench::experiment::result::{RunResult, SweepResult};
 use numalab_bench::matrix::{self, Figure, MatrixResult};
 
 use crate::output::human_bytes;
-use crate::plot::{self, line_chart, Heatmap, LineChart, Series};
+use crate::plot::{line_chart, Drawing, Heatmap, LineChart, Series};
 
 /// The axis to put on x: `threads.count` when swept, else the first axis
 /// whose values are all numbers; `None` when no axis is numeric.
@@ -125,13 +125,21 @@ fn suffixed(stem: &Path, suffix: &str) -> PathBuf {
     stem.with_file_name(format!("{name}-{suffix}"))
 }
 
-/// Draws every figure a matrix result has data for under `stem`: a heat
-/// map per matrix and the loaded-latency curves; returns the files
-/// written.
+/// Draws every figure a matrix result has data for under `stem` (each as
+/// `<stem>-<suffix>.svg` and `.png`, in `stem`'s directory, which must
+/// exist); returns the files written.
 pub fn draw_matrix(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
-    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = Vec::new();
+    for (suffix, drawing) in matrix_drawings(result) {
+        written.extend(drawing.write(&suffixed(stem, &suffix))?);
     }
+    Ok(written)
+}
+
+/// Every figure a matrix result has data for, each with the suffix its
+/// files get: a heat map per matrix (`latency`, `bandwidth-read`, ...), the
+/// loaded-latency curves (`loaded`) and the cache-to-cache map (`c2c`).
+pub fn matrix_drawings(result: &MatrixResult) -> Vec<(String, Drawing)> {
     let shape = &result.shape;
     let names = |nodes: &[u32]| nodes.iter().map(|n| format!("node {n}")).collect();
     let matrix_of = |value: &dyn Fn(u32, u32) -> Option<f64>| -> Vec<Vec<Option<f64>>> {
@@ -150,7 +158,7 @@ pub fn draw_matrix(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
         values,
         unit: unit.into(),
     };
-    let mut written = Vec::new();
+    let mut drawings = Vec::new();
     if let Some(latency) = &result.latency {
         let values = matrix_of(&|i, t| {
             latency
@@ -167,7 +175,7 @@ pub fn draw_matrix(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
             "ns",
             values,
         );
-        written.extend(plot::heatmap(&map, &suffixed(stem, "latency"))?);
+        drawings.push(("latency".to_owned(), Drawing::Heat(map)));
     }
     if let Some(bandwidth) = &result.bandwidth {
         type Pick = fn(&matrix::BandwidthCell) -> Option<&Figure>;
@@ -186,10 +194,7 @@ pub fn draw_matrix(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
                     .map(Figure::median)
             });
             let map = heat(format!("{title} bandwidth, GB/s"), "GB/s", values);
-            written.extend(plot::heatmap(
-                &map,
-                &suffixed(stem, &format!("bandwidth-{suffix}")),
-            )?);
+            drawings.push((format!("bandwidth-{suffix}"), Drawing::Heat(map)));
         }
     }
     if let Some(curves) = result.loaded.as_ref().filter(|c| !c.is_empty()) {
@@ -209,7 +214,7 @@ pub fn draw_matrix(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
                 })
                 .collect(),
         };
-        written.extend(plot::line_chart(&chart, &suffixed(stem, "loaded"))?);
+        drawings.push(("loaded".to_owned(), Drawing::Lines(chart)));
     }
     if let Some(c2c) = result.c2c.as_ref().filter(|c| !c.cells.is_empty()) {
         let values = c2c
@@ -236,9 +241,9 @@ pub fn draw_matrix(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
             values,
             unit: "ns".into(),
         };
-        written.extend(plot::heatmap(&map, &suffixed(stem, "c2c"))?);
+        drawings.push(("c2c".to_owned(), Drawing::Heat(map)));
     }
-    Ok(written)
+    drawings
 }
 
 #[cfg(test)]
@@ -253,6 +258,7 @@ mod tests {
         let text = result.json().unwrap();
         let saved: MatrixResult = Document::parse(&text).unwrap();
         let dir = std::env::temp_dir().join(format!("numalab-figures-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
         let written = draw_matrix(&saved, &dir.join("sub/run.1")).unwrap();
         let names: Vec<String> = written
             .iter()

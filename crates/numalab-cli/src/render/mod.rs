@@ -93,13 +93,15 @@ pub trait Render: Serialize + Schema {
     }
 }
 
-/// `result` as text in `format`.
+/// `result` as text in `format`. Tables and Markdown are for people: any
+/// control character a name carried is shown as an escape
+/// ([`output::printable`]); JSON escapes them itself.
 pub fn to_string<R: Render + ?Sized>(result: &R, format: Format) -> Result<String> {
     Ok(match format {
         Format::Json => result.json()?,
         Format::Csv => result.csv(),
-        Format::Table => result.text(Style::Plain),
-        Format::Markdown => result.text(Style::Markdown),
+        Format::Table => output::printable(&result.text(Style::Plain)).into_owned(),
+        Format::Markdown => output::printable(&result.text(Style::Markdown)).into_owned(),
     })
 }
 
@@ -111,7 +113,7 @@ pub fn emit<R: Render + ?Sized>(result: &R, out: &OutputArgs) -> Result<()> {
     let text = to_string(result, format)?;
     if format != Format::Table || out.output.is_some() {
         for warning in result.warnings() {
-            eprintln!("numalab: warning: {warning}");
+            eprintln!("numalab: warning: {}", output::printable(&warning));
         }
     }
     out.emit(&text)

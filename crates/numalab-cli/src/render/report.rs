@@ -6,10 +6,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use numalab_bench::report::Report;
 
 use super::{Render, Style};
+use crate::plot::Drawing;
 use crate::render::figures;
 
 impl Render for Report {
@@ -54,23 +55,21 @@ fn text(report: &Report, style: Style) -> String {
 /// and the text sections as preformatted tables; nothing fetched from
 /// elsewhere.
 pub fn html_page(report: &Report) -> Result<String> {
-    let dir = std::env::temp_dir().join(format!("numalab-report-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let figures = (|| -> Result<Vec<(String, String)>> {
-        let mut svgs = Vec::new();
-        let mut paths = figures::draw_matrix(&report.matrix, &dir.join("matrix"))?;
-        paths.extend(figures::draw_sweep(&report.sweep, &dir.join("sweep"))?);
-        for path in paths
-            .iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "svg"))
-        {
-            let title = figure_title(path);
-            svgs.push((title, std::fs::read_to_string(path)?));
-        }
-        Ok(svgs)
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    let figures = figures?;
+    // Drawn in memory: no temporary file, so nothing in a shared /tmp
+    // another user could put in numalab's way.
+    let mut drawings: Vec<(String, Drawing)> = figures::matrix_drawings(&report.matrix)
+        .into_iter()
+        .map(|(suffix, drawing)| (format!("matrix-{suffix}"), drawing))
+        .collect();
+    drawings.push((
+        "sweep".to_owned(),
+        Drawing::Lines(figures::sweep_chart(&report.sweep)),
+    ));
+    let mut figures = Vec::new();
+    for (name, drawing) in &drawings {
+        let title = figure_title(Path::new(&format!("{name}.svg")));
+        figures.push((title, drawing.svg()?));
+    }
 
     let host = report.matrix.environment.as_ref().map(|e| &e.host);
     let title = format!(

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use numalab::ring::SegmentEntry;
-use numalab_bench::ring::{CellResult, CellStatus, RingList, RingReport, StreamResult};
+use numalab_bench::ring::{CellResult, CellStatus, RingList, RingReport, Settings, StreamResult};
 
 use super::{Render, Style};
 use crate::output::{self, human_bytes, Csv};
@@ -29,6 +29,22 @@ impl Render for RingList {
     }
 }
 
+/// `(a 40 MiB segment per ring: 8 MiB more than the data)` when the
+/// descriptors, transfer-header slots and page rounding beside the blocks
+/// are worth saying (a tenth of the data or more).
+fn segment_note(s: &Settings) -> String {
+    let data = s.blocks.saturating_mul(s.block_size);
+    let overhead = s.segment_bytes.saturating_sub(data);
+    if s.segment_bytes == 0 || overhead.saturating_mul(10) < data {
+        return String::new();
+    }
+    format!(
+        " (a {} segment per ring: {} more than the data)",
+        human_bytes(s.segment_bytes),
+        human_bytes(overhead)
+    )
+}
+
 fn mbps(value: Option<f64>) -> String {
     value.map_or("-".into(), |v| format!("{v:.0}"))
 }
@@ -46,10 +62,11 @@ fn human(report: &RingReport, markdown: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "numalab ring: {} per stream, {} blocks of {}, {}{}, {} reader(s) per stream",
+        "numalab ring: {} per stream, {} blocks of {}{}, {}{}, {} reader(s) per stream",
         human_bytes(s.volume_bytes),
         s.blocks,
         human_bytes(s.block_size),
+        segment_note(s),
         s.mode.as_str(),
         if s.verify {
             ", every byte verified"
@@ -123,6 +140,17 @@ fn human(report: &RingReport, markdown: bool) -> String {
             }
         }
     }
+    if report.interrupted {
+        let finished = report
+            .cells
+            .iter()
+            .filter(|c| c.status == CellStatus::Ran)
+            .count();
+        let _ = writeln!(
+            out,
+            "\ninterrupted: {finished} cell(s) finished; the others did not run to the end"
+        );
+    }
     let skipped = report
         .cells
         .iter()
@@ -192,8 +220,17 @@ fn csv(report: &RingReport) -> String {
     csv.finish()
 }
 
+fn not_a_segment(entry: &SegmentEntry) -> bool {
+    entry
+        .problem
+        .as_deref()
+        .is_some_and(|p| p.starts_with("not a ring segment"))
+}
+
 fn state_of(entry: &SegmentEntry) -> &'static str {
-    if entry.in_use {
+    if not_a_segment(entry) {
+        "-"
+    } else if entry.in_use {
         "in use"
     } else {
         "stale"
@@ -256,7 +293,11 @@ fn list_text(list: &RingList, _style: Style) -> String {
         ]);
     }
     let mut text = output::render(&table);
-    if entries.iter().any(SegmentEntry::is_stale) {
+    // Only what --cleanup removes: valid segments and unfinished creations.
+    if entries
+        .iter()
+        .any(|e| e.is_stale() && (e.problem.is_none() || e.temporary))
+    {
         text.push_str("remove a stale segment with `numalab ring --cleanup NAME`\n");
     }
     text
@@ -267,7 +308,7 @@ mod tests {
     use super::*;
     use numalab::system::Environment;
     use numalab::{HugePages, Topology};
-    use numalab_bench::ring::{Mode, Settings};
+    use numalab_bench::ring::Mode;
 
     fn report(cells: Vec<CellResult>) -> RingReport {
         let topology = Topology::from_synthetic("pack:1 numa:1 core:1 pu:1").unwrap();
@@ -281,8 +322,10 @@ mod tests {
                 huge_pages: HugePages::None,
                 readers_per_stream: 1,
                 verify: false,
+                segment_bytes: (32 << 20) + 8192,
             },
             cells,
+            interrupted: false,
         }
     }
 
@@ -313,6 +356,32 @@ mod tests {
                 .starts_with("two-stream,crossed,skipped,"),
             "{csv}"
         );
+    }
+
+    #[test]
+    fn an_interrupted_table_and_a_large_segment_are_said() {
+        let mut report = report(vec![CellResult {
+            table: "single-stream".into(),
+            name: "memory 0, writer 0, reader 0".into(),
+            status: CellStatus::Interrupted,
+            reason: Some("SIGINT (Ctrl-C) stopped it".into()),
+            streams: Vec::new(),
+            total_mb_per_s: None,
+            placement_ok: false,
+        }]);
+        report.interrupted = true;
+        report.settings.block_size = 64;
+        report.settings.blocks = 1 << 20;
+        report.settings.segment_bytes = 160 << 20;
+        let text = report.text(Style::Plain);
+        assert!(
+            text.contains(
+                "1048576 blocks of 64 B (a 160 MiB segment per ring: 96 MiB more than the data)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("interrupted: 0 cell(s) finished"), "{text}");
+        assert!(report.csv().contains(",interrupted,"), "{}", report.csv());
     }
 
     #[test]

@@ -96,3 +96,33 @@ pub fn sysfs_roles() -> (Vec<u32>, Vec<u32>) {
         .collect();
     (with_cpus, sysfs_list("/sys/devices/system/node/has_memory"))
 }
+
+/// Waits until numalab `pid` runs a worker thread: a thread besides its
+/// main one and its signal watcher (`numalab-signals`).
+pub fn wait_for_worker(pid: u32) {
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'))
+        {
+            return; // it ended: the caller's assertions say how
+        }
+        let workers = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .filter_map(|t| t.ok())
+                    .filter(|t| t.file_name().to_str() != Some(&pid.to_string()))
+                    .filter(|t| {
+                        std::fs::read_to_string(t.path().join("comm"))
+                            .is_ok_and(|c| c.trim() != "numalab-signals")
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if workers > 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

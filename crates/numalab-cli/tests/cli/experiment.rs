@@ -372,12 +372,9 @@ fn ctrl_c_writes_what_was_measured_marked_interrupted() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the pinned worker runs (a second thread appears), then
-    // press Ctrl-C.
-    let tasks = format!("/proc/{}/task", child.id());
-    while std::fs::read_dir(&tasks).map_or(0, |d| d.count()) < 2 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    // Wait until the pinned worker runs (a thread besides the main one
+    // and the signal watcher appears), then press Ctrl-C.
+    wait_for_worker(child.id());
     std::thread::sleep(std::time::Duration::from_millis(300));
     let out = ctrl_c(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
@@ -392,5 +389,112 @@ fn ctrl_c_writes_what_was_measured_marked_interrupted() {
         dir.files(),
         ["long.toml", "r.json"],
         "no temporary file left"
+    );
+}
+
+#[test]
+fn counts_past_their_limits_exit_non_zero_before_anything_runs() {
+    for (sets, message) in [
+        // Wrapped warmup + repeats to zero runs, then exited 0.
+        (
+            &["run.repeats=4294967295"][..],
+            "run.repeats = 4294967295 is more than 1000, the most repeats numalab runs",
+        ),
+        (
+            &["run.warmup=4294967295"],
+            "run.warmup = 4294967295 is more than 100, the most warm-up runs numalab runs",
+        ),
+        // Asked for 390 GB of latency samples and aborted.
+        (
+            &["access.ops=100000000000000"],
+            "access.ops = 100000000000000 is more than 1000000000000",
+        ),
+        (
+            &["threads.count=2147483648"],
+            "threads.count = 2147483648 is more than 4096, the most threads numalab starts",
+        ),
+        // Thread spawn panicked, then the process hung.
+        (
+            &["threads.count=100000", "threads.oversubscribe=true"],
+            "threads.count = 100000 is more than 4096",
+        ),
+        // Panicked in Duration::from_secs_f64.
+        (
+            &["access.duration=99999999999999999999s"],
+            "is longer than 24h, the longest numalab runs",
+        ),
+    ] {
+        let mut args = vec!["run".to_owned(), small(), "--json".to_owned()];
+        for set in sets {
+            args.extend(["--set".to_owned(), (*set).to_owned()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = numalab(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{sets:?}: {err}");
+        assert!(err.contains(message), "{sets:?}: {err}");
+        assert!(out.stdout.is_empty(), "{sets:?}: nothing measured");
+    }
+}
+
+#[test]
+fn grids_and_files_that_cannot_be_run_are_refused_with_their_place() {
+    let dir = Scratch::new("limits");
+    // 4000 x 2000 cells were made before any was checked.
+    let seeds: Vec<String> = (0..4000).map(|i| i.to_string()).collect();
+    let ops: Vec<String> = (1..=2000).map(|i| (1000 * i).to_string()).collect();
+    let grid = dir.path("grid.toml");
+    std::fs::write(
+        &grid,
+        format!(
+            "name = \"grid\"\n[sweep]\n\"access.seed\" = [{}]\n\"access.ops\" = [{}]\n",
+            seeds.join(", "),
+            ops.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = numalab(&["sweep", &grid]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "{grid}:3:1: [sweep] has 4000 x 2000 = 8000000 cells, more than 10000, the most a sweep runs"
+        )),
+        "{}",
+        stderr(&out)
+    );
+
+    // An empty file ran the default experiment.
+    let empty = dir.path("empty.toml");
+    std::fs::write(&empty, "# to do\n").unwrap();
+    for command in ["run", "sweep"] {
+        let out = numalab(&[command, &empty]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("{empty} sets no key")),
+            "{}",
+            stderr(&out)
+        );
+    }
+
+    // The error was pinned on a comment naming the key.
+    let pinned = dir.path("pinned.toml");
+    std::fs::write(
+        &pinned,
+        "# sweeps \"threads.count\"\n[sweep]\n\"memory.policy\" = [\"local\"]\n\"threads.count\" = [1, 0]\n",
+    )
+    .unwrap();
+    let out = numalab(&["sweep", &pinned]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(&format!(
+            "{pinned}:4:1: sweep \"threads.count\" value 0: threads.count: must be at least 1"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        dir.files(),
+        ["empty.toml", "grid.toml", "pinned.toml"],
+        "nothing written"
     );
 }

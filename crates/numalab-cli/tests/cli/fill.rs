@@ -83,3 +83,50 @@ fn fill_refuses_a_bind_its_nodes_cannot_hold() {
         assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// A SIGTERM during the fill waits until the pages are counted: the report
+/// is written whole and numalab exits 143. No thread runs beside the fill
+/// meanwhile (a signal watcher would change what NUMA balancing does to
+/// the pages counted).
+#[test]
+fn sigterm_during_a_fill_writes_the_report_and_exits_143() {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(["fill", "--size", "1G", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait until numalab holds SIGTERM back (SigBlk in /proc), as the
+    // kernel reports it, then send it.
+    let sigterm_bit = 1u64 << (15 - 1);
+    let mut threads_during_fill = None;
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let blocked = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
+        match blocked {
+            Some(mask) if mask & sigterm_bit != 0 => {
+                threads_during_fill = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))
+                    .and_then(|v| v.trim().parse::<u32>().ok());
+                break;
+            }
+            None => break, // it ended: the assertions below say how
+            _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("the whole report");
+    assert_eq!(doc["size_bytes"], 1u64 << 30);
+    assert_eq!(threads_during_fill, Some(1), "a thread ran beside the fill");
+}

@@ -4,9 +4,12 @@
 mod common;
 mod exec;
 mod experiment;
+mod files;
 mod fill;
 mod help;
 mod matrix;
 mod report;
 mod ring;
+mod signals;
 mod topo;
+mod unprivileged;

@@ -29,7 +29,7 @@ fn matrix_ctrl_c_finishes_the_cell_and_writes_what_was_measured() {
     let out = ctrl_c(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("interrupted (Ctrl-C)"),
+        stderr(&out).contains("interrupted (Ctrl-C, SIGTERM or SIGHUP)"),
         "{}",
         stderr(&out)
     );
@@ -56,7 +56,7 @@ fn matrix_quick_measures_every_pair_with_placement_checked() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
     assert!(!stderr(&out).contains("warning"), "nothing measured");
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(dir.join("figs")).unwrap();
     let out = numalab(&[
         "matrix",
         "--quick",

@@ -143,6 +143,11 @@ pub const CHECKS: &[Check] = &[
         run: exec::weighted_interleave,
     },
     Check {
+        name: "exec.weights-restored-on-sigterm",
+        about: "numalab exec -w sent SIGTERM: the command gets it, exit 143, the kernel's weights restored",
+        run: exec::weights_restored_on_sigterm,
+    },
+    Check {
         name: "fill.spill",
         about: "numalab fill beyond a node's free memory spills to the nearest node (default, preferred)",
         run: fill::spill,

@@ -571,7 +571,9 @@ impl ReplicatedPages {
         })
     }
 
-    /// A region holding the contents of the file at `path`.
+    /// A region holding the contents of the file at `path`, a regular
+    /// file (a device, a FIFO or a directory is refused, not read: a FIFO
+    /// could block forever, `/dev/zero` never end).
     pub fn from_file(
         path: impl AsRef<Path>,
         set: ReplicaSet,
@@ -583,8 +585,17 @@ impl ReplicatedPages {
             path: path.display().to_string(),
             source,
         };
-        let mut file = std::fs::File::open(path).map_err(file_error)?;
-        let len = file.metadata().map_err(file_error)?.len() as usize;
+        // Opened without blocking, so a FIFO is seen for what it is.
+        let mut file =
+            std::fs::File::from(crate::sys::linux::open_input(path, true).map_err(file_error)?);
+        let meta = file.metadata().map_err(file_error)?;
+        if let Some(kind) = crate::files::kind_name(meta.file_type()) {
+            return Err(file_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("a {kind}, not a regular file"),
+            )));
+        }
+        let len = meta.len() as usize;
         Self::build(len, set, options, |master| {
             file.read_exact(&mut master[..len]).map_err(file_error)
         })
@@ -1413,6 +1424,39 @@ mod tests {
             ReplicatedPages::from_file("/nonexistent/x", emulated(1), PagesOptions::default())
                 .unwrap_err();
         assert!(err.to_string().contains("/nonexistent/x"), "{err}");
+    }
+
+    #[test]
+    fn from_file_refuses_a_fifo_instead_of_waiting_for_a_writer() {
+        let dir = std::env::temp_dir().join(format!("numalab-pages-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("f");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let result = ReplicatedPages::from_file(&path, emulated(1), PagesOptions::default());
+            let _ = tx.send(result.map(|_| ()).map_err(|e| e.to_string()));
+        });
+        // Generous: the test asserts that it returns, not how fast.
+        let result = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("from_file of a FIFO returns");
+        let err = result.unwrap_err();
+        assert!(err.contains("a FIFO, not a regular file"), "{err}");
+        let err = ReplicatedPages::from_file("/dev/zero", emulated(1), PagesOptions::default())
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("a character device, not a regular file"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

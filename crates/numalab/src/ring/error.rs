@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::buffer::BufferError;
 use crate::policy::PolicyError;
+use crate::units::Size;
 
 use super::layout::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS};
 
@@ -131,8 +132,47 @@ pub enum RingError {
         /// What is wrong.
         reason: String,
     },
-    /// The segment's first word is zero: it was never completed.
-    #[error("the segment was never completed (its creator died while making it); remove it with `numalab ring --cleanup`")]
+    /// Something under a segment's name that is not a regular file (a
+    /// FIFO, a directory, a socket, a device, a symbolic link): never
+    /// opened for reading, never removed.
+    #[error("{} is not a ring segment: {kind}", path.display())]
+    NotASegment {
+        /// The file.
+        path: PathBuf,
+        /// What it is (`FIFO`, `directory`, …).
+        kind: &'static str,
+    },
+    /// `remove` left the file in place.
+    #[error("{} was not removed: {reason}", path.display())]
+    NotRemoved {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Rings that do not fit together in the memory or the file system
+    /// that would hold them ([`check_room`](super::check_room)).
+    #[error(
+        "{rings} ring(s) need {} together ({} of data, {} of block descriptors, \
+         transfer-header slots and control) {place}, which has {} free",
+        Size(*needed), Size(*data), Size(needed.saturating_sub(*data)), Size(*free)
+    )]
+    NoRoom {
+        /// Rings counted.
+        rings: usize,
+        /// Bytes of their segments in all.
+        needed: u64,
+        /// Of which data blocks.
+        data: u64,
+        /// Where: `on node(s) 0` or `in /dev/shm`.
+        place: String,
+        /// Bytes free there (with reclaimable page cache, for nodes).
+        free: u64,
+    },
+    /// The segment's first word is zero: it was never completed (numalab
+    /// names a segment only once it is complete, so a named file like this
+    /// was not made by this numalab).
+    #[error("its header was never completed: its first 8 bytes are zero")]
     Incomplete,
     /// The segment is not a numalab ring.
     #[error("not a numalab ring: magic {magic:#018x}")]

@@ -1,6 +1,7 @@
 //! [`Ring`]: a handle on a ring segment, made or opened, from which the
 //! writer and readers attach.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -14,10 +15,10 @@ use super::layout::{
 };
 use super::monitor::RingStats;
 use super::reader::Reader;
-use super::segment::{check_name, CreateSpec, Segment};
+use super::segment::{check_name, CreateSpec, Segment, SHM_DIR};
 use super::writer::Writer;
 use crate::audit::{audit, PlacementAudit};
-use crate::buffer::HugePages;
+use crate::buffer::{check_free_memory, BufferError, BufferOptions, HugePages};
 use crate::locate::{self, LocateError, PageHistogram, Sample};
 use crate::policy::MemPolicy;
 use crate::sets::NodeSet;
@@ -161,6 +162,27 @@ impl RingOptions {
         self.size.checked_div(self.block_size).unwrap_or(0)
     }
 
+    /// Bytes of the segment file these options make, once the sizes are
+    /// valid: the data (`size`), and beside it a 32-byte descriptor and a
+    /// `header_size` transfer-header slot per block, 384 bytes of header
+    /// and writer control, 128 bytes per reader slot, rounded up to whole
+    /// pages (2 MiB pages with huge pages). Memory is taken for all of it.
+    ///
+    /// ```
+    /// use numalab::ring::RingOptions;
+    ///
+    /// // 1 Mi blocks of 64 bytes: 64 MiB of data, and 4 KiB of transfer
+    /// // header room and 32 bytes of descriptor beside each block.
+    /// let small = RingOptions::new("radio", 64 << 20, 64);
+    /// assert!(small.segment_size()? > (64 + 4096 + 32) << 20);
+    /// // With the smallest header room, 64 bytes a block.
+    /// assert!(small.header_size(64).segment_size()? < (64 + 64 + 32 + 1) << 20);
+    /// # Ok::<(), numalab::ring::RingError>(())
+    /// ```
+    pub fn segment_size(&self) -> Result<u64, RingError> {
+        Ok(self.geometry()?.total_size)
+    }
+
     fn flags(&self) -> u32 {
         let mut flags = match self.huge_pages {
             HugePages::None => 0,
@@ -238,6 +260,92 @@ impl RingOptions {
     }
 }
 
+/// Checks that rings made with each of `rings` fit in memory together,
+/// before any is made: the sizes of each ([`RingOptions::validate`]), then
+/// their segments' bytes in all ([`RingOptions::segment_size`], data and
+/// per-block overhead) against the free memory (and reclaimable page
+/// cache) of the nodes their policies bind to, against the free 2 MiB huge
+/// pages there for explicit huge pages, and against the space left in
+/// `/dev/shm`. [`Ring::create`] checks one ring; a program that makes many
+/// checks them all first, so that it fails before it has made any rather
+/// than after it has taken the memory.
+///
+/// ```
+/// use numalab::ring::{check_room, RingError, RingOptions};
+///
+/// let ring = |i: usize| RingOptions::new(&format!("stream-{i}"), 8 << 20, 1 << 20).node(0);
+/// check_room(&[ring(0), ring(1)])?;
+/// // A million such rings fit nowhere; the error names the total.
+/// let many: Vec<RingOptions> = (0..1_000_000).map(ring).collect();
+/// match check_room(&many) {
+///     Err(RingError::NoRoom { rings, needed, .. }) => {
+///         assert_eq!(rings, 1_000_000);
+///         assert!(needed > 1_000_000 * (8 << 20));
+///     }
+///     other => panic!("expected no room, got {other:?}"),
+/// }
+/// # Ok::<(), RingError>(())
+/// ```
+pub fn check_room(rings: &[RingOptions]) -> Result<(), RingError> {
+    // (policy, pages) -> (policy, pages, rings, segment bytes, data bytes)
+    type Group = (MemPolicy, HugePages, usize, u64, u64);
+    let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
+    let (mut shm_rings, mut shm_bytes, mut shm_data) = (0usize, 0u64, 0u64);
+    for options in rings {
+        let g = options.geometry()?;
+        let data = g.blocks * g.block_size;
+        let key = (options.policy.to_string(), options.huge_pages.to_string());
+        let group = groups
+            .entry(key)
+            .or_insert_with(|| (options.policy.clone(), options.huge_pages, 0, 0, 0));
+        group.2 += 1;
+        group.3 = group.3.saturating_add(g.total_size);
+        group.4 = group.4.saturating_add(data);
+        if options.huge_pages != HugePages::Explicit2M {
+            shm_rings += 1;
+            shm_bytes = shm_bytes.saturating_add(g.total_size);
+            shm_data = shm_data.saturating_add(data);
+        }
+    }
+    for (policy, huge_pages, count, needed, data) in groups.into_values() {
+        policy.check()?;
+        let buffer = BufferOptions::new(policy).huge_pages(huge_pages);
+        let len = usize::try_from(needed).unwrap_or(usize::MAX);
+        match check_free_memory(len, &buffer) {
+            Ok(()) => {}
+            Err(BufferError::InsufficientMemory {
+                nodes,
+                free,
+                reclaimable,
+                ..
+            }) => {
+                return Err(RingError::NoRoom {
+                    rings: count,
+                    needed,
+                    data,
+                    place: format!("on node(s) {nodes}"),
+                    free: free.saturating_add(reclaimable),
+                })
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+    if shm_rings > 0 {
+        if let Ok(free) = linux::fs_available_bytes(Path::new(SHM_DIR)) {
+            if shm_bytes > free {
+                return Err(RingError::NoRoom {
+                    rings: shm_rings,
+                    needed: shm_bytes,
+                    data: shm_data,
+                    place: format!("in {SHM_DIR}"),
+                    free,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A handle on a ring segment: made with [`Ring::create`] (the creator
 /// removes the segment's name when it drops the handle, unless told to
 /// [`keep`](Ring::keep) it) or opened with [`Ring::open`]. The writer and
@@ -258,7 +366,7 @@ impl RingOptions {
 ///
 /// See the [module documentation](super) for a writer and a reader.
 pub struct Ring {
-    seg: Arc<Segment>,
+    pub(super) seg: Arc<Segment>,
     owner: bool,
     touched_from: NodeSet,
 }

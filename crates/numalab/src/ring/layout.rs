@@ -25,8 +25,10 @@ use super::protocol::{ReaderCtl, WriterCtl};
 
 /// `"NUMARING"`, little-endian.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"NUMARING");
-/// Bumped whenever anything in this file changes meaning.
-pub(crate) const LAYOUT_VERSION: u32 = 1;
+/// Bumped whenever anything in this file changes meaning. 2: a reader's
+/// `state` word carries a flag once it has finished joining, which the
+/// writer's `wait_for_readers` waits for.
+pub(crate) const LAYOUT_VERSION: u32 = 2;
 
 /// Most readers a ring can have.
 pub const MAX_READERS: u32 = 64;
@@ -250,6 +252,32 @@ pub(crate) fn encode_header(info: &HeaderInfo, bytes: &mut [u8; 256]) {
     bytes[CHECKSUM_OFFSET..CHECKSUM_OFFSET + 8].copy_from_slice(&checksum.to_le_bytes());
 }
 
+/// Bytes of the fixed header at the start of every segment file.
+pub const HEADER_SIZE: usize = size_of::<Header>();
+
+/// Checks the fixed header of a ring segment — its first
+/// [`HEADER_SIZE`] bytes, as another process wrote them — against the
+/// length of the file they came from, as every process does before it maps
+/// a segment: the magic, layout version, header size, checksum, every size
+/// and count within its limit ([`MAX_BLOCKS`], [`MAX_READERS`],
+/// [`MAX_META_SIZE`]), every offset recomputed from them, and the file
+/// exactly as long as they say. Any byte string gives `Ok` or a typed
+/// [`RingError`] (`Incomplete`, `Foreign`, `Version` or `Corrupt`), never a
+/// panic, and it allocates nothing beyond the error's message: a fuzz
+/// target can call it directly.
+///
+/// ```
+/// use numalab::ring::{validate_header, RingError, HEADER_SIZE};
+///
+/// let zeros = [0u8; HEADER_SIZE];
+/// assert!(matches!(validate_header(&zeros, 1 << 20), Err(RingError::Incomplete)));
+/// let err = validate_header(b"NUMARING", 1 << 20).unwrap_err();
+/// assert!(matches!(err, RingError::Corrupt { .. }), "{err}");
+/// ```
+pub fn validate_header(bytes: &[u8], file_len: u64) -> Result<(), RingError> {
+    decode_header(bytes, file_len, crate::sys::linux::page_size() as u64).map(|_| ())
+}
+
 /// Validates a header (its first 256 bytes, magic included) against the
 /// file's length. Never trusts a field before checking it.
 pub(crate) fn decode_header(
@@ -258,9 +286,16 @@ pub(crate) fn decode_header(
     page: u64,
 ) -> Result<HeaderInfo, RingError> {
     let corrupt = |reason: String| RingError::Corrupt { reason };
-    if bytes.len() < size_of::<Header>() || file_len < size_of::<Header>() as u64 {
+    if file_len < size_of::<Header>() as u64 {
         return Err(corrupt(format!(
             "the file is {file_len} bytes, shorter than a ring header ({} bytes)",
+            size_of::<Header>()
+        )));
+    }
+    if bytes.len() < size_of::<Header>() {
+        return Err(corrupt(format!(
+            "{} bytes of header were read, fewer than a ring header ({} bytes)",
+            bytes.len(),
             size_of::<Header>()
         )));
     }

@@ -116,9 +116,12 @@ mod writer;
 pub use self::{
     copy::{CopyStores, STREAMING_FROM},
     error::{RingError, SizeError},
-    layout::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS},
+    layout::{validate_header, HEADER_SIZE, MAX_BLOCKS, MAX_META_SIZE, MAX_READERS},
     meta::{Transfer, TransferHeader},
-    monitor::{list, remove, ReaderStats, RingMonitor, RingStats, SegmentEntry, WriterStats},
+    monitor::{
+        list, remove, remove_abandoned, ReaderStats, RingMonitor, RingStats, SegmentEntry,
+        WriterStats,
+    },
     reader::{ReadBlock, Reader},
     writer::{WriteBlock, Writer},
 };
@@ -126,4 +129,4 @@ pub use self::{
 #[cfg(not(loom))]
 mod handle;
 #[cfg(not(loom))]
-pub use self::handle::{Backpressure, Ring, RingOptions};
+pub use self::handle::{check_room, Backpressure, Ring, RingOptions};

@@ -2,7 +2,9 @@
 //! reader's lag, how often each side waited; and the list of segments on
 //! the machine, live or stale.
 
+use std::fs::Metadata;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
@@ -10,7 +12,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::error::RingError;
-use super::layout::{LOCK_CREATOR, LOCK_READERS, LOCK_SPAN, LOCK_WRITER};
+use super::layout::{
+    decode_header, HeaderInfo, LOCK_CREATOR, LOCK_READERS, LOCK_SPAN, LOCK_WRITER,
+};
 use super::protocol::{
     self, MODE_LAG, READER_ACTIVE, READER_JOINING, WRITER_ACTIVE, WRITER_FINISHED, WRITER_NONE,
 };
@@ -298,19 +302,180 @@ impl SegmentEntry {
     }
 }
 
-/// Whether a live process holds the segment at `path`.
-fn in_use(path: &std::path::Path) -> Result<bool, RingError> {
-    let fd = linux::open_segment(path, SegmentOpen::ReadOnly)
-        .map_err(RingError::os(format!("open {}", path.display())))?;
-    linux::is_locked(&fd, 0, LOCK_SPAN).map_err(RingError::os(format!(
-        "check the locks of {}",
-        path.display()
-    )))
+/// A file found under a segment's name, looked at without trusting it:
+/// opened non-blocking and without following links, its kind and owner
+/// taken from the descriptor, its header read and validated before any
+/// byte is mapped.
+struct Inspection {
+    name: String,
+    path: PathBuf,
+    temporary: bool,
+    size: u64,
+    /// Owner, when it could be seen.
+    uid: Option<u32>,
+    /// The file's identity (device, inode), when it was opened.
+    id: Option<(u64, u64)>,
+    /// A regular file numalab could open: whether a live process holds it,
+    /// and whether its creator is one of them.
+    locks: Option<Locks>,
+    /// What the header says, or why it is not a header.
+    header: Result<HeaderInfo, RingError>,
 }
 
-/// Every numalab ring segment on this machine (in `/dev/shm` and
-/// `/dev/hugepages`), live or stale.
-pub fn list() -> Vec<SegmentEntry> {
+#[derive(Debug, Clone, Copy)]
+struct Locks {
+    in_use: bool,
+    creator_alive: bool,
+}
+
+impl Inspection {
+    /// Looks at the file at `path`; `file_type` is what the directory
+    /// entry says (not following links).
+    fn of(name: String, path: PathBuf, temporary: bool, lstat: Option<Metadata>) -> Inspection {
+        let mut inspection = Inspection {
+            name,
+            path,
+            temporary,
+            size: lstat.as_ref().map_or(0, Metadata::len),
+            uid: lstat.as_ref().map(MetadataExt::uid),
+            id: None,
+            locks: None,
+            header: Err(RingError::Corrupt {
+                reason: "not read".into(),
+            }),
+        };
+        let not_a_segment = |path: &PathBuf, mode: u32| RingError::NotASegment {
+            path: path.clone(),
+            kind: segment::file_kind(mode),
+        };
+        // Anything but a regular file is never opened.
+        if let Some(meta) = &lstat {
+            if !meta.file_type().is_file() {
+                inspection.header = Err(not_a_segment(&inspection.path, meta.mode()));
+                return inspection;
+            }
+        }
+        let fd = match linux::open_segment(&inspection.path, SegmentOpen::ReadOnly) {
+            Ok(fd) => fd,
+            Err(err) => {
+                inspection.header = Err(match err.raw_os_error() {
+                    Some(libc::ELOOP) => RingError::NotASegment {
+                        path: inspection.path.clone(),
+                        kind: "symbolic link",
+                    },
+                    Some(libc::EACCES) => RingError::NotOwned {
+                        path: inspection.path.clone(),
+                        reason: match inspection.uid {
+                            Some(uid) => {
+                                format!("it belongs to user {uid}, and this user may not read it")
+                            }
+                            None => "this user may not read it".into(),
+                        },
+                    },
+                    _ => RingError::os(format!("open {}", inspection.path.display()))(err),
+                });
+                return inspection;
+            }
+        };
+        let st = match linux::stat_fd(&fd) {
+            Ok(st) => st,
+            Err(err) => {
+                inspection.header =
+                    Err(RingError::os(format!("stat {}", inspection.path.display()))(err));
+                return inspection;
+            }
+        };
+        inspection.size = st.size;
+        inspection.uid = Some(st.uid);
+        inspection.id = Some(st.id);
+        // Replaced by something else since the directory was read.
+        if !st.regular {
+            inspection.header = Err(not_a_segment(&inspection.path, st.mode));
+            return inspection;
+        }
+        let locked = |start, len| linux::is_locked(&fd, start, len).unwrap_or(true);
+        inspection.locks = Some(Locks {
+            in_use: locked(0, LOCK_SPAN),
+            creator_alive: locked(LOCK_CREATOR, 1),
+        });
+        inspection.header = segment::read_header(fd, &inspection.path, st.size)
+            .and_then(|(_, bytes)| decode_header(&bytes, st.size, linux::page_size() as u64));
+        inspection
+    }
+
+    /// Whether a live process holds it; a regular file that could not be
+    /// looked at counts as held, and anything else (a FIFO) as not.
+    fn in_use(&self) -> bool {
+        match self.locks {
+            Some(locks) => locks.in_use,
+            None => !matches!(self.header, Err(RingError::NotASegment { .. })),
+        }
+    }
+
+    /// Whether its content says it is a numalab segment: a valid header,
+    /// a numalab header of another layout version (left by another
+    /// numalab), or for the temporary file of a creation, a header not yet
+    /// written (or an empty file: the creator died before sizing it).
+    fn verified(&self) -> Result<(), String> {
+        match &self.header {
+            Ok(_) | Err(RingError::Version { .. }) => Ok(()),
+            Err(RingError::Incomplete) if self.temporary => Ok(()),
+            Err(RingError::Corrupt { .. }) if self.temporary && self.size == 0 => Ok(()),
+            Err(RingError::NotASegment { kind, .. }) => Err(format!("not a ring segment: {kind}")),
+            Err(err) => Err(format!(
+                "numalab cannot verify that it is a ring segment ({err}); \
+                 remove it by hand if you are sure"
+            )),
+        }
+    }
+
+    fn entry(&self) -> SegmentEntry {
+        let (stats, problem) = if self.temporary {
+            let problem = match self.verified() {
+                Ok(()) => "temporary file of an unfinished creation".to_owned(),
+                Err(why) => why,
+            };
+            (None, Some(problem))
+        } else {
+            match &self.header {
+                Err(RingError::NotASegment { kind, .. }) => {
+                    (None, Some(format!("not a ring segment: {kind}")))
+                }
+                Err(err) => match self.uid {
+                    Some(uid) if uid != linux::effective_uid() => {
+                        (None, Some(format!("it belongs to user {uid}: {err}")))
+                    }
+                    _ => (None, Some(err.to_string())),
+                },
+                Ok(_) => match Segment::open_path(&self.name, self.path.clone(), true) {
+                    Ok(seg) => (Some(RingStats::read(&seg, &seg.fd)), None),
+                    Err(err) => (None, Some(err.to_string())),
+                },
+            }
+        };
+        SegmentEntry {
+            name: self.name.clone(),
+            path: self.path.clone(),
+            size: self.size,
+            in_use: self.in_use(),
+            temporary: self.temporary,
+            stats,
+            problem,
+        }
+    }
+
+    /// Whether the file at its path is still the one looked at.
+    fn still_there(&self) -> bool {
+        let Ok(meta) = std::fs::symlink_metadata(&self.path) else {
+            return false;
+        };
+        self.id == Some((meta.dev(), meta.ino()))
+    }
+}
+
+/// Every file under a segment's name (or a temporary one's) in `/dev/shm`
+/// and `/dev/hugepages`, looked at.
+fn inspect_all(only: Option<&str>) -> Vec<Inspection> {
     let mut found = Vec::new();
     for dir in [SHM_DIR, HUGETLB_DIR] {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -325,53 +490,93 @@ pub fn list() -> Vec<SegmentEntry> {
                 .and_then(|n| n.strip_prefix(PREFIX))
                 .and_then(|n| n.strip_suffix(".tmp"))
             {
-                (rest.to_owned(), true)
+                // `.numalab-ring.NAME.PID.tmp`
+                let name = rest.rsplit_once('.').map_or(rest, |(name, _pid)| name);
+                (name.to_owned(), true)
             } else {
                 continue;
             };
-            let path = entry.path();
-            let size = entry.metadata().map_or(0, |m| m.len());
-            let in_use = in_use(&path).unwrap_or(true);
-            let (stats, problem) = if temporary {
-                (
-                    None,
-                    Some("temporary file of an unfinished creation".to_owned()),
-                )
-            } else {
-                match RingMonitor::open(&name) {
-                    Ok(monitor) => (Some(monitor.stats()), None),
-                    Err(err) => (None, Some(err.to_string())),
-                }
-            };
-            found.push(SegmentEntry {
+            if only.is_some_and(|only| only != name) {
+                continue;
+            }
+            // DirEntry::metadata does not follow a link.
+            found.push(Inspection::of(
                 name,
-                path,
-                size,
-                in_use,
+                entry.path(),
                 temporary,
-                stats,
-                problem,
-            });
+                entry.metadata().ok(),
+            ));
         }
     }
-    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.path.cmp(&b.path)));
     found
+}
+
+/// Every numalab ring segment on this machine (in `/dev/shm` and
+/// `/dev/hugepages`), live or stale, and anything else found under a
+/// segment's name, with its `problem` (`not a ring segment: FIFO`, another
+/// user's file, a corrupt header). Every file is opened non-blocking and
+/// without following links, and its header is validated before anything
+/// is mapped: nothing found there can make it wait, fail or misread.
+pub fn list() -> Vec<SegmentEntry> {
+    inspect_all(None).iter().map(Inspection::entry).collect()
 }
 
 /// Removes the segment of ring `name` (and any temporary file of an
 /// unfinished creation under that name). Refuses while a live process
 /// holds it, unless `force`: processes that have it mapped keep their
 /// mapping either way.
+///
+/// Only files verified to be numalab segments are removed: a regular file
+/// (never a FIFO, link, directory or device) whose header is valid (or a
+/// numalab header of another layout version), or the temporary file of a
+/// creation. Another user's segment is never removed,
+/// except by root, and then only when its header is valid and no process
+/// holds it (its creator, writer and readers are gone; `force` does not
+/// change that). Nothing is removed unless every file under the name may
+/// be: the refusal names the file and why.
 pub fn remove(name: &str, force: bool) -> Result<Vec<PathBuf>, RingError> {
     segment::check_name(name)?;
-    let mut removed = Vec::new();
-    for entry in list().into_iter().filter(|e| e.name == name) {
-        if entry.in_use && !force {
-            let holders = entry
+    let found = inspect_all(Some(name));
+    if found.is_empty() {
+        return Err(RingError::NotFound {
+            name: name.to_owned(),
+            path: segment::path_in(SHM_DIR, name),
+        });
+    }
+    let me = linux::effective_uid();
+    for file in &found {
+        let refuse = |reason: String| RingError::NotRemoved {
+            path: file.path.clone(),
+            reason,
+        };
+        file.verified().map_err(refuse)?;
+        match file.uid {
+            Some(uid) if uid == me => {}
+            Some(uid) if me == 0 => {
+                if file.header.is_err() || file.in_use() {
+                    return Err(refuse(format!(
+                        "it belongs to user {uid}; root removes another user's segment only \
+                         when its header is valid and no process holds it"
+                    )));
+                }
+            }
+            Some(uid) => {
+                return Err(refuse(format!(
+                    "it belongs to user {uid}; only that user or root may remove it"
+                )))
+            }
+            None => return Err(refuse("its owner could not be seen".into())),
+        }
+        if file.in_use() && !force {
+            let holders = file
+                .entry()
                 .stats
-                .as_ref()
                 .map(|s| {
-                    let mut pids = vec![format!("creator {}", s.creator_pid)];
+                    let mut pids = Vec::new();
+                    if s.creator_alive {
+                        pids.push(format!("creator {}", s.creator_pid));
+                    }
                     if s.writer.state == "active" {
                         pids.push(format!("writer {}", s.writer.pid));
                     }
@@ -381,26 +586,71 @@ pub fn remove(name: &str, force: bool) -> Result<Vec<PathBuf>, RingError> {
                             .filter(|r| r.state != "dead")
                             .map(|r| format!("reader {}", r.pid)),
                     );
-                    pids.join(", ")
+                    format!(" ({})", pids.join(", "))
                 })
                 .unwrap_or_default();
-            return Err(RingError::Os {
-                what: format!(
-                    "remove {}: a live process holds it ({holders}); stop it first, or use --force",
-                    entry.path.display()
-                ),
-                source: std::io::Error::from_raw_os_error(libc::EBUSY),
+            return Err(refuse(format!(
+                "a live process holds it{holders}; stop it first, or use --force"
+            )));
+        }
+    }
+    let mut removed = Vec::new();
+    for file in found {
+        // The name may have been given to another file since it was
+        // looked at: only the file verified is removed.
+        if !file.still_there() {
+            return Err(RingError::NotRemoved {
+                path: file.path,
+                reason: "it was replaced while numalab looked at it".into(),
             });
         }
-        linux::unlink(&entry.path)
-            .map_err(RingError::os(format!("remove {}", entry.path.display())))?;
-        removed.push(entry.path);
-    }
-    if removed.is_empty() {
-        return Err(RingError::NotFound {
-            name: name.to_owned(),
-            path: segment::path_in(SHM_DIR, name),
-        });
+        linux::unlink(&file.path)
+            .map_err(RingError::os(format!("remove {}", file.path.display())))?;
+        removed.push(file.path);
     }
     Ok(removed)
+}
+
+/// Removes the segment of ring `name` when the process that made it is
+/// gone, even while others (its writer, its readers) still hold it: what a
+/// writer or reader does when its creator was killed, so that the segment
+/// does not outlive them all. Only a segment of this user with a valid
+/// header is removed. `Ok(false)` when the creator lives or the segment is
+/// gone already (another worker removed it).
+///
+/// ```
+/// use numalab::ring::{self, Ring, RingOptions};
+/// # let name = format!("doc-abandoned-{}", std::process::id());
+/// let mut ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096))?;
+/// // Its creator (this process) holds it: it stays.
+/// assert!(!ring::remove_abandoned(&name)?);
+/// let path = ring.path().to_owned();
+/// ring.keep();
+/// drop(ring); // as if the creator had died
+/// assert!(ring::remove_abandoned(&name)?);
+/// assert!(!path.exists());
+/// assert!(!ring::remove_abandoned(&name)?); // gone already
+/// # Ok::<(), numalab::ring::RingError>(())
+/// ```
+pub fn remove_abandoned(name: &str) -> Result<bool, RingError> {
+    segment::check_name(name)?;
+    let me = linux::effective_uid();
+    for file in inspect_all(Some(name)) {
+        if file.temporary || file.header.is_err() || file.uid != Some(me) {
+            continue;
+        }
+        if file.locks.is_none_or(|l| l.creator_alive) || !file.still_there() {
+            continue;
+        }
+        match linux::unlink(&file.path) {
+            Ok(()) => return Ok(true),
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(err) => {
+                return Err(RingError::os(format!("remove {}", file.path.display()))(
+                    err,
+                ))
+            }
+        }
+    }
+    Ok(false)
 }

@@ -45,9 +45,20 @@ pub(crate) const READER_JOINING: u64 = 1;
 /// Reader slot status: an active reader the writer must account for.
 pub(crate) const READER_ACTIVE: u64 = 2;
 
-/// The slot status in a `state` word (the generation is above it).
+/// Flag beside an `ACTIVE` status: the reader has finished joining — its
+/// position is final — so a writer waiting for readers
+/// (`Writer::wait_for_readers`) may start and they miss nothing.
+pub(crate) const READER_SETTLED: u64 = 0x80;
+
+/// The slot status in a `state` word (the generation is above it, the
+/// [`READER_SETTLED`] flag beside it).
 pub(crate) fn status(state: u64) -> u64 {
-    state & 0xff
+    state & 0x7f
+}
+
+/// Whether the `state` word is an active reader that finished joining.
+pub(crate) fn settled(state: u64) -> bool {
+    status(state) == READER_ACTIVE && state & READER_SETTLED != 0
 }
 
 fn with_status(state: u64, status: u64) -> u64 {
@@ -238,6 +249,18 @@ pub(crate) fn try_take(writer: &WriterCtl, reader: &ReaderCtl) -> Take {
     }
 }
 
+/// Reader, after [`try_take`] found no block: `None` while the writer goes
+/// on. Once it has finished, one more look, as `FINISHED` is stored after
+/// the writer's last block is committed: a block committed after the
+/// reader's first look is taken here (`Take::Taken`) instead of being lost
+/// behind an early end, and `Take::Empty` is the end of the stream.
+pub(crate) fn finished_take(writer: &WriterCtl, reader: &ReaderCtl) -> Option<Take> {
+    if writer.state.load(SeqCst) != WRITER_FINISHED {
+        return None;
+    }
+    Some(try_take(writer, reader))
+}
+
 /// Reader: gives block `seq` back. Returns whether the writer may be
 /// asleep and needs a wake-up.
 pub(crate) fn release(writer: &WriterCtl, reader: &ReaderCtl, seq: u64) -> bool {
@@ -266,11 +289,19 @@ pub(crate) fn begin_join(reader: &ReaderCtl) -> u64 {
     }
 }
 
-/// Reader: becomes active at the writer's current position. Returns the
-/// `ACTIVE` state word. The caller then wakes the writer (bump
-/// `space_event` and wake its futex): it may be waiting on the position
-/// this function raised.
-pub(crate) fn activate(writer: &WriterCtl, reader: &ReaderCtl, joining: u64, mode: u32) -> u64 {
+/// Reader: becomes active at the writer's current position, in a ring of
+/// `blocks` blocks. Returns the `ACTIVE` state word, with the
+/// [`READER_SETTLED`] flag it stores once its position is final. The
+/// caller then wakes
+/// the writer (bump `space_event` and wake its futex): it may be waiting
+/// on the position this function raised.
+pub(crate) fn activate(
+    writer: &WriterCtl,
+    reader: &ReaderCtl,
+    joining: u64,
+    mode: u32,
+    blocks: u64,
+) -> u64 {
     let first = writer.write_seq.load(SeqCst);
     reader.pos.store(first << 1, SeqCst);
     reader.mode.store(mode, Relaxed);
@@ -281,17 +312,27 @@ pub(crate) fn activate(writer: &WriterCtl, reader: &ReaderCtl, joining: u64, mod
     reader.state.store(active, SeqCst);
     fence(SeqCst);
     let now = writer.write_seq.load(SeqCst);
-    // Blocks before `now` may have been overwritten by a writer that did
-    // not see us yet: start at `now` (or later, if a lag-mode writer has
-    // already moved us).
+    // A claim the writer checked without seeing us was of a block `s <=
+    // now`, and overwrote block `s - blocks`: every block after `now -
+    // blocks` is intact, and claims that saw us respected `first` (or, in
+    // lag mode, moved us on). Start at `first` when it is intact — a
+    // writer that waited for this reader to be active and then wrote
+    // before this load must not make it skip those blocks — else at the
+    // oldest intact block (or later, if a lag-mode writer already moved
+    // us).
+    let start = first.max((now + 1).saturating_sub(blocks));
     let mut pos = reader.pos.load(SeqCst);
-    while pos >> 1 < now {
-        match reader.pos.compare_exchange(pos, now << 1, SeqCst, SeqCst) {
+    while pos >> 1 < start {
+        match reader.pos.compare_exchange(pos, start << 1, SeqCst, SeqCst) {
             Ok(_) => break,
             Err(seen) => pos = seen,
         }
     }
-    active
+    // Only a writer dropping a dead reader changes the word meanwhile, and
+    // this reader is alive.
+    let settled = active | READER_SETTLED;
+    reader.state.store(settled, SeqCst);
+    settled
 }
 
 /// Reader: leaves the slot. Returns whether the writer may be asleep.
@@ -380,7 +421,8 @@ mod loom_models {
         /// waiting on the slot's old position.
         fn join(&self, slot: usize, mode: u32) {
             let joining = begin_join(&self.readers[slot]);
-            activate(&self.writer, &self.readers[slot], joining, mode);
+            let blocks = self.slots.len() as u64;
+            activate(&self.writer, &self.readers[slot], joining, mode, blocks);
             bump(&self.writer.space_event);
             self.futex_wake();
         }
@@ -421,29 +463,32 @@ mod loom_models {
             let blocks = self.slots.len() as u64;
             let mut seen = Vec::new();
             loop {
-                match try_take(&self.writer, reader) {
-                    Take::Taken { seq, .. } => {
-                        let value = self.slots[(seq % blocks) as usize].with(|p| unsafe { *p });
-                        assert_eq!(value, seq, "block {seq} overwritten while read");
-                        seen.push(value);
-                        if release(&self.writer, reader, seq) {
-                            bump(&self.writer.space_event);
-                            self.futex_wake();
-                        }
-                    }
-                    Take::Empty { .. } => {
-                        let w = &self.writer;
-                        let value = prepare_sleep(&w.data_sleepers, &w.data_event);
-                        let finished = w.state.load(SeqCst) == WRITER_FINISHED;
-                        let empty = matches!(try_take_peek(w, reader), Take::Empty { .. });
-                        if empty && finished {
+                let take = match try_take(&self.writer, reader) {
+                    // As `Reader::wait_next`.
+                    Take::Empty { .. } => match finished_take(&self.writer, reader) {
+                        Some(Take::Empty { .. }) => return seen,
+                        Some(taken) => taken,
+                        None => {
+                            let w = &self.writer;
+                            let value = prepare_sleep(&w.data_sleepers, &w.data_event);
+                            let finished = w.state.load(SeqCst) == WRITER_FINISHED;
+                            let empty = matches!(try_take_peek(w, reader), Take::Empty { .. });
+                            if empty && !finished {
+                                self.futex_wait(&w.data_event, value);
+                            }
                             end_sleep(&w.data_sleepers);
-                            return seen;
+                            continue;
                         }
-                        if empty {
-                            self.futex_wait(&w.data_event, value);
-                        }
-                        end_sleep(&w.data_sleepers);
+                    },
+                    taken => taken,
+                };
+                if let Take::Taken { seq, .. } = take {
+                    let value = self.slots[(seq % blocks) as usize].with(|p| unsafe { *p });
+                    assert_eq!(value, seq, "block {seq} overwritten while read");
+                    seen.push(value);
+                    if release(&self.writer, reader, seq) {
+                        bump(&self.writer.space_event);
+                        self.futex_wake();
                     }
                 }
             }
@@ -513,6 +558,36 @@ mod loom_models {
             assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
             let skipped = ring.readers[0].skipped.load(SeqCst);
             assert_eq!(seen.len() as u64 + skipped, 4, "{seen:?} + {skipped}");
+        });
+    }
+
+    #[test]
+    fn a_writer_that_waited_for_the_reader_loses_it_no_block() {
+        check(3, || {
+            let ring = Ring::new(2, 1);
+            let r = ring.clone();
+            let reader = thread::spawn(move || {
+                r.join(0, MODE_BLOCK);
+                r.read(0)
+            });
+            // As `Writer::wait_for_readers`: write once the reader settled.
+            while !settled(ring.readers[0].state.load(SeqCst)) {
+                thread::yield_now();
+            }
+            ring.write(3);
+            assert_eq!(reader.join().unwrap(), vec![0, 1, 2]);
+        });
+    }
+
+    #[test]
+    fn a_reader_reads_the_blocks_committed_just_before_the_end() {
+        check(3, || {
+            let ring = Ring::new(4, 1);
+            ring.join(0, MODE_BLOCK);
+            let r = ring.clone();
+            let reader = thread::spawn(move || r.read(0));
+            ring.write(2);
+            assert_eq!(reader.join().unwrap(), vec![0, 1]);
         });
     }
 

@@ -13,7 +13,7 @@ use super::error::RingError;
 use super::layout::{BLOCK_END, BLOCK_START, LOCK_READERS, LOCK_WRITER};
 use super::meta::{Transfer, TransferHeader};
 use super::monitor::RingStats;
-use super::protocol::{self, Take, MODE_BLOCK, MODE_LAG, WRITER_ACTIVE, WRITER_FINISHED};
+use super::protocol::{self, Take, MODE_BLOCK, MODE_LAG, WRITER_ACTIVE};
 use super::segment::Segment;
 use super::wait::{wait_until, wake_all};
 use super::Backpressure;
@@ -129,7 +129,7 @@ impl Reader {
                 Backpressure::Block => MODE_BLOCK,
                 Backpressure::Lag => MODE_LAG,
             };
-            let active = protocol::activate(seg.writer(), ctl, joining, mode);
+            let active = protocol::activate(seg.writer(), ctl, joining, mode, seg.geometry.blocks);
             // A writer waiting on this slot's old occupant can look again.
             wake_all(&seg.writer().space_event);
             return Ok(Reader {
@@ -203,12 +203,15 @@ impl Reader {
                             reason: format!("reader at block {next} but only {written} written"),
                         });
                     }
-                    // Checked after write_seq: the writer stores FINISHED
-                    // after its last block.
-                    let state = ctl.state.load(SeqCst);
-                    if state == WRITER_FINISHED {
-                        Ok(Some(Next::End))
-                    } else if writer_dead.get() {
+                    // The writer stores FINISHED after its last block:
+                    // a block committed since the look above is read
+                    // before the end.
+                    match protocol::finished_take(ctl, reader) {
+                        Some(Take::Taken { seq, .. }) => return Ok(Some(Next::Block(seq))),
+                        Some(Take::Empty { .. }) => return Ok(Some(Next::End)),
+                        None => {}
+                    }
+                    if writer_dead.get() {
                         Ok(Some(Next::WriterDied))
                     } else {
                         Ok(None)

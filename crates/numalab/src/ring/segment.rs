@@ -3,7 +3,7 @@
 
 use std::mem::size_of;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -66,6 +66,50 @@ pub(crate) fn find(name: &str) -> Result<PathBuf, RingError> {
         name: name.to_owned(),
         path: shm,
     })
+}
+
+/// What kind of file an `st_mode` says, for messages.
+pub(crate) fn file_kind(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => "regular file",
+        libc::S_IFIFO => "FIFO",
+        libc::S_IFDIR => "directory",
+        libc::S_IFSOCK => "socket",
+        libc::S_IFCHR => "character device",
+        libc::S_IFBLK => "block device",
+        libc::S_IFLNK => "symbolic link",
+        _ => "special file",
+    }
+}
+
+/// Reads the fixed header of the open segment file `fd` (`file_len` bytes
+/// long): all [`Header`]'s bytes, or a `Corrupt` error when the file is
+/// shorter.
+pub(crate) fn read_header(
+    fd: OwnedFd,
+    path: &Path,
+    file_len: u64,
+) -> Result<(OwnedFd, [u8; size_of::<Header>()]), RingError> {
+    let mut bytes = [0u8; size_of::<Header>()];
+    if file_len < bytes.len() as u64 {
+        return Err(RingError::Corrupt {
+            reason: format!(
+                "the file is {file_len} bytes, shorter than a ring header ({} bytes)",
+                bytes.len()
+            ),
+        });
+    }
+    let file = std::fs::File::from(fd);
+    match file.read_exact_at(&mut bytes, 0) {
+        Ok(()) => Ok((OwnedFd::from(file), bytes)),
+        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => Err(RingError::Corrupt {
+            reason: "the file shrank while its header was read".into(),
+        }),
+        Err(err) => Err(RingError::os(format!(
+            "read the header of {}",
+            path.display()
+        ))(err)),
+    }
 }
 
 /// A mapped, validated segment.
@@ -258,6 +302,12 @@ impl Segment {
     /// Maps an existing segment and validates it.
     pub fn open(name: &str, read_only: bool) -> Result<Segment, RingError> {
         let path = find(name)?;
+        Self::open_path(name, path, read_only)
+    }
+
+    /// Maps the segment file at `path` (ring `name`) after checking it is
+    /// a regular file of this user, owner-only, with a valid header.
+    pub fn open_path(name: &str, path: PathBuf, read_only: bool) -> Result<Segment, RingError> {
         let how = if read_only {
             SegmentOpen::ReadOnly
         } else {
@@ -268,20 +318,23 @@ impl Segment {
                 name: name.to_owned(),
                 path: path.clone(),
             },
-            Some(libc::ELOOP) => RingError::NotOwned {
+            Some(libc::ELOOP) => RingError::NotASegment {
                 path: path.clone(),
-                reason: "it is a symbolic link".into(),
+                kind: "symbolic link",
             },
             _ => RingError::os(format!("open {}", path.display()))(err),
         })?;
         let st = linux::stat_fd(&fd).map_err(RingError::os(format!("stat {}", path.display())))?;
+        if !st.regular {
+            return Err(RingError::NotASegment {
+                path,
+                kind: file_kind(st.mode),
+            });
+        }
         let not_owned = |reason: String| RingError::NotOwned {
             path: path.clone(),
             reason,
         };
-        if !st.regular {
-            return Err(not_owned("it is not a regular file".into()));
-        }
         if st.uid != linux::effective_uid() {
             return Err(not_owned(format!("it belongs to user {}", st.uid)));
         }
@@ -291,37 +344,15 @@ impl Segment {
                 st.mode & 0o777
             )));
         }
-        if st.size < size_of::<Header>() as u64 {
-            return Err(RingError::Corrupt {
-                reason: format!("the file is {} bytes, shorter than a ring header", st.size),
-            });
-        }
-        let len = usize::try_from(st.size).map_err(|_| RingError::Corrupt {
+        // The header is read and checked before anything is mapped: its
+        // sizes, not the file's, say how much to map.
+        let (fd, bytes) = read_header(fd, &path, st.size)?;
+        let info = decode_header(&bytes, st.size, linux::page_size() as u64)?;
+        let len = usize::try_from(info.geometry.total_size).map_err(|_| RingError::Corrupt {
             reason: format!("the file is {} bytes", st.size),
         })?;
         let ptr = linux::map_shared(&fd, len, read_only)
             .map_err(RingError::os(format!("map {}", path.display())))?;
-        // SAFETY: the mapping is at least 256 bytes long (checked above) and
-        // the magic is an aligned u64 at its start.
-        let magic = unsafe { &*(ptr as *const super::atomic::AtomicU64) }.load(Ordering::Acquire);
-        let mut bytes = [0u8; 256];
-        for (i, byte) in bytes.iter_mut().enumerate().skip(8) {
-            // SAFETY: i < 256 <= len; volatile because another process may
-            // be (wrongly) writing the page: the values are validated below.
-            *byte = unsafe { ptr.add(i).read_volatile() };
-        }
-        bytes[..8].copy_from_slice(&magic.to_le_bytes());
-        let unmap = || {
-            // SAFETY: the mapping was made above and nothing refers to it.
-            let _ = unsafe { linux::unmap(ptr, len) };
-        };
-        let info = match decode_header(&bytes, st.size, linux::page_size() as u64) {
-            Ok(info) => info,
-            Err(err) => {
-                unmap();
-                return Err(err);
-            }
-        };
         Ok(Segment {
             name: name.to_owned(),
             path,

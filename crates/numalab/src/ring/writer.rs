@@ -13,7 +13,7 @@ use super::error::RingError;
 use super::layout::{BLOCK_END, BLOCK_START, LOCK_READERS, LOCK_WRITER};
 use super::meta::TransferHeader;
 use super::monitor::RingStats;
-use super::protocol::{self, Space, READER_ACTIVE, WRITER_ACTIVE, WRITER_FINISHED};
+use super::protocol::{self, Space, WRITER_ACTIVE, WRITER_FINISHED};
 use super::segment::Segment;
 use super::wait::{wait_until, wake_all};
 use crate::sys::linux::{self, LockKind};
@@ -79,6 +79,12 @@ impl std::fmt::Debug for Writer {
     }
 }
 
+/// The largest block sequence, transfer or byte count a writer takes over
+/// from a segment: 2^62, out of reach of any real ring (at a block per
+/// nanosecond, 146 years), far enough from `u64::MAX` that adding to it
+/// never overflows.
+const MAX_COUNTER: u64 = 1 << 62;
+
 impl Writer {
     pub(crate) fn attach(seg: Arc<Segment>) -> Result<Writer, RingError> {
         let lock_fd = seg.reopen()?;
@@ -89,6 +95,20 @@ impl Writer {
             ctl.transfers.load(Relaxed),
             ctl.bytes_written.load(Relaxed),
         );
+        // The counters live in shared memory any process that may write
+        // the segment can change: refuse values no real ring reaches
+        // (2^62 blocks or bytes) before adding to them.
+        for (what, value) in [
+            ("block sequence", next),
+            ("transfer count", transfer),
+            ("byte count", bytes),
+        ] {
+            if value > MAX_COUNTER {
+                return Err(RingError::Corrupt {
+                    reason: format!("the writer's {what} is {value}, more than a ring can reach"),
+                });
+            }
+        }
         if !linux::lock(&lock_fd, LOCK_WRITER, 1, LockKind::Exclusive)
             .map_err(RingError::os("lock the ring for writing"))?
         {
@@ -145,9 +165,10 @@ impl Writer {
         self.seg.geometry.block_size as usize
     }
 
-    /// Waits until at least `count` readers have joined (readers start at
-    /// the block being written when they join, so join them first to see
-    /// the whole stream).
+    /// Waits until at least `count` readers have joined — finished
+    /// joining, so that each reads every block written after this returns
+    /// (readers start at the block being written when they join, so join
+    /// them first to see the whole stream).
     pub fn wait_for_readers(&self, count: usize, timeout: Duration) -> Result<(), RingError> {
         let start = Instant::now();
         loop {
@@ -155,7 +176,7 @@ impl Writer {
                 .seg
                 .readers()
                 .iter()
-                .filter(|r| protocol::status(r.state.load(SeqCst)) == READER_ACTIVE)
+                .filter(|r| protocol::settled(r.state.load(SeqCst)))
                 .count();
             if active >= count {
                 return Ok(());
@@ -457,5 +478,36 @@ impl DerefMut for WriteBlock<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in deref; &mut self makes the access unique.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.writer.block_size()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use super::super::{Ring, RingError, RingOptions};
+
+    /// Regression: a writer joining a segment whose control block another
+    /// process set near `u64::MAX` added to the counters unchecked (a
+    /// panic in debug builds, a wrapped count in release; found by the
+    /// ring_segment fuzz target).
+    #[test]
+    fn a_writer_refuses_counters_no_ring_reaches() {
+        let name = format!("writer-counters-{}", std::process::id());
+        let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096)).unwrap();
+        for field in 0..3 {
+            let ctl = ring.seg.writer();
+            let counter = [&ctl.write_seq, &ctl.transfers, &ctl.bytes_written][field];
+            let before = counter.load(Relaxed);
+            counter.store(u64::MAX, Relaxed);
+            match ring.writer() {
+                Err(RingError::Corrupt { reason }) => {
+                    assert!(reason.contains("more than a ring can reach"), "{reason}")
+                }
+                other => panic!("counter {field} at u64::MAX: {other:?}"),
+            }
+            counter.store(before, Relaxed);
+        }
+        assert!(ring.writer().is_ok());
     }
 }

@@ -9,6 +9,7 @@
 use std::ffi::c_void;
 use std::io;
 use std::ptr;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 // Memory policy modes (include/uapi/linux/mempolicy.h).
 pub const MPOL_DEFAULT: i32 = 0;
@@ -405,15 +406,17 @@ pub fn trace_me() -> io::Result<()> {
 }
 
 /// Tracing options: report fork, vfork, clone, exec and exit of every
-/// tracee (an exec reported as an event does not raise SIGTRAP in it), and
-/// kill the tracees if numalab dies.
+/// tracee (an exec reported as an event does not raise SIGTRAP in it).
+/// The tracees are not killed if numalab dies (no `PTRACE_O_EXITKILL`):
+/// the command itself gets a parent-death signal
+/// ([`set_parent_death_signal`]), and what it started outlives it, as
+/// under `numactl`.
 pub fn trace_set_options(pid: i32) -> io::Result<()> {
     let options = libc::PTRACE_O_TRACEEXIT
         | libc::PTRACE_O_TRACEFORK
         | libc::PTRACE_O_TRACEVFORK
         | libc::PTRACE_O_TRACECLONE
-        | libc::PTRACE_O_TRACEEXEC
-        | libc::PTRACE_O_EXITKILL;
+        | libc::PTRACE_O_TRACEEXEC;
     // SAFETY: PTRACE_SETOPTIONS takes the options as the data value.
     check(unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, pid, 0, options as libc::c_long) })?;
     Ok(())
@@ -423,6 +426,43 @@ pub fn trace_set_options(pid: i32) -> io::Result<()> {
 pub fn trace_continue(pid: i32, signal: i32) -> io::Result<()> {
     // SAFETY: PTRACE_CONT takes the signal as the data value.
     check(unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, signal as libc::c_long) })?;
+    Ok(())
+}
+
+/// `ptrace(PTRACE_DETACH)` of a stopped tracee, delivering `signal` (0:
+/// none): it runs on untraced.
+pub fn trace_detach(tid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_DETACH takes the signal as the data value.
+    check(unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, signal as libc::c_long) })?;
+    Ok(())
+}
+
+/// `prctl(PR_SET_PDEATHSIG)`: `signal` is sent to the calling process when
+/// the thread that started it ends. Called between fork and exec; it
+/// survives the exec (of anything but a set-user-ID program).
+pub fn set_parent_death_signal(signal: i32) -> io::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes the signal as an integer argument.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) }.into())?;
+    Ok(())
+}
+
+/// `getppid(2)`.
+pub fn parent_process_id() -> u32 {
+    // SAFETY: getppid has no arguments and cannot fail.
+    unsafe { libc::getppid() as u32 }
+}
+
+/// `kill(2)`: sends `signal` to process `pid`.
+pub fn send_signal(pid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: kill takes no pointers.
+    check(unsafe { libc::kill(pid, signal) }.into())?;
+    Ok(())
+}
+
+/// `tgkill(2)`: sends `signal` to thread `tid` of process `tgid`.
+pub fn signal_thread(tgid: i32, tid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: tgkill takes three integers.
+    check(unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, signal) })?;
     Ok(())
 }
 
@@ -441,6 +481,23 @@ pub enum WaitEvent {
     Other,
 }
 
+fn wait_event(status: libc::c_int) -> WaitEvent {
+    if libc::WIFEXITED(status) {
+        WaitEvent::Exited(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        WaitEvent::Signaled(libc::WTERMSIG(status))
+    } else if libc::WIFSTOPPED(status) {
+        let event = status >> 16;
+        if libc::WSTOPSIG(status) == libc::SIGTRAP && event != 0 {
+            WaitEvent::TraceEvent(event)
+        } else {
+            WaitEvent::Stopped(libc::WSTOPSIG(status))
+        }
+    } else {
+        WaitEvent::Other
+    }
+}
+
 /// `waitpid(pid, __WALL)`; `pid` -1 waits for any child or tracee.
 pub fn wait_any(pid: i32) -> io::Result<(i32, WaitEvent)> {
     let mut status: libc::c_int = 0;
@@ -454,21 +511,20 @@ pub fn wait_any(pid: i32) -> io::Result<(i32, WaitEvent)> {
             }
             return Err(err);
         }
-        let event = if libc::WIFEXITED(status) {
-            WaitEvent::Exited(libc::WEXITSTATUS(status))
-        } else if libc::WIFSIGNALED(status) {
-            WaitEvent::Signaled(libc::WTERMSIG(status))
-        } else if libc::WIFSTOPPED(status) {
-            let event = status >> 16;
-            if libc::WSTOPSIG(status) == libc::SIGTRAP && event != 0 {
-                WaitEvent::TraceEvent(event)
-            } else {
-                WaitEvent::Stopped(libc::WSTOPSIG(status))
-            }
-        } else {
-            WaitEvent::Other
-        };
-        return Ok((ret, event));
+        return Ok((ret, wait_event(status)));
+    }
+}
+
+/// `waitpid(pid, __WALL | WNOHANG)`: an event of any child or tracee
+/// (`pid` -1) if one is waiting, else `None`.
+pub fn wait_any_nohang(pid: i32) -> io::Result<Option<(i32, WaitEvent)>> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: status is valid for writes.
+    let ret = unsafe { libc::waitpid(pid, &mut status, libc::__WALL | libc::WNOHANG) };
+    match ret {
+        0 => Ok(None),
+        ret if ret < 0 => Err(io::Error::last_os_error()),
+        ret => Ok(Some((ret, wait_event(status)))),
     }
 }
 
@@ -504,8 +560,150 @@ pub fn ignore_signal(signal: i32, ignore: bool) {
     }
 }
 
-pub use libc::PTRACE_EVENT_EXIT;
-pub use libc::{SIGINT, SIGQUIT, SIGSTOP};
+/// Blocks (`true`) or unblocks `signals` for the calling thread
+/// (`pthread_sigmask`). A blocked signal stays pending until unblocked;
+/// threads started meanwhile inherit the mask.
+pub fn block_signals(signals: &[i32], block: bool) -> io::Result<()> {
+    // SAFETY: a zeroed sigset_t is valid storage for sigemptyset to fill.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is valid for writes.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &signal in signals {
+        // SAFETY: set was initialised by sigemptyset.
+        check(unsafe { libc::sigaddset(&mut set, signal) }.into())?;
+    }
+    let how = if block {
+        libc::SIG_BLOCK
+    } else {
+        libc::SIG_UNBLOCK
+    };
+    // SAFETY: set is initialised; a null old set is allowed.
+    let ret = unsafe { libc::pthread_sigmask(how, &set, ptr::null_mut()) };
+    if ret != 0 {
+        return Err(io::Error::from_raw_os_error(ret));
+    }
+    Ok(())
+}
+
+/// The first of `signals` pending for the calling thread or the process
+/// (`sigpending`), if any.
+pub fn pending_signal(signals: &[i32]) -> Option<i32> {
+    // SAFETY: a zeroed sigset_t is valid storage for sigpending to fill.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is valid for writes.
+    if unsafe { libc::sigpending(&mut set) } != 0 {
+        return None;
+    }
+    // SAFETY: set was filled by sigpending.
+    signals
+        .iter()
+        .copied()
+        .find(|&s| unsafe { libc::sigismember(&set, s) } == 1)
+}
+
+pub use libc::{ECHILD, SIGHUP, SIGINT, SIGKILL, SIGQUIT, SIGSTOP, SIGTERM};
+pub use libc::{PTRACE_EVENT_CLONE, PTRACE_EVENT_EXIT, PTRACE_EVENT_FORK, PTRACE_EVENT_VFORK};
+
+// ---------------------------------------------------------------------------
+// Relaying signals to a command, for `numalab exec`.
+// ---------------------------------------------------------------------------
+
+/// The process signals are relayed to (0: none yet).
+static RELAY_TO: AtomicI32 = AtomicI32::new(0);
+/// The first signal another process sent while relaying (0: none).
+static RELAY_ARRIVED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn relay_handler(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    // A signal the kernel sent (the terminal's Ctrl-C, Ctrl-\, hang-up)
+    // went to the whole foreground process group: the command has it
+    // already, and it decides what it means. Only signals another process
+    // sent to numalab are passed on (as sudo does).
+    if code == libc::SI_KERNEL {
+        return;
+    }
+    let _ = RELAY_ARRIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+    let pid = RELAY_TO.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: errno is thread-local; kill(2) is async-signal-safe and
+        // may change errno, which the interrupted code must see unchanged.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::kill(pid, signal);
+            *libc::__errno_location() = errno;
+        }
+    }
+}
+
+/// A signal's disposition as it was before [`relay_signal`].
+#[derive(Clone, Copy)]
+pub struct SavedAction {
+    signal: i32,
+    action: libc::sigaction,
+}
+
+impl std::fmt::Debug for SavedAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SavedAction")
+            .field("signal", &self.signal)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Catches `signal` to pass it on to the process named by
+/// [`relay_to`] and record it ([`relayed_signal`]), unless it is ignored:
+/// an ignored signal stays ignored (`nohup`) and `None` is returned.
+pub fn relay_signal(signal: i32) -> io::Result<Option<SavedAction>> {
+    // SAFETY: a zeroed sigaction is a valid argument to fill in.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only reads the current one into `old`.
+    check(unsafe { libc::sigaction(signal, ptr::null(), &mut old) }.into())?;
+    if old.sa_sigaction == libc::SIG_IGN {
+        return Ok(None);
+    }
+    // SAFETY: as above.
+    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+    new.sa_sigaction = relay_handler as *const () as libc::sighandler_t;
+    new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: sa_mask is a valid sigset to empty.
+    unsafe { libc::sigemptyset(&mut new.sa_mask) };
+    // SAFETY: `new` is a complete action whose handler only makes
+    // async-signal-safe calls; `old` is valid for writes.
+    check(unsafe { libc::sigaction(signal, &new, &mut old) }.into())?;
+    Ok(Some(SavedAction {
+        signal,
+        action: old,
+    }))
+}
+
+/// Gives a signal back the disposition it had before [`relay_signal`].
+pub fn restore_signal(saved: &SavedAction) {
+    // SAFETY: `saved.action` is what sigaction(2) returned for this signal.
+    unsafe {
+        libc::sigaction(saved.signal, &saved.action, ptr::null_mut());
+    }
+}
+
+/// Names the process relayed signals go to (0: none, they are only
+/// recorded).
+pub fn relay_to(pid: i32) {
+    RELAY_TO.store(pid, Ordering::SeqCst);
+}
+
+/// The first signal relayed since [`reset_relay`], if any.
+pub fn relayed_signal() -> Option<i32> {
+    match RELAY_ARRIVED.load(Ordering::SeqCst) {
+        0 => None,
+        signal => Some(signal),
+    }
+}
+
+/// Forgets the relayed signal and the process to relay to.
+pub fn reset_relay() {
+    RELAY_TO.store(0, Ordering::SeqCst);
+    RELAY_ARRIVED.store(0, Ordering::SeqCst);
+}
 
 // ---------------------------------------------------------------------------
 // Shared-memory segments, for the ring: files on tmpfs or hugetlbfs opened
@@ -542,10 +740,15 @@ pub enum SegmentOpen {
 }
 
 /// `open(2)` of a segment file; never follows a symbolic link in the last
-/// component (`O_NOFOLLOW`: `ELOOP`), and the descriptor is close-on-exec.
+/// component (`O_NOFOLLOW`: `ELOOP`), never waits (`O_NONBLOCK`: a FIFO
+/// opens at once), and the descriptor is close-on-exec.
 pub fn open_segment(path: &Path, how: SegmentOpen) -> io::Result<OwnedFd> {
     let path = c_path(path)?;
-    let base = libc::O_CLOEXEC | libc::O_NOFOLLOW;
+    // O_NONBLOCK: a FIFO planted under a segment's name (anyone can make
+    // one in /dev/shm) opens at once instead of waiting for a writer; the
+    // caller then sees with `stat_fd` that it is not a regular file. It
+    // changes nothing for the regular files segments are.
+    let base = libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
     let flags = match how {
         SegmentOpen::ReadWrite => base | libc::O_RDWR,
         SegmentOpen::ReadOnly => base | libc::O_RDONLY,
@@ -689,6 +892,19 @@ pub fn effective_uid() -> u32 {
 /// The calling process's id.
 pub fn process_id() -> u32 {
     std::process::id()
+}
+
+/// `statvfs(2)`: bytes an unprivileged process can still write on the file
+/// system holding `path` (`f_bavail × f_frsize`).
+pub fn fs_available_bytes(path: &Path) -> io::Result<u64> {
+    let path = c_path(path)?;
+    // SAFETY: an all-zero statvfs is a valid value of a plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is NUL-terminated and st valid for writes.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// `mmap(2)` of the first `len` bytes of `fd`, shared with every process
@@ -903,6 +1119,122 @@ pub fn set_blocking(fd: &impl AsRawFd) -> io::Result<()> {
     }
     // SAFETY: fd is an open descriptor; F_SETFL takes the new flags.
     if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Output files: written as an unnamed file (or under a random name created
+// exclusively), then renamed over the target by `numalab::files`.
+// ---------------------------------------------------------------------------
+
+/// `open(2)` with `O_TMPFILE`: an unnamed file in `dir` with permission
+/// bits `mode` less the umask, which [`link_fd`] later gives a name.
+/// `EOPNOTSUPP` (or `EISDIR`, `EINVAL` on old kernels) when the file system
+/// cannot make unnamed files.
+pub fn open_unnamed_mode(dir: &Path, mode: u32) -> io::Result<OwnedFd> {
+    let dir = c_path(dir)?;
+    // SAFETY: dir is NUL-terminated; the mode is read with O_TMPFILE.
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor this function owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `open(2)` of a new file at `path` with permission bits `mode` less the
+/// umask: `O_CREAT | O_EXCL | O_NOFOLLOW`, so `EEXIST` if the name is
+/// taken by anything, a symbolic link included (which is never followed).
+pub fn create_new(path: &Path, mode: u32) -> io::Result<OwnedFd> {
+    let path = c_path(path)?;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: path is NUL-terminated; the mode is read with O_CREAT.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor this function owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `getrandom(2)`: 64 unpredictable bits from the kernel's generator.
+pub fn random_u64() -> io::Result<u64> {
+    let mut bytes = [0u8; 8];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: the pointer and length describe the unfilled tail of
+        // `bytes`, valid for writes.
+        let ret = unsafe {
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+        };
+        if ret < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        filled += ret as usize;
+    }
+    Ok(u64::from_ne_bytes(bytes))
+}
+
+/// Whether an [`open_unnamed_mode`] error means the file system (or the
+/// kernel) cannot make unnamed files, so a named file must do.
+pub fn unnamed_unsupported(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+    )
+}
+
+/// `fsync(2)` of the directory `dir` (opened `O_DIRECTORY`, so anything
+/// else there is refused rather than opened), making a rename in it
+/// durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    let dir = c_path(dir)?;
+    // SAFETY: dir is NUL-terminated; no mode argument without O_CREAT.
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor this function owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fsync takes no pointers.
+    if unsafe { libc::fsync(fd.as_raw_fd()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `faccessat(2)` with `AT_EACCESS`: whether this process, with its
+/// effective ids, may create files in the directory `dir` (write and
+/// search permission; `EROFS` on a read-only file system).
+pub fn may_create_in(dir: &Path) -> io::Result<()> {
+    let dir = c_path(dir)?;
+    // SAFETY: dir is NUL-terminated; faccessat only reads it.
+    let ret = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            dir.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    };
+    if ret != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -201,9 +201,49 @@ pub fn interleave_weights() -> Option<BTreeMap<u32, u8>> {
     Some(weights)
 }
 
-/// Sets one node's weighted-interleave weight (needs root).
+/// Sets one node's weighted-interleave weight (needs root). Writing any
+/// weight also switches the kernel's automatic weights off (Linux 6.16).
 pub fn set_interleave_weight(node: u32, weight: u8) -> io::Result<()> {
     fs::write(format!("{WEIGHTS_DIR}/node{node}"), weight.to_string())
+}
+
+/// The path of the automatic-weights switch (Linux 6.16), if the kernel
+/// has it. It is documented as `auto`; Linux 6.18 names it `__auto_type`
+/// (its `auto` became a macro for `__auto_type`, which the attribute's
+/// name was spelt through).
+pub fn interleave_auto_path() -> Option<String> {
+    ["auto", "__auto_type"]
+        .iter()
+        .map(|name| format!("{WEIGHTS_DIR}/{name}"))
+        .find(|path| fs::metadata(path).is_ok())
+}
+
+/// Whether the kernel chooses the weights itself from the nodes' bandwidth
+/// (Linux 6.16), if it has the switch.
+pub fn interleave_weights_auto() -> Option<bool> {
+    match read_trimmed(interleave_auto_path()?).ok()?.as_str() {
+        "true" | "1" | "Y" | "y" => Some(true),
+        "false" | "0" | "N" | "n" => Some(false),
+        _ => None,
+    }
+}
+
+/// Switches the kernel's automatic weights on or off (needs root). Turning
+/// them on fails with `ENODEV` where the kernel has no bandwidth figures
+/// for its nodes (no HMAT or CXL CDAT).
+pub fn set_interleave_weights_auto(on: bool) -> io::Result<()> {
+    let path = interleave_auto_path().ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+    fs::write(path, if on { "true" } else { "false" })
+}
+
+/// The state letter of a task (`R`, `S`, `T`, `t`, `Z`, …) from
+/// `/proc/TID/stat`.
+pub fn task_state(tid: i32) -> io::Result<char> {
+    let text = fs::read_to_string(format!("/proc/{tid}/stat"))?;
+    // The command name is in parentheses and may itself hold them.
+    text.rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next())
+        .ok_or_else(|| invalid("/proc/TID/stat", "no state field"))
 }
 
 /// `(Cpus_allowed_list, Mems_allowed_list)` of a process's

@@ -471,8 +471,31 @@ impl Topology {
     /// Builds a topology from an hwloc synthetic description such as
     /// `"pack:2 numa:2 core:4 pu:2"` (see hwloc's documentation of
     /// synthetic topologies; memory sizes as `numa:2(memory=4GB)`).
+    ///
+    /// A description of more than [`MAX_SYNTHETIC_OBJECTS`] objects is
+    /// refused before hwloc builds it:
+    ///
+    /// ```
+    /// use numalab::Topology;
+    /// let err = Topology::from_synthetic("pack:1000 pu:1000").unwrap_err();
+    /// assert!(err.to_string().contains("1001000 objects, more than 32768"), "{err}");
+    /// ```
     pub fn from_synthetic(description: &str) -> Result<Self, TopologyError> {
         let source = Source::Synthetic(description.to_owned());
+        let objects = synthetic_objects(description);
+        if objects > MAX_SYNTHETIC_OBJECTS {
+            return Err(hwloc_error(
+                &source,
+                format!(
+                    "it describes {} objects, more than {MAX_SYNTHETIC_OBJECTS}, the most numalab builds from a synthetic description",
+                    if objects == u64::MAX {
+                        "more than 2^64".to_owned()
+                    } else {
+                        objects.to_string()
+                    }
+                ),
+            ));
+        }
         let builder = hwlocality::Topology::builder()
             .from_synthetic(description)
             .map_err(|e| hwloc_error(&source, e))?;
@@ -838,6 +861,53 @@ pub struct TopologySummary {
     pub distances: Option<Distances>,
 }
 
+/// The most objects (packages, nodes, caches, cores, PUs, ...) numalab
+/// builds from an hwloc synthetic description: 32 768.
+///
+/// The largest machines numalab measures have a few thousand PUs, which
+/// with their cores, caches and nodes stay well under this; hwloc's time
+/// and memory grow faster than the object count (`pack:1000 pu:1000`, a
+/// million objects, took minutes), so a description past the limit is
+/// refused before hwloc sees it.
+pub const MAX_SYNTHETIC_OBJECTS: u64 = 32_768;
+
+/// Objects an hwloc synthetic description makes below the machine: at each
+/// level, the level's arity times the objects above (saturating). Levels
+/// are written `type:arity` or `arity`, with optional `(attributes)`;
+/// `[memory children]` count one per parent. What is not a level is left
+/// to hwloc to refuse.
+fn synthetic_objects(description: &str) -> u64 {
+    let mut parents = 1u64;
+    let mut total = 0u64;
+    let mut depth = 0usize;
+    let mut token = String::new();
+    let level = |token: &mut String, parents: &mut u64, total: &mut u64| {
+        let arity = token.rsplit(':').next().unwrap_or("");
+        if let Ok(arity) = arity.trim().parse::<u64>() {
+            *parents = parents.saturating_mul(arity);
+            *total = total.saturating_add(*parents);
+        }
+        token.clear();
+    };
+    for c in description.chars() {
+        match c {
+            '(' | '[' | '{' => {
+                if c == '[' && depth == 0 {
+                    // Memory children of each object of the level above.
+                    total = total.saturating_add(parents);
+                }
+                depth += 1;
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ if depth > 0 => {}
+            c if c.is_whitespace() => level(&mut token, &mut parents, &mut total),
+            c => token.push(c),
+        }
+    }
+    level(&mut token, &mut parents, &mut total);
+    total
+}
+
 fn hwloc_error(source: &Source, err: impl std::fmt::Display) -> TopologyError {
     TopologyError::Hwloc {
         source_desc: source.to_string(),
@@ -1004,4 +1074,36 @@ fn devices(hw: &hwlocality::Topology) -> Vec<Device> {
     }
     devices.sort_by(|a, b| (a.kind, &a.bus_id).cmp(&(b.kind, &b.bus_id)));
     devices
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_descriptions_are_counted_before_hwloc_builds_them() {
+        for (description, objects) in [
+            ("pack:2 numa:2 core:4 pu:2", 2 + 4 + 16 + 32),
+            ("pack:2 numa:2(memory=4GB) core:4 pu:2", 2 + 4 + 16 + 32),
+            ("2 2 4 2", 2 + 4 + 16 + 32),
+            ("pack:2 [numa(memory=1GB)] core:2 pu:1", 2 + 2 + 4 + 4),
+            ("pack:1000 pu:1000", 1000 + 1_000_000),
+            ("pack:4294967295 core:4294967295 pu:4294967295", u64::MAX),
+        ] {
+            assert_eq!(synthetic_objects(description), objects, "{description}");
+        }
+    }
+
+    #[test]
+    fn a_synthetic_topology_past_the_limit_is_refused_at_once() {
+        // Ran for minutes in hwloc.
+        let err = Topology::from_synthetic("pack:1000 pu:1000").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "could not load the topology from synthetic topology \"pack:1000 pu:1000\": it describes 1001000 objects, more than 32768, the most numalab builds from a synthetic description"
+        );
+        // At the limit's scale, built.
+        let topo = Topology::from_synthetic("pack:4 numa:2 core:64 pu:2").unwrap();
+        assert_eq!(topo.cpus.len(), 1024);
+    }
 }

@@ -107,6 +107,7 @@ pub fn run_of(exp: Experiment) -> RunResult {
                         busy_s: busy,
                         read_latency_ns: Some(Percentiles {
                             samples: ops / 1024,
+                            timed: ops / 1024,
                             p50: 100.0 + 10.0 * t.thread as f64,
                             p90: 150.0,
                             p99: 300.0,

@@ -137,6 +137,27 @@ fn figures_table(style: Style, f: &Figures) -> String {
     style.render(&table)
 }
 
+/// When the threads kept fewer latency timings than they took (each
+/// keeps a bounded, uniform sample), how many the percentiles are of.
+fn latency_sample_note(r: &RunResult) -> Option<String> {
+    let (mut kept, mut timed) = (0u64, 0u64);
+    for p in r
+        .repeats
+        .iter()
+        .flat_map(|rep| [rep.read_latency_ns, rep.write_latency_ns])
+        .flatten()
+    {
+        kept += p.samples;
+        timed += p.timed.max(p.samples);
+    }
+    (kept < timed).then(|| {
+        format!(
+            "latency percentiles are of {kept} timings kept of {timed} taken over the repeats (each thread keeps a uniform sample of at most {} of each kind)",
+            numalab_bench::experiment::config::SAMPLES_PER_THREAD
+        )
+    })
+}
+
 fn warnings(style: Style, warnings: &[Warning]) -> String {
     warnings.iter().map(|w| style.warning(&w.message)).collect()
 }
@@ -157,6 +178,9 @@ pub fn run_report(r: &RunResult, style: Style) -> String {
     match &r.figures {
         Some(f) => out.push_str(&figures_table(style, f)),
         None => out.push_str(&style.line("no repeat completed")),
+    }
+    if let Some(note) = latency_sample_note(r) {
+        out.push_str(&style.line(&note));
     }
     out.push('\n');
 
@@ -400,4 +424,31 @@ pub fn wrote(paths: &[std::path::PathBuf]) -> String {
         let _ = write!(out, "{} {}", if i == 0 { "" } else { "," }, p.display());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures;
+    use super::*;
+
+    #[test]
+    fn the_table_says_when_latency_percentiles_are_of_a_sample() {
+        let mut r = fixtures::run("[access]\nread_write = \"2:1\"\nops = 100_000\n");
+        assert_eq!(latency_sample_note(&r), None, "every timing kept");
+        for repeat in &mut r.repeats {
+            if let Some(p) = &mut repeat.read_latency_ns {
+                (p.samples, p.timed) = (1000, 5000);
+            }
+        }
+        let note = latency_sample_note(&r).unwrap();
+        let kept = 1000 * r.repeats.len();
+        assert!(
+            note.starts_with(&format!(
+                "latency percentiles are of {kept} timings kept of {} taken",
+                5 * kept
+            )),
+            "{note}"
+        );
+        assert!(run_report(&r, Style::Plain).contains(&note));
+    }
 }

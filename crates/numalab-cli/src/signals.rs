@@ -1,0 +1,110 @@
+//! SIGINT, SIGTERM and SIGHUP for every command that measures for a while
+//! (`run`, `sweep`, `matrix`, `report`, `fill`; `ring` can use it the same
+//! way): the first signal asks the work to stop at its next chunk (a stop
+//! flag the workers look at), what was measured is written, and numalab
+//! exits 128 + that signal, as a shell reports a command the signal ended
+//! (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP). A second signal ends
+//! numalab at once, after putting back the kernel's interleave weights
+//! ([`InterleaveWeights::restore_all`]); the workers' guards restore
+//! everything else on the normal path.
+//!
+//! `numalab exec` is different: it passes signals on to the command it
+//! runs ([`numalab::launch::SignalRelay`]).
+//!
+//! ```text
+//! let control = Control::default();
+//! let interrupts = Interrupts::catch(&control.stop)?;
+//! let result = measure(&control)?; // stops early if a signal arrives
+//! render::emit(&result, &args.output)?;
+//! Ok(interrupts.exit_status().unwrap_or(0))
+//! ```
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use numalab::InterleaveWeights;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// The signals that stop a measurement.
+pub const STOPPING: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
+
+/// The signals caught for a command, and the first that arrived.
+#[derive(Debug, Clone)]
+pub struct Interrupts {
+    arrived: Arc<AtomicI32>,
+}
+
+impl Interrupts {
+    /// Catches SIGINT, SIGTERM and SIGHUP from now on: the first sets
+    /// `stop`, a second ends numalab at once with 128 + it.
+    pub fn catch(stop: &Arc<AtomicBool>) -> Result<Interrupts> {
+        let stop = Arc::clone(stop);
+        Self::catch_with(move |_| stop.store(true, Ordering::SeqCst))
+    }
+
+    /// Catches SIGINT, SIGTERM and SIGHUP from now on: the first is given
+    /// to `on_first` (its number), a second ends numalab at once with
+    /// 128 + it.
+    pub fn catch_with(on_first: impl Fn(i32) + Send + 'static) -> Result<Interrupts> {
+        let arrived = Arc::new(AtomicI32::new(0));
+        let mut signals = Signals::new(STOPPING).context("catching SIGINT, SIGTERM and SIGHUP")?;
+        let first = Arc::clone(&arrived);
+        std::thread::Builder::new()
+            .name("numalab-signals".into())
+            .spawn(move || {
+                for signal in signals.forever() {
+                    if first
+                        .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                    {
+                        on_first(signal);
+                        continue;
+                    }
+                    // The second: the work did not stop soon enough.
+                    if let Err(err) = InterleaveWeights::restore_all() {
+                        eprintln!("numalab: warning: {err}");
+                    }
+                    eprintln!(
+                        "numalab: {} again: stopping at once, without writing results",
+                        name(signal)
+                    );
+                    signal_hook::low_level::exit(128 + signal);
+                }
+            })
+            .context("starting the signal watcher")?;
+        Ok(Interrupts { arrived })
+    }
+
+    /// The first signal that arrived, if any.
+    pub fn arrived(&self) -> Option<i32> {
+        match self.arrived.load(Ordering::SeqCst) {
+            0 => None,
+            signal => Some(signal),
+        }
+    }
+
+    /// 128 + the first signal that arrived: the exit status of a command
+    /// it interrupted.
+    pub fn exit_status(&self) -> Option<i32> {
+        self.arrived().map(|signal| 128 + signal)
+    }
+}
+
+/// The signal's name, as `kill -l` spells it.
+pub fn name(signal: i32) -> String {
+    signal_hook::low_level::signal_name(signal)
+        .map_or_else(|| format!("signal {signal}"), str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_signals_as_kill_does() {
+        assert_eq!(name(SIGTERM), "SIGTERM");
+        assert_eq!(name(SIGHUP), "SIGHUP");
+    }
+}
