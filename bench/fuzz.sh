@@ -11,6 +11,9 @@
 #   corpus    target/fuzz-corpus/TARGET/     grows run to run; seeds in fuzz/seeds/TARGET/
 #   crashes   target/fuzz-crashes/TARGET/    crash-*, timeout-*, oom-* inputs
 #
+# NUMALAB_FUZZ_SEED=N makes libFuzzer's choices repeat from run to run
+# (for the same corpus); by default they differ.
+#
 # Prints a table (target, seconds, runs, coverage, crashes) and one line per
 # distinct crash (where it panicked or died); exits 1 when any input
 # crashed, hung or ran out of memory. Reproduce one with
@@ -28,7 +31,7 @@ usage() {
 
 (($# >= 1)) || usage
 case "$1" in
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 if [[ "$1" =~ ^([0-9]+)([smh]?)$ ]]; then
     case "${BASH_REMATCH[2]}" in
@@ -140,6 +143,7 @@ for t in "${targets[@]}"; do
         -max_total_time="$per" -max_len="$(max_len "$t")" \
         -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$crashes/" \
         -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+        -seed="${NUMALAB_FUZZ_SEED:-0}" \
         $(options "$t") >"$log" 2>&1 # one word or none
     status=$?
     set -e

@@ -135,8 +135,17 @@ fuzz_target!(|data: &[u8]| {
     out.write_all(&bytes).expect("the segment's bytes");
     drop(out);
 
-    // `numalab ring --monitor NAME`: read-only, any bytes.
+    // The check every process makes of a segment's header before it maps
+    // it, as a library function.
+    let header = &bytes[..bytes.len().min(ring::HEADER_SIZE)];
+    let verdict = ring::validate_header(header, bytes.len() as u64);
+    // `numalab ring --monitor NAME`: read-only, any bytes. It maps nothing
+    // the check refuses.
     if let Ok(monitor) = RingMonitor::open(name()) {
+        assert!(
+            verdict.is_ok(),
+            "the monitor opened a segment validate_header refuses: {verdict:?}"
+        );
         let _ = format!("{:?}", monitor.stats());
     }
     // A reader and a writer joining it (as a program linking numalab does).
