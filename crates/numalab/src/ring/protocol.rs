@@ -266,7 +266,7 @@ pub(crate) fn finished_take(writer: &WriterCtl, reader: &ReaderCtl) -> Option<Ta
 pub(crate) fn release(writer: &WriterCtl, reader: &ReaderCtl, seq: u64) -> bool {
     // Releases this reader's reads of the slot to the writer's SeqCst load
     // in check_space; Dekker pair with the writer's prepare_sleep.
-    reader.pos.store((seq + 1) << 1, SeqCst);
+    reader.pos.store(seq.wrapping_add(1) << 1, SeqCst);
     fence(SeqCst);
     writer.space_sleepers.load(SeqCst) > 0
 }
@@ -320,7 +320,8 @@ pub(crate) fn activate(
     // before this load must not make it skip those blocks — else at the
     // oldest intact block (or later, if a lag-mode writer already moved
     // us).
-    let start = first.max((now + 1).saturating_sub(blocks));
+    // write_seq is in shared memory: a corrupt one must not overflow here.
+    let start = first.max(now.saturating_add(1).saturating_sub(blocks));
     let mut pos = reader.pos.load(SeqCst);
     while pos >> 1 < start {
         match reader.pos.compare_exchange(pos, start << 1, SeqCst, SeqCst) {

@@ -104,6 +104,16 @@ enum Next {
 impl Reader {
     pub(crate) fn join(seg: Arc<Segment>, mode: Backpressure) -> Result<Reader, RingError> {
         let lock_fd = seg.reopen()?;
+        // The writer's block sequence is in shared memory any process that
+        // may write the segment can change: refuse one no ring reaches.
+        let write_seq = seg.writer().write_seq.load(SeqCst);
+        if write_seq > super::writer::MAX_COUNTER {
+            return Err(RingError::Corrupt {
+                reason: format!(
+                    "the writer's block sequence is {write_seq}, more than a ring can reach"
+                ),
+            });
+        }
         let slots = seg.readers();
         for (slot, ctl) in slots.iter().enumerate() {
             let locked = linux::lock(&lock_fd, LOCK_READERS + slot as u64, 1, LockKind::Exclusive)

@@ -79,11 +79,11 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-/// The largest block sequence, transfer or byte count a writer takes over
-/// from a segment: 2^62, out of reach of any real ring (at a block per
-/// nanosecond, 146 years), far enough from `u64::MAX` that adding to it
-/// never overflows.
-const MAX_COUNTER: u64 = 1 << 62;
+/// The largest block sequence, transfer or byte count a writer or reader
+/// takes over from a segment: 2^62, out of reach of any real ring (at a
+/// block per nanosecond, 146 years), far enough from `u64::MAX` that
+/// adding to it never overflows.
+pub(crate) const MAX_COUNTER: u64 = 1 << 62;
 
 impl Writer {
     pub(crate) fn attach(seg: Arc<Segment>) -> Result<Writer, RingError> {
@@ -509,5 +509,22 @@ mod tests {
             counter.store(before, Relaxed);
         }
         assert!(ring.writer().is_ok());
+    }
+
+    /// Regression (fuzzer): a reader joining a segment whose write_seq
+    /// another process set to `u64::MAX` overflowed in `activate`.
+    #[test]
+    fn a_reader_refuses_a_block_sequence_no_ring_reaches() {
+        let name = format!("reader-counters-{}", std::process::id());
+        let ring = Ring::create(&RingOptions::new(&name, 4 * 4096, 4096)).unwrap();
+        ring.seg.writer().write_seq.store(u64::MAX, Relaxed);
+        match ring.reader() {
+            Err(RingError::Corrupt { reason }) => {
+                assert!(reason.contains("more than a ring can reach"), "{reason}")
+            }
+            other => panic!("write_seq at u64::MAX: {other:?}"),
+        }
+        ring.seg.writer().write_seq.store(0, Relaxed);
+        assert!(ring.reader().is_ok());
     }
 }
