@@ -2,7 +2,6 @@
 
 use crate::common::*;
 use serde_json::Value;
-use std::process::Command;
 
 #[test]
 fn run_reports_threads_regions_and_invariants_as_json() {
@@ -355,41 +354,6 @@ fn plot_dispatches_on_the_schema() {
     );
     std::fs::write(&file, "{}").unwrap();
     assert!(stderr(&numalab(&["plot", &file])).contains("no \"schema\" field"));
-}
-
-#[test]
-fn ctrl_c_writes_what_was_measured_marked_interrupted() {
-    let dir = Scratch::new("interrupt");
-    let exp = dir.path("long.toml");
-    std::fs::write(
-        &exp,
-        "[memory]\nsize = \"4MiB\"\n[access]\nduration = \"60s\"\n[run]\nrepeats = 2\nwarmup = 0\n",
-    )
-    .unwrap();
-    let result = dir.path("r.json");
-    let child = Command::new(env!("CARGO_BIN_EXE_numalab"))
-        .args(["run", &exp, "-o", &result])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until the pinned worker runs (a thread besides the main one
-    // and the signal watcher appears), then press Ctrl-C.
-    wait_for_worker(child.id());
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let out = ctrl_c(child);
-    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&result).unwrap()).unwrap();
-    assert_eq!(doc["interrupted"], true);
-    assert_eq!(doc["repeats"][0]["interrupted"], true);
-    assert!(
-        doc["repeats"][0]["ops"].as_u64().unwrap() > 0,
-        "what was measured is kept"
-    );
-    assert_eq!(
-        dir.files(),
-        ["long.toml", "r.json"],
-        "no temporary file left"
-    );
 }
 
 #[test]

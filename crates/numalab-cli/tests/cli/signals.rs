@@ -6,9 +6,18 @@ use crate::common::*;
 use serde_json::Value;
 use std::process::Command;
 
-/// Runs a minute-long experiment, sends `signal` once its worker runs,
-/// and returns numalab's exit status and result.
-fn run_interrupted_by(signal: &str) -> (Option<i32>, Value, String) {
+/// What a run interrupted by a signal left: its exit status, its result
+/// (`Null` if none), its standard error, and the files in its directory.
+struct Interrupted {
+    code: Option<i32>,
+    doc: Value,
+    err: String,
+    files: Vec<String>,
+}
+
+/// Runs a minute-long experiment, sends `signal` once its worker has run
+/// a moment, and returns what it left.
+fn run_interrupted_by(signal: &str) -> Interrupted {
     let dir = Scratch::new(&format!("signal-{signal}"));
     let exp = dir.path("long.toml");
     std::fs::write(
@@ -22,7 +31,10 @@ fn run_interrupted_by(signal: &str) -> (Option<i32>, Value, String) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Wait until the pinned worker runs (a thread besides the main one
+    // and the signal watcher appears) and has measured something.
     wait_for_worker(child.id());
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let sent = Command::new("kill")
         .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
@@ -33,19 +45,42 @@ fn run_interrupted_by(signal: &str) -> (Option<i32>, Value, String) {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or(Value::Null);
-    (out.status.code(), doc, stderr(&out))
+    Interrupted {
+        code: out.status.code(),
+        doc,
+        err: stderr(&out),
+        files: dir.files(),
+    }
+}
+
+#[test]
+fn ctrl_c_writes_what_was_measured_marked_interrupted() {
+    let Interrupted {
+        code,
+        doc,
+        err,
+        files,
+    } = run_interrupted_by("INT");
+    assert_eq!(code, Some(130), "{err}");
+    assert_eq!(doc["interrupted"], true, "{err}");
+    assert_eq!(doc["repeats"][0]["interrupted"], true);
+    assert!(
+        doc["repeats"][0]["ops"].as_u64().unwrap() > 0,
+        "what was measured is kept"
+    );
+    assert_eq!(files, ["long.toml", "r.json"], "no temporary file left");
 }
 
 #[test]
 fn sigterm_stops_a_run_writes_it_and_exits_143() {
-    let (code, doc, err) = run_interrupted_by("TERM");
+    let Interrupted { code, doc, err, .. } = run_interrupted_by("TERM");
     assert_eq!(code, Some(128 + 15), "{err}");
     assert_eq!(doc["interrupted"], true, "{err}");
 }
 
 #[test]
 fn sighup_is_treated_like_sigterm_and_exits_129() {
-    let (code, doc, err) = run_interrupted_by("HUP");
+    let Interrupted { code, doc, err, .. } = run_interrupted_by("HUP");
     assert_eq!(code, Some(128 + 1), "{err}");
     assert_eq!(doc["interrupted"], true, "{err}");
 }
