@@ -7,7 +7,7 @@ use anyhow::Result;
 use numalab::locate::Sample;
 use numalab::{InterleaveWeights, MemPolicy, NodeBuffer, NodeSet};
 
-use super::{expect_pages, Guest, Outcome, Pages};
+use super::{expect_pages, Balancing, Guest, Outcome, Pages};
 
 /// Buffers of 1024 base pages: large enough to show a split, small enough
 /// to fit any node.
@@ -251,5 +251,65 @@ pub fn migrate(guest: &Guest, out: &mut Outcome) -> Result<()> {
             if intact(&buffer) { "intact" } else { "changed" },
         );
     }
+    Ok(())
+}
+
+/// How many full passes the kernel's NUMA-balancing scan has made over
+/// this process's memory (`/proc/self/sched`, `mm->numa_scan_seq`).
+fn numa_scan_passes() -> Option<u64> {
+    let sched = std::fs::read_to_string("/proc/self/sched").ok()?;
+    sched
+        .lines()
+        .find(|l| l.contains("numa_scan_seq"))?
+        .rsplit(|c: char| c == ':' || c.is_whitespace())
+        .find_map(|w| w.parse().ok())
+}
+
+/// A buffer under the default policy, touched on a node, then left alone
+/// while the process runs long enough for a NUMA-balancing pass to mark
+/// its pages inaccessible (the kernel watches which CPU touches them
+/// next): every page is still found, on the node that touched it. Linux
+/// 6.1 to 6.4 answer `move_pages(2)` for such a page as if it were not
+/// there; `locate` then reads the page's frame from the pagemap.
+pub fn while_balancing(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let Some(node) = guest.preset.cpu_nodes().first() else {
+        out.not_applicable("the preset has no node with CPUs");
+        return Ok(());
+    };
+    let _balancing = Balancing::set("1")?;
+    let (_, found) = guest.on_node(node, || -> Result<_> {
+        let buffer = place(MemPolicy::Default)?;
+        let before = numa_scan_passes();
+        // Spin (the scan runs on the process's CPU time) until a pass
+        // ends, 6 s at most.
+        let start = std::time::Instant::now();
+        while numa_scan_passes() <= before && start.elapsed().as_secs() < 6 {
+            let spin = std::time::Instant::now();
+            while spin.elapsed().as_millis() < 50 {
+                std::hint::spin_loop();
+            }
+        }
+        let passes = numa_scan_passes();
+        Ok((buffer.locate(Sample::All)?, before, passes))
+    })?;
+    let (pages, before, passes) = found?;
+    out.note(format!(
+        "numa_balancing scan passes over the process: {} before, {} after",
+        before.map_or("unknown".into(), |p| p.to_string()),
+        passes.map_or("unknown".into(), |p| p.to_string()),
+    ));
+    out.check(
+        "a NUMA-balancing pass ran over the buffer",
+        "more passes after than before",
+        format!("{before:?} -> {passes:?}"),
+        passes > before,
+    );
+    expect_pages(
+        out,
+        format!("default policy, touched on node {node}, after the pass"),
+        &Pages::on(node, PAGES),
+        &pages,
+        0,
+    );
     Ok(())
 }

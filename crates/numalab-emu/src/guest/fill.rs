@@ -3,17 +3,14 @@
 //! `preferred`, spills onto the nearest other node; under `bind`, numalab
 //! refuses before allocating.
 
-use std::fs;
-
 use anyhow::Result;
 use numalab::audit::Verdict;
 use numalab::system::NodeMemory;
 use numalab::NodeSet;
 use numalab_bench::fill::FillReport;
 
-use super::{Guest, Outcome};
+use super::{Balancing, Guest, Outcome};
 
-const BALANCING: &str = "/proc/sys/kernel/numa_balancing";
 const MIB: u64 = 1 << 20;
 
 /// The fill: which node, how much.
@@ -64,25 +61,6 @@ fn fill(guest: &Guest, flags: &[String]) -> Result<FillReport> {
     let mut args = vec!["fill", "--json"];
     args.extend(flags.iter().map(String::as_str));
     guest.numalab_result(&args)
-}
-
-/// Sets `numa_balancing` for as long as it lives.
-struct Balancing(Option<String>);
-
-impl Balancing {
-    fn set(value: &str) -> Result<Balancing> {
-        let previous = fs::read_to_string(BALANCING).ok();
-        fs::write(BALANCING, value)?;
-        Ok(Balancing(previous))
-    }
-}
-
-impl Drop for Balancing {
-    fn drop(&mut self) {
-        if let Some(previous) = &self.0 {
-            let _ = fs::write(BALANCING, previous.trim());
-        }
-    }
 }
 
 /// default (numa_balancing on, then off) and preferred: the node fills

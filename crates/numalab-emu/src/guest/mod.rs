@@ -118,6 +118,11 @@ pub const CHECKS: &[Check] = &[
         run: buffer::weighted_interleave,
     },
     Check {
+        name: "buffer.while-balancing",
+        about: "pages a NUMA-balancing scan is watching are still located (Linux 6.1-6.4 hide them from move_pages)",
+        run: buffer::while_balancing,
+    },
+    Check {
         name: "buffer.migrate",
         about: "NodeBuffer::migrate moves every page to each other node, contents intact",
         run: buffer::migrate,
@@ -498,6 +503,30 @@ pub fn expect_pages(
         expected.to_string()
     };
     out.check(what, expected_text, text, ok)
+}
+
+const BALANCING: &str = "/proc/sys/kernel/numa_balancing";
+
+/// Sets `numa_balancing` for as long as it lives.
+#[derive(Debug)]
+pub struct Balancing(Option<String>);
+
+impl Balancing {
+    /// Writes `value` (`0`, `1`, `2`) to `kernel.numa_balancing`; the
+    /// value before comes back when this is dropped.
+    pub fn set(value: &str) -> Result<Balancing> {
+        let previous = fs::read_to_string(BALANCING).ok();
+        fs::write(BALANCING, value)?;
+        Ok(Balancing(previous))
+    }
+}
+
+impl Drop for Balancing {
+    fn drop(&mut self) {
+        if let Some(previous) = &self.0 {
+            let _ = fs::write(BALANCING, previous.trim());
+        }
+    }
 }
 
 /// The value of `numalab.KEY=` on the kernel command line.

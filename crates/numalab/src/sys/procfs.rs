@@ -647,3 +647,71 @@ AnonHugePages:         0 kB
         assert_eq!(mhz, Some(2100.0));
     }
 }
+
+/// What `/proc/self/pagemap` says of one page: present (mapped to a page
+/// frame, including one a NUMA-balancing scan has made inaccessible for a
+/// moment), and its frame number when the reader may see frame numbers
+/// (`CAP_SYS_ADMIN`; 0 otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PagemapEntry {
+    pub present: bool,
+    pub pfn: u64,
+}
+
+impl PagemapEntry {
+    /// Bit 63: present; bits 0–54: the frame number
+    /// (Documentation/admin-guide/mm/pagemap.rst).
+    pub fn from_raw(raw: u64) -> PagemapEntry {
+        let present = raw >> 63 == 1;
+        PagemapEntry {
+            present,
+            pfn: if present { raw & ((1 << 55) - 1) } else { 0 },
+        }
+    }
+}
+
+/// The pagemap entries of this process's pages at `addresses` (each the
+/// start of a page of `page_size` bytes), one `pread` per address.
+pub fn pagemap_of_self(addresses: &[usize], page_size: usize) -> io::Result<Vec<PagemapEntry>> {
+    use std::os::unix::fs::FileExt;
+    let file = fs::File::open("/proc/self/pagemap")?;
+    let mut raw = [0u8; 8];
+    addresses
+        .iter()
+        .map(|&address| {
+            file.read_exact_at(&mut raw, (address / page_size) as u64 * 8)?;
+            Ok(PagemapEntry::from_raw(u64::from_ne_bytes(raw)))
+        })
+        .collect()
+}
+
+/// The node of every memory block (`/sys/devices/system/node/nodeN/memoryM`)
+/// and the block size in bytes: page frame `pfn` of `page_size` bytes is in
+/// block `pfn * page_size / block_size`. `None` where the kernel has no
+/// memory blocks in sysfs (no memory hotplug support).
+pub fn memory_block_nodes() -> Option<(u64, BTreeMap<u64, u32>)> {
+    let text = read_trimmed("/sys/devices/system/memory/block_size_bytes").ok()?;
+    let block_size = u64::from_str_radix(&text, 16).ok().filter(|&b| b > 0)?;
+    let mut blocks = BTreeMap::new();
+    for node in fs::read_dir(NODE_ROOT).ok()?.flatten() {
+        let name = node.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("node"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        for entry in fs::read_dir(node.path()).ok()?.flatten() {
+            if let Some(block) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("memory"))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                blocks.insert(block, id);
+            }
+        }
+    }
+    (!blocks.is_empty()).then_some((block_size, blocks))
+}
