@@ -115,3 +115,13 @@ printf '%-24s %14s %14s %8s\n' "" numalab reference ratio
 printf '%-24s %9.0f MB/s %9.0f MB/s %8s\n' "sequential read" "$nrm" "$lrm" "$rrm   (likwid-bench load_$isa)"
 printf '%-24s %9.0f MB/s %9.0f MB/s %8s\n' "copy" "$ncm" "$lcm" "$rcm   (likwid-bench copy_$isa)"
 printf '%-24s %7.2f Mops/s %7.2f Mops/s %8s\n' "random 64-byte reads" "$eng" "$loop" "$paired   (minimal loop, same generator; median of paired rounds)"
+
+# One line per target for bench/all.sh: name, figures, goal, verdict.
+target() { # name, ratio, figures
+    awk -v n="$1" -v r="$2" -v f="$3" 'BEGIN {
+        printf "TARGET\t%s\t%s (ratio %.3f)\t>= 0.95\t%s\n", n, f, r, (r >= 0.95 ? "met" : "missed")
+    }'
+}
+target "engine sequential read / likwid-bench load_$isa" "$rrm" "$(printf '%.0f / %.0f MB/s' "$nrm" "$lrm")"
+target "engine copy / likwid-bench copy_$isa" "$rcm" "$(printf '%.0f / %.0f MB/s' "$ncm" "$lcm")"
+target "engine random 64-byte reads / minimal loop ($rounds rounds)" "$paired" "$(printf '%.2f / %.2f Mops/s' "$eng" "$loop")"

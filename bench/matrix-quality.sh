@@ -78,6 +78,8 @@ row() { # label, ours, reference, ours best, reference best, unit, reference nam
         if (k == "latency") { ok = (r >= 0.95 && r <= 1.05); t = "within +-5%" }
         else { ok = (r >= 0.95); t = ">= 0.95" }
         printf "| %s | %s | %.1f %s | %.1f %s | %.3f | %.1f %s | %.1f %s | %.3f | %s: %s |\n", l, n, a, u, b, u, r, c, u, d, u, q, t, ok ? "met" : "MISSED"
+        # For bench/all.sh: name, figures, goal, verdict.
+        printf "TARGET\tmatrix %s / %s\t%.1f / %.1f %s (ratio %.3f)\t%s\t%s\n", l, n, a, b, u, r, t, ok ? "met" : "missed" > "/dev/stderr"
     }'
 }
 

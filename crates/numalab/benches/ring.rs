@@ -1,6 +1,6 @@
 //! The shared-memory ring's speed, as ratios against references measured
 //! in the same run (`cargo bench -p numalab --bench ring`), for blocks of
-//! 256 KiB to 64 MiB, 8 blocks per ring, writer on the first allowed CPU
+//! 64 KiB to 256 MiB, 8 blocks per ring, writer on the first allowed CPU
 //! and reader on the second:
 //!
 //! * **copy**: the writer copies into the ring from a source of at most
@@ -28,6 +28,11 @@
 //!   from 8 MiB, [`Writer::streams`](numalab::ring::Writer::streams)), and
 //!   the reader reads every byte of it with the widest vector loads the
 //!   CPU has, as the copy path's `memcpy` does; against copy;
+//! * against a minimal C ring (`bench/cring.c`, built here with `cc -O2`
+//!   into `target/bench-cring`): two processes, the writer `memcpy`ing
+//!   each block in from the same hot source, the reader `memcpy`ing it out
+//!   into a private block-sized buffer, both spinning on two counters —
+//!   the least any ring moving the bytes must do (target: copy ≥ 1.0×);
 //! * against PSRDada when `PSRDADA_BIN` names a directory holding
 //!   `dada_db`, `dada_junkdb` and `dada_dbnull` (built from its public
 //!   sources; not part of numalab): its writer copies in (`-z`), its reader
@@ -52,7 +57,15 @@ use numalab::affinity;
 use numalab::ring::{CopyStores, Ring, RingOptions};
 use numalab::{CpuSet, HugePages};
 
-const BLOCK_SIZES: [usize; 5] = [256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
+const BLOCK_SIZES: [usize; 7] = [
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+    16 << 20,
+    64 << 20,
+    256 << 20,
+];
 const BLOCKS: usize = 8;
 /// The largest source the copying writer copies from, as `dada_junkdb`.
 const SOURCE_MAX: usize = 4 << 20;
@@ -428,6 +441,47 @@ fn psrdada_run(
     Some(mib_s * 1024.0 * 1024.0 / 1e6)
 }
 
+/// `bench/cring.c` built into `target/bench-cring` with `$CC` (default
+/// `cc`), or why it could not be.
+fn build_cring() -> Result<PathBuf, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let source = root.join("bench/cring.c");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("bench-cring");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let out = Command::new(&cc)
+        .args(["-O2", "-o"])
+        .arg(&target)
+        .arg(&source)
+        .output()
+        .map_err(|e| format!("{cc}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cc} {}: {}",
+            source.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(target)
+}
+
+/// The C ring on the same CPUs, blocks and volume: the reader's MB/s.
+fn cring_run(bin: &Path, cpus: (u32, u32), block: usize, volume: u64) -> Option<f64> {
+    let out = Command::new(bin)
+        .args([
+            block.to_string(),
+            BLOCKS.to_string(),
+            volume.to_string(),
+            cpus.0.to_string(),
+            cpus.1.to_string(),
+        ])
+        .output()
+        .ok()?;
+    out.status.success().then_some(())?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
 /// CPU time a reader uses over `wait` while no data comes.
 fn idle_reader_cpu(wait: Duration) -> Duration {
     let name = format!("bench-idle-{}", std::process::id());
@@ -478,6 +532,21 @@ fn verdict(name: &str, target: f64, ratios: &[(usize, f64)]) -> String {
     }
 }
 
+/// `TARGET<tab>name<tab>figures<tab>goal<tab>met|missed|not measured`.
+fn target_line(name: &str, target: f64, measured: bool, ratios: &[(usize, f64)]) {
+    let verdict = if !measured || ratios.is_empty() {
+        "not measured"
+    } else if ratios.iter().all(|(_, r)| *r >= target) {
+        "met"
+    } else {
+        "missed"
+    };
+    println!(
+        "TARGET\t{name}\t{}\t>= {target} at every block size\t{verdict}",
+        self::ratios(ratios)
+    );
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` does not run
     // this harness-less target's body.
@@ -506,6 +575,9 @@ fn main() {
     let allowed: Vec<u32> = affinity::thread_cpus().unwrap().iter().collect();
     let cpus = (allowed[0], *allowed.get(1).unwrap_or(&allowed[0]));
     let dada = std::env::var_os("PSRDADA_BIN").map(PathBuf::from);
+    let cring = build_cring()
+        .map_err(|e| eprintln!("note: the C ring reference is not measured: {e}"))
+        .ok();
     println!(
         "numalab ring benchmark: {} GiB per run, median of {repeats}, {BLOCKS} blocks per ring, \
          writer on CPU {}, reader on CPU {}, copy stores {stores}, huge pages {}; \
@@ -519,6 +591,9 @@ fn main() {
         "{:>9} {:>10} {:>10} {:>8} {:>10} {:>9}",
         "block", "memcpy", "ring copy", "/memcpy", "in place", "/copy"
     );
+    if cring.is_some() {
+        print!(" {:>10} {:>8}", "C ring", "copy/");
+    }
     if dada.is_some() {
         print!(
             " {:>10} {:>8} {:>10} {:>8}",
@@ -528,11 +603,13 @@ fn main() {
     println!();
     let (mut vs_memcpy, mut vs_copy, mut vs_dada) = (vec![], vec![], vec![]);
     let mut vs_cached = vec![];
+    let mut vs_cring = vec![];
     let mut others = vec![];
     for &block in &blocks {
         let volume = volume / block as u64 * block as u64;
         let (mut memcpy, mut whole, mut cached) = (vec![], vec![], vec![]);
         let (mut copy, mut in_place, mut dada_l, mut dada_z) = (vec![], vec![], vec![], vec![]);
+        let mut c_ring = vec![];
         for _ in 0..repeats {
             let span = REFERENCE_SPAN.max(block);
             memcpy.push(single_core_copy(cpus.0, block, span, span, volume));
@@ -546,6 +623,9 @@ fn main() {
             ));
             copy.push(ring_run(cpus, block, volume, false, &options));
             in_place.push(ring_run(cpus, block, volume, true, &options));
+            if let Some(bin) = &cring {
+                c_ring.extend(cring_run(bin, cpus, block, volume));
+            }
             if let Some(bin) = &dada {
                 dada_l.extend(psrdada_run(bin, cpus, block, volume, true));
                 dada_z.extend(psrdada_run(bin, cpus, block, volume, false));
@@ -554,7 +634,7 @@ fn main() {
         if std::env::var_os("NUMALAB_BENCH_SAMPLES").is_some() {
             eprintln!(
                 "{} KiB samples: memcpy {memcpy:.0?}, copy {copy:.0?}, in place {in_place:.0?}, \
-                 dada -l {dada_l:.0?}",
+                 C ring {c_ring:.0?}, dada -l {dada_l:.0?}",
                 block >> 10
             );
         }
@@ -570,6 +650,15 @@ fn main() {
             copy / memcpy,
             in_place / copy
         );
+        if cring.is_some() {
+            if c_ring.is_empty() {
+                print!(" {:>10} {:>8}", "failed", "-");
+            } else {
+                let m = median(c_ring);
+                print!(" {m:>10.0} {:>8.2}", copy / m);
+                vs_cring.push((block, copy / m));
+            }
+        }
         if dada.is_some() {
             for (runs, copy_out) in [(dada_l, true), (dada_z, false)] {
                 if runs.is_empty() {
@@ -615,6 +704,9 @@ fn main() {
     } else {
         println!("  copy >= 1.0x PSRDada -l: not measured (set PSRDADA_BIN to a directory with PSRDada's dada_db, dada_junkdb and dada_dbnull)");
     }
+    if cring.is_some() {
+        println!("  {}", verdict("copy >= 1.0x the C ring", 1.0, &vs_cring));
+    }
     // Both memcpy references this run measured, each with its ratio: the
     // target is against memory-to-memory; the cache-resident one is a
     // ceiling no ring reaches (see the module documentation).
@@ -641,4 +733,19 @@ fn main() {
             "missed"
         }
     );
+    // One line per target for bench/all.sh: name, figures, goal, verdict.
+    target_line(
+        "ring copy / PSRDada dada_dbnull -l",
+        1.0,
+        dada.is_some(),
+        &vs_dada,
+    );
+    target_line(
+        "ring copy / C fork-and-spin ring",
+        1.0,
+        cring.is_some(),
+        &vs_cring,
+    );
+    target_line("ring copy / memcpy memory to memory", 0.9, true, &vs_memcpy);
+    target_line("ring in place / ring copy", 1.2, true, &vs_copy);
 }

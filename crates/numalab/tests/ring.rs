@@ -75,14 +75,15 @@ fn copy_in_copy_out_keeps_every_byte_in_order() {
     assert_eq!(stats.writer.state, "finished");
 }
 
-/// Streaming copies (forced on a small ring, and chosen by `Auto` on a
-/// ring of 8 MiB blocks) carry every byte in order, whatever the pieces'
-/// sizes and alignments.
+/// Streaming copies (forced on a small and on a large ring) and whatever
+/// `Auto` chooses for large blocks on this machine carry every byte in
+/// order, whatever the pieces' sizes and alignments.
 #[test]
 fn streaming_copies_keep_every_byte_in_order() {
     for (tag, block, stores) in [
         ("stream-small", 64 << 10, CopyStores::Streaming),
-        ("stream-auto", STREAMING_FROM, CopyStores::Auto),
+        ("stream-large", STREAMING_FROM, CopyStores::Streaming),
+        ("auto-large", STREAMING_FROM, CopyStores::Auto),
     ] {
         let name = Name::new(tag);
         let ring = Ring::create(&RingOptions::new(&name.0, 2 * block, block)).unwrap();
@@ -108,7 +109,11 @@ fn streaming_copies_keep_every_byte_in_order() {
         });
         let mut writer = ring.writer().unwrap();
         writer.set_copy_stores(stores);
-        assert!(writer.streams(), "{tag}: the writer streams");
+        assert_eq!(
+            writer.streams(),
+            stores.streams(block),
+            "{tag}: the writer streams as its stores say"
+        );
         // Pieces that start and end off line boundaries.
         for chunk in data.chunks(block / 3 + 17) {
             writer.write(chunk).unwrap();
@@ -117,11 +122,11 @@ fn streaming_copies_keep_every_byte_in_order() {
         assert!(consumer.join().unwrap() == expected, "{tag}: bytes differ");
     }
     let name = Name::new("cached");
-    let ring = Ring::create(&RingOptions::new(&name.0, 2 * (1 << 20), 1 << 20)).unwrap();
+    let ring = Ring::create(&RingOptions::new(&name.0, 2 * (512 << 10), 512 << 10)).unwrap();
     let mut writer = ring.writer().unwrap();
     assert!(
         !writer.streams(),
-        "1 MiB blocks are copied through the caches"
+        "512 KiB blocks (below any machine's threshold) are copied through the caches"
     );
     writer.set_copy_stores(CopyStores::Streaming);
     assert!(writer.streams());

@@ -1,29 +1,57 @@
 //! The copies of [`Writer::write`](super::Writer::write) and
 //! [`Reader::read`](super::Reader::read): through the caches with the
 //! system's `memcpy`, or with streaming (non-temporal) stores for large
-//! blocks.
+//! blocks, as [`CopyStores::Auto`] decides for the machine it runs on.
 //!
 //! A cached store first reads its line for ownership; when the memory
 //! written is far larger than the caches that read is pure cost, and the
 //! line then pushes something useful out of the cache. Streaming stores
-//! write whole lines to memory without reading them. Measured on a 2-core
-//! 2-core Xeon VM with AVX-512, one core writing blocks into an 8-block
-//! area:
+//! write whole lines to memory without reading them. Which is faster
+//! depends on the CPU, not only on the size, measured with the ring
+//! benchmark (writer and reader on the two CPUs of a VM):
 //!
-//! | block | cached stores | streaming stores |
-//! |---|---|---|
-//! | 4 MiB (32 MiB area, stays in the cache) | 27 GB/s | 22 GB/s |
-//! | 16 MiB (128 MiB area) | 9.7 GB/s | 24 GB/s |
-//! | 64 MiB (512 MiB area) | 9.7 GB/s | 25 GB/s |
+//! | machine | block | cached stores | streaming stores |
+//! |---|---|---|---|
+//! | Xeon, AVX-512, one core writing only | 4 MiB (32 MiB area, in the cache) | 27 GB/s | 22 GB/s |
+//! | Xeon, AVX-512, one core writing only | 64 MiB | 9.7 GB/s | 25 GB/s |
+//! | EPYC, AVX2, 32 MiB L3 shared by writer and reader | 64 MiB | 4.05 GB/s | 1.39 GB/s |
 //!
-//! so [`CopyStores::Auto`] streams from 8 MiB ([`STREAMING_FROM`]): the
-//! writer by its ring's block size (a block that large has left the cache
-//! before a reader comes to it), a reader by the size of each copy (the
-//! caller's buffer is as large). The streaming copy works on four pages at
-//! once, a line of each in turn: the hardware prefetchers follow a stream
-//! only within a 4 KiB page, and four streams keep four of them busy (one
-//! core copying memory to memory: 6.9 GB/s with `memcpy`, 9.2 GB/s
-//! streaming one page at a time, 12 GB/s four pages at a time).
+//! So `Auto` follows a rule made of what the machine is, and measures
+//! what the rule cannot know ([`AutoStores`], [`auto_stores`]):
+//!
+//! 1. A copy smaller than half the last-level cache of the CPU that
+//!    decides ([`streaming_threshold`]; sysfs, 8 MiB if sysfs has no
+//!    cache description) is cached: its lines are still in a cache when
+//!    the reader comes, from the shared last-level cache when writer and
+//!    reader share one, by a cache-to-cache transfer when they do not;
+//!    streaming would send them to memory for the reader to fetch back.
+//! 2. From there the block has left the cache before it is read either
+//!    way, and what is left is which stores move memory faster on this
+//!    CPU. That is measured once: one core copies from a hot source into
+//!    twice the last-level cache (16 to 128 MiB) with each kind, three
+//!    passes each, interleaved, best of each; streaming is chosen only if
+//!    it is at least 10% faster. The widest vectors the CPU has
+//!    (AVX-512, AVX2, else SSE2) make the streaming copy; the cached one
+//!    is glibc's `memcpy`, which picks `rep movsb` (`erms`, `fsrm`) or
+//!    vectors by itself. The result is kept in
+//!    `$XDG_CACHE_HOME/numalab/copy-stores.json` (or `~/.cache/…`) for the
+//!    same CPU model, features, cache and kind of build (a debug build's
+//!    streaming copy is unoptimised), so only the first ring with large
+//!    blocks on a machine pays the few tens of milliseconds.
+//! 3. `NUMALAB_COPY_STORES=cached` or `streaming` in the environment
+//!    overrides both steps for every ring of the process;
+//!    [`Writer::set_copy_stores`](super::Writer::set_copy_stores) and
+//!    [`Reader::set_copy_stores`](super::Reader::set_copy_stores) for one.
+//!
+//! The streaming copy works on four pages at once, a line of each in
+//! turn: the hardware prefetchers follow a stream only within a 4 KiB
+//! page, and four streams keep four of them busy (one Xeon core copying
+//! memory to memory: 6.9 GB/s with `memcpy`, 9.2 GB/s streaming one page
+//! at a time, 12 GB/s four pages at a time).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +59,8 @@ use serde::{Deserialize, Serialize};
 #[cfg(test)]
 type Kernel = unsafe fn(*mut u8, *const u8, usize);
 
-/// Copies at least this large stream under [`CopyStores::Auto`]: 8 MiB.
+/// The last-level cache assumed where sysfs describes none: copies from
+/// half of it may stream under [`CopyStores::Auto`].
 pub const STREAMING_FROM: usize = 8 << 20;
 
 /// How the ring's copies store the bytes they write: into the ring for
@@ -41,10 +70,10 @@ pub const STREAMING_FROM: usize = 8 << 20;
 /// [`Reader::borrow`](super::Reader::borrow)) copies nothing.
 ///
 /// ```
-/// use numalab::ring::{CopyStores, STREAMING_FROM};
+/// use numalab::ring::{streaming_threshold, CopyStores};
 /// assert_eq!(CopyStores::default(), CopyStores::Auto);
-/// assert!(CopyStores::Auto.streams(64 << 20));
-/// assert!(!CopyStores::Auto.streams(1 << 20));
+/// // Below half the last-level cache, Auto never streams.
+/// assert!(!CopyStores::Auto.streams(streaming_threshold() - 1));
 /// assert!(CopyStores::Streaming.streams(4096));
 /// assert_eq!("cached".parse::<CopyStores>()?, CopyStores::Cached);
 /// # Ok::<(), String>(())
@@ -52,8 +81,10 @@ pub const STREAMING_FROM: usize = 8 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CopyStores {
-    /// Streaming stores for copies of [`STREAMING_FROM`] bytes or more
-    /// (for the writer: into blocks that large), cached stores below.
+    /// Cached stores below half the last-level cache
+    /// ([`streaming_threshold`]); from there what [`auto_stores`]
+    /// measured faster on this CPU (for the writer: by the ring's block
+    /// size; for a reader: by the size of each copy).
     #[default]
     Auto,
     /// Always through the caches (the system's `memcpy`): for data read
@@ -67,7 +98,12 @@ impl CopyStores {
     /// Whether a copy of `len` bytes streams.
     pub fn streams(self, len: usize) -> bool {
         match self {
-            CopyStores::Auto => len >= STREAMING_FROM,
+            CopyStores::Auto => {
+                len >= streaming_threshold()
+                    && auto_stores()
+                        .streaming_from
+                        .is_some_and(|from| len as u64 >= from)
+            }
             CopyStores::Cached => false,
             CopyStores::Streaming => true,
         }
@@ -96,6 +132,223 @@ impl std::str::FromStr for CopyStores {
                 "unknown copy stores {other:?}; expected auto, cached or streaming"
             )),
         }
+    }
+}
+
+/// How [`CopyStores::Auto`] stores on this machine, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AutoStores {
+    /// The last-level cache of the CPU the rule was made on, bytes (0:
+    /// sysfs describes none, [`STREAMING_FROM`] assumed).
+    pub cache_bytes: u64,
+    /// Copies of this many bytes or more stream; `None`: none do.
+    pub streaming_from: Option<u64>,
+    /// Where the choice above the cache came from.
+    pub basis: AutoBasis,
+    /// The measurement behind it, when one was made (now or before).
+    pub calibration: Option<Calibration>,
+}
+
+/// Where [`AutoStores`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoBasis {
+    /// Measured by this process.
+    Measured,
+    /// Measured before on the same CPU model, features and cache, read
+    /// back from the cache file.
+    Remembered,
+    /// `NUMALAB_COPY_STORES` set in the environment.
+    Environment,
+}
+
+/// One core's copy rates with each kind of store, from a hot source into
+/// an area twice the last-level cache.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// The CPU model, its vector and string-copy features and its cache:
+    /// what a remembered calibration must match.
+    pub machine: String,
+    /// Bytes of the area copied into.
+    pub area_bytes: u64,
+    /// MB/s with cached stores (`memcpy`).
+    pub cached_mbps: f64,
+    /// MB/s with streaming stores.
+    pub streaming_mbps: f64,
+}
+
+/// Streaming is chosen only when it is at least this much faster.
+const STREAMING_MARGIN: f64 = 1.10;
+
+/// Copies smaller than this never stream under [`CopyStores::Auto`]: half
+/// the last-level cache of the CPU the process first asked on, at least
+/// 1 MiB (half of [`STREAMING_FROM`] where sysfs describes no cache).
+pub fn streaming_threshold() -> usize {
+    static THRESHOLD: OnceLock<usize> = OnceLock::new();
+    *THRESHOLD.get_or_init(|| (last_level_cache() as usize / 2).max(1 << 20))
+}
+
+fn last_level_cache() -> u64 {
+    crate::sys::procfs::last_level_cache(crate::sys::linux::current_cpu())
+        .map_or(STREAMING_FROM as u64, |c| c.bytes)
+}
+
+/// The rule [`CopyStores::Auto`] follows in this process: decided on
+/// first use (from `NUMALAB_COPY_STORES`, the cache file, or a
+/// measurement of a few tens of milliseconds), then fixed.
+pub fn auto_stores() -> &'static AutoStores {
+    static RULE: OnceLock<AutoStores> = OnceLock::new();
+    RULE.get_or_init(|| {
+        let cache = last_level_cache();
+        let from = streaming_threshold() as u64;
+        match std::env::var("NUMALAB_COPY_STORES").as_deref() {
+            Ok("cached") => {
+                return AutoStores {
+                    cache_bytes: cache,
+                    streaming_from: None,
+                    basis: AutoBasis::Environment,
+                    calibration: None,
+                }
+            }
+            Ok("streaming") => {
+                return AutoStores {
+                    cache_bytes: cache,
+                    streaming_from: Some(0),
+                    basis: AutoBasis::Environment,
+                    calibration: None,
+                }
+            }
+            _ => {}
+        }
+        let machine = machine_key(cache);
+        let (calibration, basis) = match remembered(&machine) {
+            Some(c) => (c, AutoBasis::Remembered),
+            None => {
+                let c = calibrate(machine, cache);
+                remember(&c);
+                (c, AutoBasis::Measured)
+            }
+        };
+        AutoStores {
+            cache_bytes: cache,
+            streaming_from: (calibration.streaming_mbps
+                >= STREAMING_MARGIN * calibration.cached_mbps)
+                .then_some(from),
+            basis,
+            calibration: Some(calibration),
+        }
+    })
+}
+
+/// "AMD EPYC; avx2 fma; LLC 8 MiB": what a calibration depends on.
+fn machine_key(cache: u64) -> String {
+    let cpuinfo = crate::files::read_input_limited(
+        std::path::Path::new("/proc/cpuinfo"),
+        4 << 20,
+        "CPU description",
+    )
+    .map(|b| String::from_utf8_lossy(&b).into_owned())
+    .unwrap_or_default();
+    let field = |name: &str| {
+        cpuinfo
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_once(':'))
+            .map_or(String::new(), |(_, v)| v.trim().to_owned())
+    };
+    let flags = field("flags");
+    let features: Vec<&str> = ["avx512f", "avx2", "sse2", "erms", "fsrm"]
+        .into_iter()
+        .filter(|f| flags.split_whitespace().any(|g| g == *f))
+        .collect();
+    // An unoptimised build's streaming copy is many times slower than
+    // its `memcpy`: its measurement holds for its own kind of build only.
+    let build = if cfg!(debug_assertions) {
+        "; debug build"
+    } else {
+        ""
+    };
+    format!(
+        "{}; {}; LLC {} KiB{build}",
+        field("model name"),
+        features.join(" "),
+        cache >> 10
+    )
+}
+
+fn cache_file() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("numalab").join("copy-stores.json"))
+}
+
+fn remembered(machine: &str) -> Option<Calibration> {
+    let bytes =
+        crate::files::read_input_limited(&cache_file()?, 64 << 10, "copy calibration").ok()?;
+    let c: Calibration = serde_json::from_slice(&bytes).ok()?;
+    (c.machine == machine && c.cached_mbps > 0.0 && c.streaming_mbps > 0.0).then_some(c)
+}
+
+/// Keeps a calibration for the next process; a cache that cannot be
+/// written (read-only home, no home) only costs the next process a
+/// measurement.
+fn remember(c: &Calibration) {
+    let Some(path) = cache_file() else { return };
+    if let Some(dir) = path.parent() {
+        use std::os::unix::fs::DirBuilderExt;
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
+    if let Ok(json) = serde_json::to_vec_pretty(c) {
+        let _ = crate::files::write_output(&path, &json);
+    }
+}
+
+/// One core copies from a hot source (at most 4 MiB, as a program
+/// writing a ring from its own buffer) into an area twice the cache, in
+/// 1 MiB pieces, with each kind of store.
+fn calibrate(machine: String, cache: u64) -> Calibration {
+    let area = (2 * cache).clamp(16 << 20, 128 << 20) as usize;
+    let piece = 1 << 20;
+    let source = vec![1u8; (cache as usize / 2).clamp(piece, 4 << 20)];
+    let mut dst = vec![2u8; area];
+    let mut pass = |streaming: bool| {
+        let start = Instant::now();
+        let mut from = 0;
+        for at in (0..area).step_by(piece) {
+            // SAFETY: at + piece <= area (a multiple of piece) and from +
+            // piece <= source.len(); the two vectors are distinct.
+            unsafe {
+                copy(
+                    dst.as_mut_ptr().add(at),
+                    source.as_ptr().add(from),
+                    piece,
+                    streaming,
+                )
+            };
+            from = (from + piece) % (source.len() / piece * piece);
+        }
+        std::hint::black_box(&mut dst);
+        area as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e6
+    };
+    let (mut cached, mut streaming) = (0f64, 0f64);
+    // A first pass of each warms the area and the source; then three of
+    // each, interleaved, the best of each kept.
+    pass(false);
+    pass(true);
+    for _ in 0..3 {
+        cached = cached.max(pass(false));
+        streaming = streaming.max(pass(true));
+    }
+    Calibration {
+        machine,
+        area_bytes: area as u64,
+        cached_mbps: cached,
+        streaming_mbps: streaming,
     }
 }
 
@@ -309,9 +562,24 @@ mod tests {
     }
 
     #[test]
-    fn auto_streams_from_the_threshold() {
-        assert!(!CopyStores::Auto.streams(STREAMING_FROM - 1));
-        assert!(CopyStores::Auto.streams(STREAMING_FROM));
+    fn auto_streams_only_from_the_threshold_and_by_the_measurement() {
+        let from = streaming_threshold();
+        assert!(from >= 1 << 20);
+        assert!(!CopyStores::Auto.streams(from - 1));
+        let rule = auto_stores();
+        eprintln!("Auto on this machine: from {from} bytes, {rule:?}");
+        assert_eq!(
+            CopyStores::Auto.streams(from),
+            rule.streaming_from.is_some(),
+            "{rule:?}"
+        );
+        if let Some(c) = &rule.calibration {
+            assert!(c.cached_mbps > 0.0 && c.streaming_mbps > 0.0, "{c:?}");
+            assert_eq!(
+                rule.streaming_from.is_some(),
+                c.streaming_mbps >= STREAMING_MARGIN * c.cached_mbps
+            );
+        }
         assert!(!CopyStores::Cached.streams(usize::MAX));
         assert!(CopyStores::Streaming.streams(0));
         for stores in [CopyStores::Auto, CopyStores::Cached, CopyStores::Streaming] {
@@ -321,5 +589,15 @@ mod tests {
             .parse::<CopyStores>()
             .unwrap_err()
             .contains("auto, cached or streaming"));
+    }
+
+    #[test]
+    fn cache_sizes_as_sysfs_writes_them() {
+        use crate::sys::procfs::parse_cache_size;
+        assert_eq!(parse_cache_size("32768K"), Some(32 << 20));
+        assert_eq!(parse_cache_size("8M"), Some(8 << 20));
+        assert_eq!(parse_cache_size("1024"), Some(1024));
+        assert_eq!(parse_cache_size("K"), None);
+        assert_eq!(parse_cache_size("99999999999999999999G"), None);
     }
 }

@@ -114,7 +114,10 @@ mod writer;
 
 #[cfg(not(loom))]
 pub use self::{
-    copy::{CopyStores, STREAMING_FROM},
+    copy::{
+        auto_stores, streaming_threshold, AutoBasis, AutoStores, Calibration, CopyStores,
+        STREAMING_FROM,
+    },
     error::{RingError, SizeError},
     layout::{validate_header, HEADER_SIZE, MAX_BLOCKS, MAX_META_SIZE, MAX_READERS},
     meta::{Transfer, TransferHeader},

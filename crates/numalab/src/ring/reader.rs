@@ -139,6 +139,11 @@ impl Reader {
                 Backpressure::Block => MODE_BLOCK,
                 Backpressure::Lag => MODE_LAG,
             };
+            // A ring whose blocks may be copied with streaming stores
+            // settles Auto's rule now, not in the first read.
+            if seg.geometry.block_size as usize >= copy::streaming_threshold() {
+                copy::auto_stores();
+            }
             let active = protocol::activate(seg.writer(), ctl, joining, mode, seg.geometry.blocks);
             // A writer waiting on this slot's old occupant can look again.
             wake_all(&seg.writer().space_event);

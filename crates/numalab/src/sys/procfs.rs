@@ -715,3 +715,68 @@ pub fn memory_block_nodes() -> Option<(u64, BTreeMap<u64, u32>)> {
     }
     (!blocks.is_empty()).then_some((block_size, blocks))
 }
+
+/// One CPU data or unified cache as sysfs describes it
+/// (`/sys/devices/system/cpu/cpuN/cache/indexK`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuCache {
+    pub level: u32,
+    pub bytes: u64,
+    pub shared_with: CpuSet,
+}
+
+/// A cache size as sysfs writes it: `32768K`, `8M`, `1024`.
+pub fn parse_cache_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.as_bytes().last()? {
+        b'K' => (&text[..text.len() - 1], 1 << 10),
+        b'M' => (&text[..text.len() - 1], 1 << 20),
+        b'G' => (&text[..text.len() - 1], 1 << 30),
+        _ => (text, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(unit)
+}
+
+/// The last-level data or unified cache of `cpu`: the one of the highest
+/// level (of the largest size among equals). `None` where sysfs has no
+/// cache description (some virtual machines, non-x86 boards).
+pub fn last_level_cache(cpu: u32) -> Option<CpuCache> {
+    let root = format!("/sys/devices/system/cpu/cpu{cpu}/cache");
+    let mut best: Option<CpuCache> = None;
+    // Bounded: x86 describes 4 to 5 caches per CPU.
+    for entry in fs::read_dir(&root).ok()?.flatten().take(64) {
+        let dir = entry.path();
+        if !entry.file_name().to_string_lossy().starts_with("index") {
+            continue;
+        }
+        let kind = read_trimmed(dir.join("type")).unwrap_or_default();
+        if kind != "Data" && kind != "Unified" {
+            continue;
+        }
+        let (Some(level), Some(bytes)) = (
+            read_trimmed(dir.join("level"))
+                .ok()
+                .and_then(|l| l.parse().ok()),
+            read_trimmed(dir.join("size"))
+                .ok()
+                .and_then(|s| parse_cache_size(&s)),
+        ) else {
+            continue;
+        };
+        let shared_with = read_trimmed(dir.join("shared_cpu_list"))
+            .ok()
+            .and_then(|l| l.parse().ok())
+            .unwrap_or_else(|| CpuSet::single(cpu));
+        if best
+            .as_ref()
+            .is_none_or(|b| (level, bytes) > (b.level, b.bytes))
+        {
+            best = Some(CpuCache {
+                level,
+                bytes,
+                shared_with,
+            });
+        }
+    }
+    best
+}

@@ -1,0 +1,132 @@
+/*
+ * A minimal shared-memory ring: the reference numalab's ring is held to
+ * beside PSRDada (crates/numalab/benches/ring.rs, bench/all.sh).
+ *
+ *   cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU
+ *
+ * Two processes (fork) share BLOCKS slots of BLOCK_BYTES and two counters.
+ * The writer, pinned on WRITER_CPU, memcpy's each block in from a hot
+ * source of at most 4 MiB (as PSRDada's dada_junkdb and numalab's
+ * benchmark do) and publishes it with a release store; the reader, pinned
+ * on READER_CPU, spins until a block is published, memcpy's it out into a
+ * private block-sized buffer and frees the slot. Both sides spin (no
+ * futex, no syscall per block), and every buffer is written before the
+ * clock starts, so no page fault is timed. Prints the reader's MB/s
+ * (10^6 bytes per second) for VOLUME_BYTES, rounded down to whole blocks.
+ */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SOURCE_MAX (4UL << 20)
+
+struct shared {
+    _Alignas(64) _Atomic uint64_t written;
+    _Alignas(64) _Atomic uint64_t read;
+    _Alignas(64) _Atomic int ready;
+    _Alignas(64) double mbps;
+};
+
+static void pin(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+        perror("cring: sched_setaffinity");
+        exit(1);
+    }
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static unsigned long number(const char *text, const char *what) {
+    char *end;
+    unsigned long value = strtoul(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || value == 0) {
+        fprintf(stderr, "cring: %s must be a positive whole number, not \"%s\"\n", what, text);
+        exit(2);
+    }
+    return value;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 6) {
+        fprintf(stderr, "usage: cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU\n");
+        return 2;
+    }
+    size_t block = number(argv[1], "BLOCK_BYTES");
+    size_t blocks = number(argv[2], "BLOCKS");
+    uint64_t count = number(argv[3], "VOLUME_BYTES") / block;
+    int writer_cpu = atoi(argv[4]), reader_cpu = atoi(argv[5]);
+    if (count == 0)
+        count = 1;
+
+    struct shared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    uint8_t *ring = mmap(NULL, block * blocks, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED || ring == MAP_FAILED) {
+        perror("cring: mmap");
+        return 1;
+    }
+    memset(ring, 0, block * blocks);
+
+    pid_t reader = fork();
+    if (reader < 0) {
+        perror("cring: fork");
+        return 1;
+    }
+    if (reader == 0) {
+        pin(reader_cpu);
+        uint8_t *out = malloc(block);
+        memset(out, 1, block);
+        atomic_fetch_add(&shared->ready, 1);
+        while (atomic_load(&shared->ready) < 2)
+            ;
+        double start = now();
+        for (uint64_t i = 0; i < count; i++) {
+            while (atomic_load_explicit(&shared->written, memory_order_acquire) <= i)
+                ;
+            memcpy(out, ring + (i % blocks) * block, block);
+            __asm__ volatile("" : : "r"(out) : "memory");
+            atomic_store_explicit(&shared->read, i + 1, memory_order_release);
+        }
+        shared->mbps = (double)count * block / (now() - start) / 1e6;
+        _exit(0);
+    }
+
+    pin(writer_cpu);
+    size_t source_len = block < SOURCE_MAX ? block : SOURCE_MAX;
+    uint8_t *source = malloc(source_len);
+    memset(source, 2, source_len);
+    atomic_fetch_add(&shared->ready, 1);
+    while (atomic_load(&shared->ready) < 2)
+        ;
+    for (uint64_t i = 0; i < count; i++) {
+        while (i - atomic_load_explicit(&shared->read, memory_order_acquire) >= blocks)
+            ;
+        uint8_t *slot = ring + (i % blocks) * block;
+        for (size_t done = 0; done < block; done += source_len)
+            memcpy(slot + done, source, block - done < source_len ? block - done : source_len);
+        atomic_store_explicit(&shared->written, i + 1, memory_order_release);
+    }
+    int status;
+    if (waitpid(reader, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "cring: the reader failed\n");
+        return 1;
+    }
+    printf("%.1f\n", shared->mbps);
+    return 0;
+}
