@@ -55,9 +55,9 @@ wanted() { [[ ",$only," == *",$1,"* ]]; }
 logs=target/bench-all
 mkdir -p "$logs"
 flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2)
-has() { [[ " $flags " == *" $1 "* ]] && echo "$1"; }
+has() { if [[ " $flags " == *" $1 "* ]]; then echo "$1"; fi; }
 extensions=$(for f in avx512f avx512bw avx2 fma sse4_2 erms fsrm; do has "$f"; done | xargs)
-llc=$(lscpu -C=LEVEL,ONE-SIZE,ALL-SIZE 2>/dev/null | awk 'NR > 1 { l = $0 } END { print l }' | xargs)
+llc=$(lscpu -C=LEVEL,ONE-SIZE 2>/dev/null | awk 'NR > 1 { l = "L" $1 " " $2 " per instance" } END { print l }' || true)
 machine="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPU(s)"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date -u +%Y-%m-%dT%H:%MZ)
