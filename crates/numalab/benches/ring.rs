@@ -441,6 +441,42 @@ fn psrdada_run(
     Some(mib_s * 1024.0 * 1024.0 / 1e6)
 }
 
+/// `numalab ring` (the command line, its own writer and reader processes)
+/// in copy mode on the same CPUs, blocks and volume: its MB/s.
+fn cli_run(bin: &Path, cpus: (u32, u32), block: usize, volume: u64) -> Option<f64> {
+    let out = Command::new(bin)
+        .args(["ring", "--mode", "copy", "--json", "--blocks"])
+        .arg(BLOCKS.to_string())
+        .arg("--block-size")
+        .arg(block.to_string())
+        .arg("--volume")
+        .arg(volume.to_string())
+        .arg("--writer-cpus")
+        .arg(cpus.0.to_string())
+        .arg("--reader-cpus")
+        .arg(cpus.1.to_string())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status.success().then_some(())?;
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    result["cells"][0]["total_mb_per_s"].as_f64()
+}
+
+/// `numalab` built in release mode beside this benchmark
+/// (`NUMALAB_BENCH_CLI` names another), if there is one.
+fn cli_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("NUMALAB_BENCH_CLI")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| root.join("target"), PathBuf::from)
+                .join("release/numalab")
+        });
+    path.is_file().then_some(path)
+}
+
 /// `bench/cring.c` built into `target/bench-cring` with `$CC` (default
 /// `cc`), or why it could not be.
 fn build_cring() -> Result<PathBuf, String> {
@@ -575,6 +611,13 @@ fn main() {
     let allowed: Vec<u32> = affinity::thread_cpus().unwrap().iter().collect();
     let cpus = (allowed[0], *allowed.get(1).unwrap_or(&allowed[0]));
     let dada = std::env::var_os("PSRDADA_BIN").map(PathBuf::from);
+    let cli = cli_binary();
+    if cli.is_none() {
+        eprintln!(
+            "note: numalab ring (the command) is not measured: build it first \
+             (cargo build --release -p numalab-cli) or set NUMALAB_BENCH_CLI"
+        );
+    }
     let cring = build_cring()
         .map_err(|e| eprintln!("note: the C ring reference is not measured: {e}"))
         .ok();
@@ -594,6 +637,9 @@ fn main() {
     if cring.is_some() {
         print!(" {:>10} {:>8}", "C ring", "copy/");
     }
+    if cli.is_some() {
+        print!(" {:>10} {:>8} {:>8}", "CLI", "/C ring", "/dada -l");
+    }
     if dada.is_some() {
         print!(
             " {:>10} {:>8} {:>10} {:>8}",
@@ -604,12 +650,14 @@ fn main() {
     let (mut vs_memcpy, mut vs_copy, mut vs_dada) = (vec![], vec![], vec![]);
     let mut vs_cached = vec![];
     let mut vs_cring = vec![];
+    let (mut cli_vs_cring, mut cli_vs_dada) = (vec![], vec![]);
     let mut others = vec![];
     for &block in &blocks {
         let volume = volume / block as u64 * block as u64;
         let (mut memcpy, mut whole, mut cached) = (vec![], vec![], vec![]);
         let (mut copy, mut in_place, mut dada_l, mut dada_z) = (vec![], vec![], vec![], vec![]);
         let mut c_ring = vec![];
+        let mut by_cli = vec![];
         for _ in 0..repeats {
             let span = REFERENCE_SPAN.max(block);
             memcpy.push(single_core_copy(cpus.0, block, span, span, volume));
@@ -626,6 +674,9 @@ fn main() {
             if let Some(bin) = &cring {
                 c_ring.extend(cring_run(bin, cpus, block, volume));
             }
+            if let Some(bin) = &cli {
+                by_cli.extend(cli_run(bin, cpus, block, volume));
+            }
             if let Some(bin) = &dada {
                 dada_l.extend(psrdada_run(bin, cpus, block, volume, true));
                 dada_z.extend(psrdada_run(bin, cpus, block, volume, false));
@@ -634,7 +685,7 @@ fn main() {
         if std::env::var_os("NUMALAB_BENCH_SAMPLES").is_some() {
             eprintln!(
                 "{} KiB samples: memcpy {memcpy:.0?}, copy {copy:.0?}, in place {in_place:.0?}, \
-                 C ring {c_ring:.0?}, dada -l {dada_l:.0?}",
+                 C ring {c_ring:.0?}, CLI {by_cli:.0?}, dada -l {dada_l:.0?}",
                 block >> 10
             );
         }
@@ -650,13 +701,31 @@ fn main() {
             copy / memcpy,
             in_place / copy
         );
+        let c_ring = (!c_ring.is_empty()).then(|| median(c_ring));
+        let dada_l_median = (!dada_l.is_empty()).then(|| median(dada_l.clone()));
         if cring.is_some() {
-            if c_ring.is_empty() {
-                print!(" {:>10} {:>8}", "failed", "-");
+            match c_ring {
+                None => print!(" {:>10} {:>8}", "failed", "-"),
+                Some(m) => {
+                    print!(" {m:>10.0} {:>8.2}", copy / m);
+                    vs_cring.push((block, copy / m));
+                }
+            }
+        }
+        if cli.is_some() {
+            if by_cli.is_empty() {
+                print!(" {:>10} {:>8} {:>8}", "failed", "-", "-");
             } else {
-                let m = median(c_ring);
-                print!(" {m:>10.0} {:>8.2}", copy / m);
-                vs_cring.push((block, copy / m));
+                let m = median(by_cli);
+                let against = |reference: Option<f64>| reference.map(|r| m / r);
+                let text = |r: Option<f64>| r.map_or("-".to_owned(), |r| format!("{r:.2}"));
+                print!(
+                    " {m:>10.0} {:>8} {:>8}",
+                    text(against(c_ring)),
+                    text(against(dada_l_median))
+                );
+                cli_vs_cring.extend(against(c_ring).map(|r| (block, r)));
+                cli_vs_dada.extend(against(dada_l_median).map(|r| (block, r)));
             }
         }
         if dada.is_some() {
@@ -745,6 +814,18 @@ fn main() {
         1.0,
         cring.is_some(),
         &vs_cring,
+    );
+    target_line(
+        "numalab ring (command, copy) / PSRDada dada_dbnull -l",
+        1.0,
+        cli.is_some() && dada.is_some(),
+        &cli_vs_dada,
+    );
+    target_line(
+        "numalab ring (command, copy) / C fork-and-spin ring",
+        1.0,
+        cli.is_some() && cring.is_some(),
+        &cli_vs_cring,
     );
     target_line("ring copy / memcpy memory to memory", 0.9, true, &vs_memcpy);
     target_line("ring in place / ring copy", 1.2, true, &vs_copy);

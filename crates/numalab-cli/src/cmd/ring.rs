@@ -101,8 +101,8 @@ pub struct RingArgs {
     /// `copy`: the writer copies each block in from its own buffer (at
     /// most 4 MiB, copied in as often as a block takes) and the readers
     /// copy it out into a block-sized buffer (the blog's memcpy in, memcpy
-    /// out); `in-place`: the writer fills blocks in the ring (streaming
-    /// stores from 8 MiB blocks, as the ring's copies) and readers read
+    /// out); `in-place`: the writer fills blocks in the ring (with the
+    /// stores the ring's own copies use for that block size) and readers read
     /// every byte there with the widest vector loads
     #[arg(long, value_enum, default_value_t = ModeArg::Copy)]
     pub mode: ModeArg,
