@@ -136,6 +136,20 @@ impl std::str::FromStr for CopyStores {
 }
 
 /// How [`CopyStores::Auto`] stores on this machine, and why.
+///
+/// ```
+/// use numalab::ring::{auto_stores, streaming_threshold, AutoBasis};
+/// let rule = auto_stores();
+/// match rule.streaming_from {
+///     Some(from) => println!("streaming from {from} bytes ({:?})", rule.basis),
+///     None => println!("cached stores at every size ({:?})", rule.basis),
+/// }
+/// if rule.basis != AutoBasis::Environment {
+///     // Decided by a measurement, now or kept from an earlier process.
+///     assert!(rule.calibration.is_some());
+///     assert!(rule.streaming_from.is_none_or(|f| f == streaming_threshold() as u64));
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AutoStores {
     /// The last-level cache of the CPU the rule was made on, bytes (0:
@@ -150,6 +164,12 @@ pub struct AutoStores {
 }
 
 /// Where [`AutoStores`] comes from.
+///
+/// ```
+/// use numalab::ring::AutoBasis;
+/// assert_eq!(serde_json::to_string(&AutoBasis::Remembered)?, "\"remembered\"");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AutoBasis {
@@ -164,6 +184,19 @@ pub enum AutoBasis {
 
 /// One core's copy rates with each kind of store, from a hot source into
 /// an area twice the last-level cache.
+///
+/// ```
+/// use numalab::ring::auto_stores;
+/// if let Some(c) = &auto_stores().calibration {
+///     println!(
+///         "{}: streaming {:.0} MB/s, cached {:.0} MB/s over {} MiB",
+///         c.machine,
+///         c.streaming_mbps,
+///         c.cached_mbps,
+///         c.area_bytes >> 20
+///     );
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     /// The CPU model, its vector and string-copy features and its cache:
