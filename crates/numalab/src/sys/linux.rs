@@ -360,7 +360,8 @@ pub fn madvise(addr: *mut u8, len: usize, advice: Advice) -> io::Result<()> {
     };
     // SAFETY: MADV_(NO)HUGEPAGE only changes how the range is backed;
     // MADV_POPULATE_WRITE allocates zeroed pages where none are present and
-    // leaves present pages untouched.
+    // leaves present pages untouched (in a shared mapping of pages that
+    // exist, it only fills the page tables).
     if unsafe { libc::madvise(addr.cast(), len, advice) } != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -856,6 +857,9 @@ pub fn set_len(fd: &OwnedFd, len: u64) -> io::Result<()> {
 pub struct FileStat {
     /// Length in bytes.
     pub size: u64,
+    /// Bytes of storage allocated to it (`st_blocks` × 512): less than
+    /// `size` for a sparse file.
+    pub allocated: u64,
     /// Permission bits and file type (`st_mode`).
     pub mode: u32,
     /// Owner.
@@ -876,6 +880,7 @@ pub fn stat_fd(fd: &OwnedFd) -> io::Result<FileStat> {
     }
     Ok(FileStat {
         size: st.st_size as u64,
+        allocated: (st.st_blocks as u64).saturating_mul(512),
         mode: st.st_mode,
         uid: st.st_uid,
         regular: st.st_mode & libc::S_IFMT == libc::S_IFREG,
