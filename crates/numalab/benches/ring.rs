@@ -463,28 +463,29 @@ fn cli_run(bin: &Path, cpus: (u32, u32), block: usize, volume: u64) -> Option<f6
     result["cells"][0]["total_mb_per_s"].as_f64()
 }
 
+/// The repository's root.
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Cargo's target directory (`CARGO_TARGET_DIR`, else `target/`).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repository().join("target"), PathBuf::from)
+}
+
 /// `numalab` built in release mode beside this benchmark
 /// (`NUMALAB_BENCH_CLI` names another), if there is one.
 fn cli_binary() -> Option<PathBuf> {
     let path = std::env::var_os("NUMALAB_BENCH_CLI")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-            std::env::var_os("CARGO_TARGET_DIR")
-                .map_or_else(|| root.join("target"), PathBuf::from)
-                .join("release/numalab")
-        });
+        .map_or_else(|| target_dir().join("release/numalab"), PathBuf::from);
     path.is_file().then_some(path)
 }
 
 /// `bench/cring.c` built into `target/bench-cring` with `$CC` (default
 /// `cc`), or why it could not be.
 fn build_cring() -> Result<PathBuf, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let source = root.join("bench/cring.c");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root.join("target"), PathBuf::from)
-        .join("bench-cring");
+    let source = repository().join("bench/cring.c");
+    let target = target_dir().join("bench-cring");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let out = Command::new(&cc)
         .args(["-O2", "-o"])

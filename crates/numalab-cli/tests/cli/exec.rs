@@ -251,6 +251,22 @@ fn error_messages_say_each_fact_once() {
 }
 
 /// The weight of node 0 in the kernel's table, if it has one.
+/// The pid a test's command wrote to `pidfile`, once it is there and
+/// `ready(pid)` holds (polled every 10 ms).
+fn pid_written(pidfile: &str, ready: impl Fn(u32) -> bool) -> u32 {
+    loop {
+        if let Some(pid) = std::fs::read_to_string(pidfile)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            if ready(pid) {
+                return pid;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 fn node0_weight() -> Option<String> {
     std::fs::read_to_string("/sys/kernel/mm/mempolicy/weighted_interleave/node0")
         .ok()
@@ -302,19 +318,9 @@ fn exec_passes_sigterm_on_restores_the_weights_and_exits_143() {
         .spawn()
         .unwrap();
     // Wait until the command runs (it wrote its pid, then became sleep).
-    let command: u32 = loop {
-        if let Some(pid) = std::fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            if std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "sleep")
-            {
-                break pid;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    let command = pid_written(&pidfile, |pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+    });
     if real {
         assert_eq!(
             node0_weight().as_deref(),
@@ -353,15 +359,7 @@ fn exec_command_dies_with_numalab_even_by_sigkill() {
         .args(["exec", "-q", "--", "sh", "-c", &script])
         .spawn()
         .unwrap();
-    let command: u32 = loop {
-        if let Some(pid) = std::fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-        {
-            break pid;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    let command = pid_written(&pidfile, |_| true);
     child.kill().unwrap();
     child.wait().unwrap();
     // The parent-death signal is delivered as numalab exits; the command

@@ -355,15 +355,16 @@ fn escape_sequences_in_an_experiment_name_are_not_printed_raw() {
     assert!(evil.contains("\\u001b"), "the example has a name line");
     let file = dir.path("evil.toml");
     std::fs::write(&file, evil).unwrap();
+    let run = [
+        "run",
+        &file,
+        "--set",
+        "access.ops=3000",
+        "--set",
+        "run.repeats=1",
+    ];
     for format in [None, Some("--markdown")] {
-        let mut args = vec![
-            "run",
-            &file,
-            "--set",
-            "access.ops=3000",
-            "--set",
-            "run.repeats=1",
-        ];
+        let mut args = run.to_vec();
         args.extend(format);
         let out = numalab(&args);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -378,15 +379,7 @@ fn escape_sequences_in_an_experiment_name_are_not_printed_raw() {
         );
     }
     // JSON keeps the name exactly, escaped as JSON does.
-    let out = numalab(&[
-        "run",
-        &file,
-        "--set",
-        "access.ops=3000",
-        "--set",
-        "run.repeats=1",
-        "--json",
-    ]);
+    let out = numalab(&[&run[..], &["--json"]].concat());
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["experiment"]["name"], "evil\u{1b}[2Jname");
 }

@@ -33,6 +33,12 @@ where
     text.parse().map_err(|e| invalid(path, e))
 }
 
+/// The number of a sysfs entry named `PREFIXnumber` (`node3`,
+/// `memory42`), or `None` for any other name.
+fn numbered<T: std::str::FromStr>(name: &std::ffi::OsStr, prefix: &str) -> Option<T> {
+    name.to_str()?.strip_prefix(prefix)?.parse().ok()
+}
+
 /// Nodes the kernel has online.
 pub fn online_nodes() -> io::Result<NodeSet> {
     read_list(&format!("{NODE_ROOT}/online"))
@@ -186,12 +192,7 @@ pub fn interleave_weights() -> Option<BTreeMap<u32, u8>> {
     let mut weights = BTreeMap::new();
     for entry in fs::read_dir(WEIGHTS_DIR).ok()? {
         let entry = entry.ok()?;
-        let name = entry.file_name();
-        let Some(node) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("node"))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let Some(node) = numbered::<u32>(&entry.file_name(), "node") else {
             continue;
         };
         if let Some(weight) = read_trimmed(entry.path()).ok().and_then(|w| w.parse().ok()) {
@@ -694,21 +695,11 @@ pub fn memory_block_nodes() -> Option<(u64, BTreeMap<u64, u32>)> {
     let block_size = u64::from_str_radix(&text, 16).ok().filter(|&b| b > 0)?;
     let mut blocks = BTreeMap::new();
     for node in fs::read_dir(NODE_ROOT).ok()?.flatten() {
-        let name = node.file_name();
-        let Some(id) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("node"))
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let Some(id) = numbered::<u32>(&node.file_name(), "node") else {
             continue;
         };
         for entry in fs::read_dir(node.path()).ok()?.flatten() {
-            if let Some(block) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("memory"))
-                .and_then(|n| n.parse::<u64>().ok())
-            {
+            if let Some(block) = numbered::<u64>(&entry.file_name(), "memory") {
                 blocks.insert(block, id);
             }
         }
