@@ -936,53 +936,48 @@ impl Experiment {
         if self.threads.count == 0 {
             return Err(bad("threads.count", "must be at least 1".into()));
         }
-        let over = |key: &str, value: u64, limit: u64, what: &str| ConfigError {
-            location: None,
-            set_option: None,
-            message: format!("{key} = {value} is more than {limit}, {what}"),
-            hint: None,
-        };
-        if self.threads.count > MAX_THREADS {
-            return Err(over(
+        // Each count against its limit, in this order.
+        let counts: [(&str, u64, u64, &str); 5] = [
+            (
                 "threads.count",
                 self.threads.count.into(),
                 MAX_THREADS.into(),
                 "the most threads numalab starts",
-            ));
-        }
-        if self.run.repeats > MAX_REPEATS {
-            return Err(over(
+            ),
+            (
                 "run.repeats",
                 self.run.repeats.into(),
                 MAX_REPEATS.into(),
                 "the most repeats numalab runs",
-            ));
-        }
-        if self.run.warmup > MAX_WARMUP {
-            return Err(over(
+            ),
+            (
                 "run.warmup",
                 self.run.warmup.into(),
                 MAX_WARMUP.into(),
                 "the most warm-up runs numalab runs",
-            ));
-        }
-        if let Some(ops) = self.access.ops {
-            if ops > MAX_OPS {
-                return Err(over(
-                    "access.ops",
-                    ops,
-                    MAX_OPS,
-                    "the most operations numalab counts in one run",
-                ));
-            }
-        }
-        if self.access.lock_stripes > MAX_LOCK_STRIPES {
-            return Err(over(
+            ),
+            (
+                "access.ops",
+                self.access.ops.unwrap_or(0),
+                MAX_OPS,
+                "the most operations numalab counts in one run",
+            ),
+            (
                 "access.lock_stripes",
                 self.access.lock_stripes.into(),
                 MAX_LOCK_STRIPES.into(),
                 "the most locks numalab puts over a region",
-            ));
+            ),
+        ];
+        for (key, value, limit, what) in counts {
+            if value > limit {
+                return Err(ConfigError {
+                    location: None,
+                    set_option: None,
+                    message: format!("{key} = {value} is more than {limit}, {what}"),
+                    hint: None,
+                });
+            }
         }
         let rows = self.result_rows();
         if rows > MAX_RESULT_ROWS {
