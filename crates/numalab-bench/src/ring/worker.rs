@@ -284,10 +284,16 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
             (written, blocks, start, now_ns(), 0)
         }
         Role::Reader => {
+            // Written here, so its pages are this process's own, and
+            // before joining: the writer starts its clock once every
+            // reader has joined, and faulting in a 256 MiB buffer then
+            // would be timed (a sixth of a 2 GiB run at that size).
+            let mut buf = match config.mode {
+                Mode::Copy => vec![1u8; block],
+                Mode::InPlace => Vec::new(),
+            };
             let mut reader = ring.reader()?;
             reader.set_timeout(Some(timeout));
-            // Written here, so its pages are this process's own.
-            let mut buf = vec![1u8; block];
             let isa = Isa::detect();
             let mut read = 0u64;
             let mut blocks = 0u64;
