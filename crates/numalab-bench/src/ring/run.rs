@@ -153,6 +153,13 @@ pub fn run(
         .ring_options("check", 0)
         .segment_size()
         .map_err(|source| PlanError::Ring { source })?;
+    // Auto's rule for blocks that may stream, settled here, where the
+    // run may use two CPUs to measure a writer and a reader together;
+    // the workers, each pinned to its own CPUs, read it back from the
+    // cache file instead of measuring one core alone.
+    if config.block_size >= ring::streaming_threshold() as u64 {
+        ring::auto_stores();
+    }
     let mut results = Vec::new();
     let mut stopped_by = None;
     for cell in cells {

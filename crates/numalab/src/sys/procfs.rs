@@ -12,7 +12,7 @@ use crate::sets::{CpuSet, NodeSet};
 
 const NODE_ROOT: &str = "/sys/devices/system/node";
 
-fn read_trimmed(path: impl AsRef<Path>) -> io::Result<String> {
+pub(crate) fn read_trimmed(path: impl AsRef<Path>) -> io::Result<String> {
     Ok(fs::read_to_string(path)?.trim().to_owned())
 }
 
