@@ -662,7 +662,8 @@ mod x86 {
     /// the EPYC VM (4.5 against 9.5 GB/s in a two-process ring). Then the
     /// source goes through a page-sized buffer in the L1 cache instead:
     /// filled with whole aligned lines, stored from with the shifted loads
-    /// that are cheap there (6.9 GB/s).
+    /// that are cheap there, the next page prefetched meanwhile (8.0–8.4
+    /// GB/s; 6.1–6.7 without the prefetch).
     ///
     /// # Safety
     /// As [`super::copy`]; `line(d, s)` must be sound for any aligned
@@ -774,7 +775,13 @@ mod x86 {
                     _mm_store_si128(to.add(48).cast(), hi);
                 }
                 copy_nonoverlapping(s.add(done + len - mis), b.add(len), mis);
+                // While this page streams out, the next one is fetched:
+                // otherwise loads and stores take turns, a page each.
+                let next = done + len < lines;
                 for at in (0..len).step_by(LINE) {
+                    if next {
+                        _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(done + PAGE + at).cast());
+                    }
                     line(d.add(done + at), b.add(mis + at));
                 }
             }
