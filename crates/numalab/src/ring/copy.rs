@@ -875,6 +875,18 @@ mod tests {
         );
         if let Some(c) = &rule.calibration {
             assert!(c.cached_mbps > 0.0 && c.streaming_mbps > 0.0, "{c:?}");
+            // A process that may use two CPUs measures (or keeps) a
+            // writer and a reader's figures, on two distinct CPUs it may
+            // use, never one core's.
+            let allowed = crate::affinity::thread_cpus().unwrap();
+            if allowed.iter().count() >= 2 {
+                assert!(c.is_pipeline(), "{c:?}");
+                assert_ne!(c.cpus[0], c.cpus[1], "{c:?}");
+            }
+            assert!(
+                c.area_bytes >= CALIBRATION_SLOTS as u64 * c.piece_bytes,
+                "{c:?}"
+            );
             assert_eq!(
                 rule.streaming_from.is_some(),
                 c.streaming_mbps >= STREAMING_MARGIN * c.cached_mbps
