@@ -15,7 +15,7 @@ use super::plan::Plan;
 // Warnings are shared with the plan, which makes them first.
 use super::values::PolicySpec;
 pub use super::warning::{Cause, Warning, WarningKind};
-use crate::stats::{quantile, Summary};
+use crate::stats::{difference, quantile, Difference, Summary};
 
 /// `schema` of a run's JSON document.
 pub const RUN_SCHEMA: &str = "numalab.run";
@@ -728,7 +728,18 @@ pub struct Comparison {
     pub local_s: f64,
     /// (time / local − 1) × 100: +69 means 69% slower than local.
     pub vs_local_percent: f64,
+    /// The time's difference from local's with its 95% interval and
+    /// verdict, from the two cells' repeats ([`difference`], Welch's
+    /// interval on the repeats' logarithms: of the geometric means, so
+    /// `relative` may differ slightly from `vs_local_percent`, which is of
+    /// the medians). `None` when either cell has fewer than two completed
+    /// repeats: one repeat has no spread to judge by.
+    #[serde(default)]
+    pub difference: Option<Difference>,
 }
+
+/// Confidence of the intervals numalab reports.
+pub const CONFIDENCE: f64 = 0.95;
 
 /// Everything a sweep produced (`numalab sweep --json`).
 ///
@@ -782,6 +793,15 @@ pub struct SweepResult {
     pub interrupted: bool,
 }
 
+/// The times to the last thread of a run's completed repeats.
+fn times(run: &RunResult) -> Vec<f64> {
+    run.repeats
+        .iter()
+        .filter(|r| !r.interrupted)
+        .map(|r| r.time_to_last_s)
+        .collect()
+}
+
 /// Each policy's time against `local`'s in the same cell of the other
 /// axes.
 pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
@@ -812,12 +832,17 @@ pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
         });
         if let (Some(t), Some(local_t)) = (time(cell), local.and_then(time)) {
             if local_t > 0.0 {
+                let local = local.and_then(|l| l.result.as_ref()).map(times);
+                let this = cell.result.as_ref().map(times);
                 out.push(Comparison {
                     settings: key,
                     policy,
                     time_s: t,
                     local_s: local_t,
                     vs_local_percent: (t / local_t - 1.0) * 100.0,
+                    difference: local
+                        .zip(this)
+                        .and_then(|(l, c)| difference(&l, &c, CONFIDENCE)),
                 });
             }
         }

@@ -88,6 +88,9 @@ pub fn sweep(s: &SweepResult) -> String {
         "read_p50_ns",
         "read_p99_ns",
         "vs_local_percent",
+        "vs_local_low_percent",
+        "vs_local_high_percent",
+        "vs_local_verdict",
         "placement_as_requested",
         "interrupted",
         "error",
@@ -101,21 +104,23 @@ pub fn sweep(s: &SweepResult) -> String {
             .filter(|(k, _)| k != "memory.policy")
             .cloned()
             .collect();
-        let vs_local = s
-            .comparison
-            .iter()
-            .find(|c| {
-                cell.setting("memory.policy")
-                    .and_then(|p| p.parse::<PolicySpec>().ok())
-                    .as_ref()
-                    == Some(&c.policy)
-                    && c.settings == others
-            })
-            .map(|c| c.vs_local_percent)
-            .or_else(|| {
-                let policy = cell.setting("memory.policy").and_then(|p| p.parse().ok());
-                (policy == Some(PolicySpec::Local)).then_some(0.0)
-            });
+        let vs_local = s.comparison.iter().find(|c| {
+            cell.setting("memory.policy")
+                .and_then(|p| p.parse::<PolicySpec>().ok())
+                .as_ref()
+                == Some(&c.policy)
+                && c.settings == others
+        });
+        let difference = vs_local.and_then(|c| c.difference.as_ref());
+        let interval = (
+            opt(difference.map(|d| d.low * 100.0)),
+            opt(difference.map(|d| d.high * 100.0)),
+            difference.map_or(String::new(), |d| verdict_word(d.verdict).into()),
+        );
+        let vs_local = vs_local.map(|c| c.vs_local_percent).or_else(|| {
+            let policy = cell.setting("memory.policy").and_then(|p| p.parse().ok());
+            (policy == Some(PolicySpec::Local)).then_some(0.0)
+        });
         match cell.result.as_ref() {
             Some(r) => {
                 let f = r.figures.as_ref();
@@ -130,6 +135,9 @@ pub fn sweep(s: &SweepResult) -> String {
                     opt(f.and_then(|f| f.read_p50_ns.as_ref().map(|s| s.median))),
                     opt(f.and_then(|f| f.read_p99_ns.as_ref().map(|s| s.median))),
                     opt(vs_local),
+                    interval.0,
+                    interval.1,
+                    interval.2,
                     r.placement_as_requested().to_string(),
                     r.interrupted.to_string(),
                     String::new(),
@@ -140,11 +148,23 @@ pub fn sweep(s: &SweepResult) -> String {
                     Some(error) => ("false", error.as_str()),
                     None => ("true", ""),
                 };
-                row.extend(["0", "", "", "", "", "", "", "", "", "", ""].map(String::from));
+                row.extend(
+                    ["0", "", "", "", "", "", "", "", "", "", "", "", "", ""].map(String::from),
+                );
                 row.extend([interrupted.to_owned(), error.to_owned()]);
             }
         }
         csv.row(row);
     }
     csv.finish()
+}
+
+/// Of a time: `slower`, `faster` or `same` (within noise).
+fn verdict_word(verdict: numalab_bench::stats::Verdict) -> &'static str {
+    use numalab_bench::stats::Verdict;
+    match verdict {
+        Verdict::Higher => "slower",
+        Verdict::Lower => "faster",
+        Verdict::Indistinguishable => "same",
+    }
 }

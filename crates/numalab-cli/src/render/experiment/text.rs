@@ -408,13 +408,54 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
                 .map_or("-".into(), |c| time(c.local_s)),
         );
         for (_, p) in &policies {
-            row.push(find(p).map_or("-".into(), |c| signed_percent(c.vs_local_percent)));
+            row.push(find(p).map_or("-".into(), against_local));
         }
         table.add_row(row);
     }
     let mut out = style.line("time to last thread against local (+69% = 69% slower than local):");
     out.push_str(&style.render(&table));
+    if matches!(style, Style::Markdown) {
+        // A paragraph right under a Markdown table would join it.
+        out.push('\n');
+    }
+    out.push_str(&style.line(
+        "[low, high]: 95% interval (Welch's t on the repeats' logarithms); \
+         ≈ within noise (the interval holds 0); ? one repeat, no interval",
+    ));
     out
+}
+
+/// `+69% [+60, +78]`, `≈ +11% [-3, +27]` or `+11% ?`.
+pub fn against_local(c: &Comparison) -> String {
+    use numalab_bench::stats::Verdict;
+    match &c.difference {
+        None => format!("{} ?", signed_percent(c.vs_local_percent)),
+        Some(d) => {
+            let interval = format!(
+                "[{}, {}]",
+                signed_number(d.low * 100.0),
+                signed_number(d.high * 100.0)
+            );
+            match d.verdict {
+                Verdict::Indistinguishable => {
+                    format!("≈ {} {interval}", signed_percent(c.vs_local_percent))
+                }
+                Verdict::Higher | Verdict::Lower => {
+                    format!("{} {interval}", signed_percent(c.vs_local_percent))
+                }
+            }
+        }
+    }
+}
+
+/// `+60` / `-3` / `0`.
+fn signed_number(p: f64) -> String {
+    let rounded = p.round();
+    if rounded == 0.0 {
+        "0".into()
+    } else {
+        format!("{rounded:+.0}")
+    }
 }
 
 /// What numalab prints after the table: the files it wrote.
