@@ -377,6 +377,35 @@ pub struct RunSettings {
     /// Read performance counters.
     #[serde(default = "yes")]
     pub counters: bool,
+    /// The order of a sweep's runs.
+    #[serde(default)]
+    pub order: RunOrder,
+}
+
+/// The order in which `numalab sweep` runs its cells' repeats
+/// (`run.order`).
+///
+/// ```
+/// use numalab_bench::experiment::config::RunOrder;
+/// use numalab_bench::experiment::Experiment;
+/// let exp = Experiment::from_toml_str("[run]\norder = \"grouped\"\n", "x.toml")?;
+/// assert_eq!(exp.run.order, RunOrder::Grouped);
+/// assert_eq!(RunOrder::default(), RunOrder::Interleaved);
+/// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunOrder {
+    /// Round by round: the first repeat of every cell, then the second
+    /// of every cell, and so on, each after the cell's own warm-ups, so
+    /// that a slow minute of the machine falls on every cell alike and
+    /// shows in each cell's spread instead of in one cell's figure.
+    #[default]
+    Interleaved,
+    /// Cell by cell: every repeat of a cell back to back (one warm-up
+    /// and one set-up per cell; faster, but drift between cells looks
+    /// like a difference).
+    Grouped,
 }
 
 fn default_repeats() -> u32 {
@@ -392,6 +421,7 @@ impl Default for RunSettings {
             repeats: default_repeats(),
             warmup: 1,
             counters: true,
+            order: RunOrder::Interleaved,
         }
     }
 }
@@ -443,6 +473,7 @@ pub const KEYS: &[Key] = &[
     Key { path: "run.repeats", default: "5", values: "1 to 1000", meaning: "measured runs; figures are their median, with min, max and CV" },
     Key { path: "run.warmup", default: "1", values: "0 to 100", meaning: "unmeasured runs first" },
     Key { path: "run.counters", default: "true", values: "bool", meaning: "read perf counters per thread (hardware where the PMU allows, software events otherwise)" },
+    Key { path: "run.order", default: "interleaved", values: "interleaved | grouped", meaning: "numalab sweep: interleaved runs every cell's first repeat, then every cell's second, and so on, each after the cell's own warm-ups and set-up, so a slow minute of the machine hits every cell alike; grouped runs each cell's repeats back to back (faster, but drift between cells then looks like a difference)" },
     Key { path: "sweep.\"KEY\"", default: "-", values: "list", meaning: "numalab sweep: runs every combination of the listed values of these keys, e.g. \"threads.count\" = [1, 2, 4]; at most 10000 combinations" },
 ];
 

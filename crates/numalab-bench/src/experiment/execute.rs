@@ -305,30 +305,11 @@ pub fn execute_plan(
     }
     let interrupted = control.stopped();
     if interrupted {
-        warnings.push(Warning::new(
-            WarningKind::Interrupted,
-            format!(
-                "interrupted: {} of {} repeats completed; the figures are of those only",
-                repeats.iter().filter(|r| !r.interrupted).count(),
-                exp.run.repeats
-            ),
-        ));
+        warnings.push(interrupted_warning(&repeats, exp.run.repeats));
     }
 
     let figures = figures(&repeats);
-    if let Some(f) = &figures {
-        if f.time_to_last_s.n > 1 && f.time_to_last_s.is_noisy() {
-            warnings.push(Warning::new(
-                WarningKind::Noisy,
-                format!(
-                    "noisy: time to last thread varied by {:.1}% (CV) over {} repeats, above {:.0}%; the machine was busy or the runs too short",
-                    100.0 * f.time_to_last_s.cv,
-                    f.time_to_last_s.n,
-                    100.0 * NOISY_CV
-                ),
-            ));
-        }
-    }
+    warnings.extend(noise_warning(figures.as_ref()));
     let threads = thread_figures(&plan, &checks, &repeats);
     let engine = engine_cost(exp, &clock, loop_ns, &threads);
     if let Some(share) = engine.share {
@@ -365,6 +346,34 @@ pub fn execute_plan(
         engine,
         warnings,
         interrupted,
+    })
+}
+
+/// What an interrupted run says: how many of `requested` repeats completed.
+pub(crate) fn interrupted_warning(repeats: &[Repeat], requested: u32) -> Warning {
+    Warning::new(
+        WarningKind::Interrupted,
+        format!(
+            "interrupted: {} of {requested} repeats completed; the figures are of those only",
+            repeats.iter().filter(|r| !r.interrupted).count(),
+        ),
+    )
+}
+
+/// The warning for a time to the last thread that varied more than
+/// [`NOISY_CV`] over its repeats, if it did.
+pub(crate) fn noise_warning(figures: Option<&super::result::Figures>) -> Option<Warning> {
+    let f = figures?;
+    (f.time_to_last_s.n > 1 && f.time_to_last_s.is_noisy()).then(|| {
+        Warning::new(
+            WarningKind::Noisy,
+            format!(
+                "noisy: time to last thread varied by {:.1}% (CV) over {} repeats, above {:.0}%; the machine was busy or the runs too short",
+                100.0 * f.time_to_last_s.cv,
+                f.time_to_last_s.n,
+                100.0 * NOISY_CV
+            ),
+        )
     })
 }
 

@@ -5,12 +5,12 @@
 use numalab::system::Environment;
 use numalab::Topology;
 
-use super::config::{ConfigError, Experiment};
-use super::execute::{execute_plan, Control, ExecuteError};
+use super::config::{ConfigError, Experiment, RunOrder};
+use super::execute::{execute_plan, interrupted_warning, noise_warning, Control, ExecuteError};
 use super::plan::{Plan, PlanError};
 use super::result::{
-    compare_with_local, Cause, RunResult, SweepCell, SweepResult, Warning, WarningKind,
-    SCHEMA_VERSION, SWEEP_SCHEMA,
+    compare_with_local, figures, thread_figures, Cause, RunResult, SweepCell, SweepResult, Warning,
+    WarningKind, SCHEMA_VERSION, SWEEP_SCHEMA,
 };
 
 /// Why a sweep could not run.
@@ -138,10 +138,27 @@ fn run_cells(
     exp: &Experiment,
     topology: &Topology,
     control: &Control,
-    mut on_cell: impl FnMut(usize, usize, &str),
-    mut execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunResult, ExecuteError>,
+    on_cell: impl FnMut(usize, usize, &str),
+    execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunResult, ExecuteError>,
 ) -> Result<SweepResult, SweepError> {
     let planned = plan_sweep(exp, topology)?;
+    let n = planned.len();
+    let (cells, interrupted) = if exp.run.order == RunOrder::Interleaved && n > 1 {
+        run_interleaved(planned, topology, control, on_cell, execute)
+    } else {
+        run_grouped(planned, topology, control, on_cell, execute)
+    };
+    finish(exp, topology, cells, interrupted)
+}
+
+/// Each cell's repeats back to back (`run.order = "grouped"`).
+fn run_grouped(
+    planned: Vec<PlannedCell>,
+    topology: &Topology,
+    control: &Control,
+    mut on_cell: impl FnMut(usize, usize, &str),
+    mut execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunResult, ExecuteError>,
+) -> (Vec<SweepCell>, bool) {
     let n = planned.len();
     let mut cells = Vec::with_capacity(n);
     let mut interrupted = false;
@@ -177,6 +194,142 @@ fn run_cells(
             }),
         }
     }
+    (cells, interrupted)
+}
+
+/// Round by round (`run.order = "interleaved"`): round r runs repeat r of
+/// every cell that has one, each as a run of its own (set-up, warm-ups,
+/// one measured repeat, with a seed of its own so repeats draw distinct
+/// random streams as they do back to back), and each cell's rounds are
+/// then merged into one result. A cell that fails keeps its error and is
+/// left out of later rounds; Ctrl-C ends the sweep after the current
+/// run, each cell keeping the rounds it finished.
+fn run_interleaved(
+    planned: Vec<PlannedCell>,
+    topology: &Topology,
+    control: &Control,
+    mut on_cell: impl FnMut(usize, usize, &str),
+    mut execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunResult, ExecuteError>,
+) -> (Vec<SweepCell>, bool) {
+    let n = planned.len();
+    let rounds = planned
+        .iter()
+        .map(|c| c.experiment.run.repeats)
+        .max()
+        .unwrap_or(0);
+    let mut parts: Vec<Vec<RunResult>> = planned.iter().map(|_| Vec::new()).collect();
+    let mut errors: Vec<Option<String>> = vec![None; n];
+    let mut interrupted = false;
+    'rounds: for round in 0..rounds {
+        for (i, cell) in planned.iter().enumerate() {
+            let repeats = cell.experiment.run.repeats;
+            if round >= repeats || errors[i].is_some() {
+                continue;
+            }
+            if control.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                interrupted = true;
+                break 'rounds;
+            }
+            on_cell(
+                i,
+                n,
+                &format!(
+                    "{}; repeat {}/{repeats}",
+                    describe(&cell.settings),
+                    round + 1
+                ),
+            );
+            let mut one = cell.experiment.clone();
+            one.run.repeats = 1;
+            one.access.seed = cell
+                .experiment
+                .access
+                .seed
+                .wrapping_add(u64::from(round).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            match execute(&one, topology, cell.plan.clone(), control) {
+                Ok(result) => {
+                    interrupted |= result.interrupted;
+                    parts[i].push(result);
+                }
+                Err(err) => errors[i] = Some(err.to_string()),
+            }
+        }
+    }
+    let cells = planned
+        .into_iter()
+        .zip(parts)
+        .zip(errors)
+        .map(|((cell, parts), error)| {
+            let result = match error {
+                Some(_) => None,
+                None => merge_rounds(&cell.experiment, &cell.plan, parts),
+            };
+            SweepCell {
+                settings: cell.settings,
+                result,
+                error,
+            }
+        })
+        .collect();
+    (cells, interrupted)
+}
+
+/// One result of a cell's rounds: their warm-ups and repeats in order,
+/// figures, per-thread figures and the noise warning over all repeats,
+/// each region's check the worst of the rounds', the other warnings once
+/// each. `None` when no round ran.
+fn merge_rounds(exp: &Experiment, plan: &Plan, rounds: Vec<RunResult>) -> Option<RunResult> {
+    let mut rounds = rounds.into_iter();
+    let mut merged = rounds.next()?;
+    merged.experiment = exp.clone();
+    for round in rounds {
+        merged.warmups.extend(round.warmups);
+        merged.repeats.extend(round.repeats);
+        for (mine, theirs) in merged.regions.iter_mut().zip(round.regions) {
+            if mine.as_requested && !theirs.as_requested {
+                *mine = theirs;
+            }
+        }
+        for warning in round.warnings {
+            if !merged.warnings.iter().any(|w| w.message == warning.message) {
+                merged.warnings.push(warning);
+            }
+        }
+        merged.interrupted |= round.interrupted;
+    }
+    for (i, repeat) in merged.warmups.iter_mut().enumerate() {
+        repeat.index = i;
+    }
+    for (i, repeat) in merged.repeats.iter_mut().enumerate() {
+        repeat.index = i;
+    }
+    merged
+        .warnings
+        .retain(|w| !matches!(w.kind, WarningKind::Noisy | WarningKind::Interrupted));
+    merged.figures = figures(&merged.repeats);
+    merged
+        .warnings
+        .extend(noise_warning(merged.figures.as_ref()));
+    let completed = merged.repeats.iter().filter(|r| !r.interrupted).count();
+    if merged.interrupted || completed < exp.run.repeats as usize {
+        merged.interrupted = true;
+        merged
+            .warnings
+            .push(interrupted_warning(&merged.repeats, exp.run.repeats));
+    }
+    merged.threads = thread_figures(plan, &merged.regions, &merged.repeats);
+    Some(merged)
+}
+
+/// The sweep's result from its cells: warnings over all cells, each
+/// policy against local.
+fn finish(
+    exp: &Experiment,
+    topology: &Topology,
+    cells: Vec<SweepCell>,
+    interrupted: bool,
+) -> Result<SweepResult, SweepError> {
+    let n = cells.len();
     let mut warnings: Vec<Warning> = cells
         .iter()
         .filter_map(|c| {
@@ -343,5 +496,138 @@ mod tests {
         let json = serde_json::to_value(&result).unwrap();
         assert_eq!(json["cells"][1]["error"], error);
         assert!(json["cells"][0].get("error").is_none());
+    }
+
+    /// Two policies, identical here, five repeats each, on a machine that
+    /// slows down by 2% with every run: `order` decides whether the drift
+    /// reads as a difference.
+    fn drifting(order: &str) -> (SweepResult, Vec<(u32, u64, u32)>) {
+        let exp = Experiment::from_toml_str(
+            &format!(
+                "[threads]\ncount = 1\n[memory]\nsize = \"1MiB\"\n[access]\nops = 2_000\n\
+                 [run]\nrepeats = 5\nwarmup = 0\ncounters = false\norder = \"{order}\"\n\
+                 [sweep]\n\"memory.policy\" = [\"local\", \"interleave\"]\n"
+            ),
+            "drift.toml",
+        )
+        .unwrap();
+        let topology = Topology::system().unwrap();
+        let mut calls = Vec::new();
+        let mut runs = 0u32;
+        let result = run_cells(
+            &exp,
+            &topology,
+            &Control::default(),
+            |_, _, _| {},
+            |cell, topology, plan, control| {
+                let mut result = execute_plan(cell, topology, plan, control)?;
+                calls.push((
+                    u32::from(cell.memory.policy != super::super::values::PolicySpec::Local),
+                    cell.access.seed,
+                    cell.run.repeats,
+                ));
+                for repeat in &mut result.repeats {
+                    repeat.time_to_last_s = 1.0 + 0.02 * f64::from(runs);
+                    runs += 1;
+                }
+                result.figures = figures(&result.repeats);
+                Ok(result)
+            },
+        )
+        .unwrap();
+        (result, calls)
+    }
+
+    #[test]
+    fn interleaved_repeats_spread_drift_over_every_cell() {
+        let (result, calls) = drifting("interleaved");
+        // Round by round, one repeat per run, a seed per round.
+        let cells: Vec<u32> = calls.iter().map(|c| c.0).collect();
+        assert_eq!(cells, [0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
+        assert!(calls.iter().all(|c| c.2 == 1), "{calls:?}");
+        let seeds: std::collections::BTreeSet<u64> = calls.iter().map(|c| c.1).collect();
+        assert_eq!(seeds.len(), 5, "{calls:?}");
+        assert_eq!(calls[0].1, 1, "round 0 keeps the file's seed");
+        // Each cell is one result of five repeats, numbered in order.
+        for cell in &result.cells {
+            let run = cell.result.as_ref().unwrap();
+            let index: Vec<usize> = run.repeats.iter().map(|r| r.index).collect();
+            assert_eq!(index, [0, 1, 2, 3, 4]);
+            assert_eq!(run.figures.as_ref().unwrap().time_to_last_s.n, 5);
+            assert_eq!(run.experiment.run.repeats, 5);
+            assert_eq!(run.threads.len(), 1);
+            assert!(!run.interrupted);
+        }
+        // The drift is in both cells' spread: no difference claimed.
+        let d = result.comparison[0].difference.as_ref().unwrap();
+        assert_eq!(d.verdict, crate::stats::Verdict::Indistinguishable, "{d:?}");
+        // A CV of about 6% in each cell: both flagged noisy, as they were.
+        assert!(result.warnings.iter().any(|w| w.kind == WarningKind::Noisy));
+    }
+
+    #[test]
+    fn grouped_repeats_let_drift_read_as_a_difference() {
+        let (result, calls) = drifting("grouped");
+        let cells: Vec<u32> = calls.iter().map(|c| c.0).collect();
+        assert_eq!(cells, [0, 1]);
+        assert!(calls.iter().all(|c| c.2 == 5));
+        // What interleaving guards against: 10% "slower", "for sure".
+        let d = result.comparison[0].difference.as_ref().unwrap();
+        assert_eq!(d.verdict, crate::stats::Verdict::Higher, "{d:?}");
+        assert!((0.08..0.12).contains(&d.relative), "{d:?}");
+    }
+
+    #[test]
+    fn ctrl_c_between_rounds_keeps_the_rounds_each_cell_finished() {
+        let exp =
+            Experiment::from_toml_str(&GRID.replace("repeats = 1", "repeats = 3"), "grid.toml")
+                .unwrap();
+        let topology = Topology::system().unwrap();
+        let control = Control::default();
+        let mut started = 0;
+        let result = run_cells(
+            &exp,
+            &topology,
+            &control,
+            |_, _, _| {
+                started += 1;
+                if started == 4 {
+                    // Ctrl-C during the second round's first run.
+                    control
+                        .stop
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            },
+            execute_plan,
+        )
+        .unwrap();
+        assert!(result.interrupted);
+        let repeats: Vec<usize> = result
+            .cells
+            .iter()
+            .map(|c| {
+                c.result
+                    .as_ref()
+                    .map_or(0, |r| r.repeats.iter().filter(|r| !r.interrupted).count())
+            })
+            .collect();
+        assert!(
+            repeats[0] <= 2 && repeats[1] == 1 && repeats[2] == 1,
+            "{repeats:?}"
+        );
+        for cell in &result.cells {
+            let run = cell.result.as_ref().unwrap();
+            assert!(run.interrupted);
+            let warning = run
+                .warnings
+                .iter()
+                .find(|w| w.kind == WarningKind::Interrupted)
+                .expect("an interrupted warning");
+            assert!(
+                warning.message.contains("of 3 repeats completed"),
+                "{}",
+                warning.message
+            );
+        }
     }
 }
