@@ -7,8 +7,10 @@ use std::fmt;
 use numalab::units::Size;
 use serde::{Deserialize, Serialize};
 
+use crate::experiment::result::Comparison;
 use crate::experiment::{PolicySpec, SweepResult};
 use crate::matrix::MatrixResult;
+use crate::stats::Verdict;
 use crate::topo::TopoReport;
 
 /// What a finding is about; in JSON, its name in snake case.
@@ -137,6 +139,44 @@ impl From<Stored> for Finding {
             },
         }
     }
+}
+
+/// The sweep's finding for one policy against local at `threads`
+/// threads: the difference where its 95% interval says there is one,
+/// "cannot be told" where the interval holds zero, "too few" without one.
+fn policy_cost(comparison: &Comparison, threads: u32) -> Finding {
+    let policy = &comparison.policy;
+    let percent = comparison.vs_local_percent;
+    // A difference is stated only where its interval says it is one.
+    let text = match &comparison.difference {
+        Some(d) if d.verdict != Verdict::Indistinguishable => format!(
+            "With {threads} thread(s) doing random 64-byte operations, {policy} memory takes {percent:+.0}% of local's time to the last thread (95% interval {:+.0}% to {:+.0}%).",
+            100.0 * d.low,
+            100.0 * d.high
+        ),
+        Some(d) => format!(
+            "With {threads} thread(s) doing random 64-byte operations, {policy} memory's time to the last thread cannot be told from local's in this run ({percent:+.0}%, 95% interval {:+.0}% to {:+.0}%: within noise).",
+            100.0 * d.low,
+            100.0 * d.high
+        ),
+        None => format!(
+            "With {threads} thread(s) doing random 64-byte operations, {policy} memory took {percent:+.0}% of local's time to the last thread in one repeat each: too few to tell a difference from noise."
+        ),
+    };
+    let mut finding = Finding::new(FindingKind::PolicyCost, text)
+        .with("threads", threads)
+        .with("time_s", comparison.time_s)
+        .with("vs_local_percent", percent);
+    if let Some(d) = &comparison.difference {
+        finding = finding
+            .with("low_percent", 100.0 * d.low)
+            .with("high_percent", 100.0 * d.high)
+            .with(
+                "significant",
+                f64::from(u8::from(d.verdict != Verdict::Indistinguishable)),
+            );
+    }
+    finding
 }
 
 /// The findings of a report: the medians behind them, picked out of the
@@ -306,20 +346,7 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
                 .iter()
                 .any(|(k, v)| k == "threads.count" && v.parse::<u32>().ok() == largest)
     }) {
-        found.push(
-            Finding::new(
-                FindingKind::PolicyCost,
-                format!(
-                    "With {} thread(s) doing random 64-byte operations, {} memory takes {:+.0}% of local's time to the last thread.",
-                    largest.unwrap_or(1),
-                    comparison.policy,
-                    comparison.vs_local_percent
-                ),
-            )
-            .with("threads", largest.unwrap_or(1))
-            .with("time_s", comparison.time_s)
-            .with("vs_local_percent", comparison.vs_local_percent),
-        );
+        found.push(policy_cost(comparison, largest.unwrap_or(1)));
     }
     if memory_nodes == 1 {
         found.push(Finding::new(
@@ -409,5 +436,37 @@ mod tests {
         // No figures: no empty object.
         let bare = serde_json::to_value(Finding::new(FindingKind::PlacementChecked, "ok")).unwrap();
         assert!(bare.get("figures").is_none(), "{bare}");
+    }
+
+    #[test]
+    fn a_policy_cost_is_stated_only_when_its_interval_clears_zero() {
+        use crate::stats::difference;
+        let comparison = |local: &[f64], other: &[f64]| Comparison {
+            settings: vec![("threads.count".into(), "2".into())],
+            policy: "interleave".parse().unwrap(),
+            time_s: other[0],
+            local_s: local[0],
+            vs_local_percent: (other[0] / local[0] - 1.0) * 100.0,
+            difference: difference(local, other, 0.95),
+        };
+        let real = policy_cost(&comparison(&[1.0, 1.01, 0.99], &[1.5, 1.52, 1.49]), 2);
+        assert!(
+            real.text.contains("takes +50% of local's time"),
+            "{}",
+            real.text
+        );
+        assert!(real.text.contains("95% interval +"), "{}", real.text);
+        assert_eq!(real.figure("significant"), Some(1.0));
+        let noise = policy_cost(&comparison(&[1.0, 1.2, 0.9], &[1.1, 0.95, 1.15]), 2);
+        assert!(
+            noise.text.contains("cannot be told from local's"),
+            "{}",
+            noise.text
+        );
+        assert!(!noise.text.contains("takes"), "{}", noise.text);
+        assert_eq!(noise.figure("significant"), Some(0.0));
+        let once = policy_cost(&comparison(&[1.0], &[1.3]), 2);
+        assert!(once.text.contains("too few to tell"), "{}", once.text);
+        assert_eq!(once.figure("significant"), None);
     }
 }
