@@ -380,6 +380,10 @@ pub struct RunSettings {
     /// The order of a sweep's runs.
     #[serde(default)]
     pub order: RunOrder,
+    /// A sweep runs every `local` cell twice, the second as an A/A
+    /// control: its difference from the first is this machine's noise.
+    #[serde(default)]
+    pub control: bool,
 }
 
 /// The order in which `numalab sweep` runs its cells' repeats
@@ -422,6 +426,7 @@ impl Default for RunSettings {
             warmup: 1,
             counters: true,
             order: RunOrder::Interleaved,
+            control: false,
         }
     }
 }
@@ -473,6 +478,7 @@ pub const KEYS: &[Key] = &[
     Key { path: "run.repeats", default: "5", values: "1 to 1000", meaning: "measured runs; figures are their median, with min, max and CV" },
     Key { path: "run.warmup", default: "1", values: "0 to 100", meaning: "unmeasured runs first" },
     Key { path: "run.counters", default: "true", values: "bool", meaning: "read perf counters per thread (hardware where the PMU allows, software events otherwise)" },
+    Key { path: "run.control", default: "false", values: "bool", meaning: "numalab sweep (--control): run every local cell a second time, as an A/A control whose difference from local is the machine's noise floor (\"differences under 6% cannot be told apart here\"); needs local among memory.policy's values" },
     Key { path: "run.order", default: "interleaved", values: "interleaved | grouped", meaning: "numalab sweep: interleaved runs every cell's first repeat, then every cell's second, and so on, each after the cell's own warm-ups and set-up, so a slow minute of the machine hits every cell alike; grouped runs each cell's repeats back to back (faster, but drift between cells then looks like a difference)" },
     Key { path: "sweep.\"KEY\"", default: "-", values: "list", meaning: "numalab sweep: runs every combination of the listed values of these keys, e.g. \"threads.count\" = [1, 2, 4]; at most 10000 combinations" },
 ];

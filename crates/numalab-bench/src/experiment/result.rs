@@ -677,6 +677,10 @@ pub struct SweepCell {
     /// Why it failed while running (the sweep went on with the next cell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A second run of the `local` cell before it, as an A/A control
+    /// (`run.control`, `numalab sweep --control`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub control: bool,
 }
 
 impl SweepCell {
@@ -736,6 +740,10 @@ pub struct Comparison {
     /// repeats: one repeat has no spread to judge by.
     #[serde(default)]
     pub difference: Option<Difference>,
+    /// `local` against itself: the A/A control's line (its difference is
+    /// the machine's noise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub control: bool,
 }
 
 /// Confidence of the intervals numalab reports.
@@ -822,12 +830,13 @@ pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
         else {
             continue;
         };
-        if policy == PolicySpec::Local {
+        if policy == PolicySpec::Local && !cell.control {
             continue;
         }
         let key = others(cell);
         let local = cells.iter().find(|c| {
-            c.setting(POLICY).and_then(|p| p.parse().ok()) == Some(PolicySpec::Local)
+            !c.control
+                && c.setting(POLICY).and_then(|p| p.parse().ok()) == Some(PolicySpec::Local)
                 && others(c) == key
         });
         if let (Some(t), Some(local_t)) = (time(cell), local.and_then(time)) {
@@ -843,6 +852,7 @@ pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
                     difference: local
                         .zip(this)
                         .and_then(|(l, c)| difference(&l, &c, CONFIDENCE)),
+                    control: cell.control,
                 });
             }
         }

@@ -12,6 +12,7 @@ use super::result::{
     compare_with_local, figures, thread_figures, Cause, RunResult, SweepCell, SweepResult, Warning,
     WarningKind, SCHEMA_VERSION, SWEEP_SCHEMA,
 };
+use super::values::PolicySpec;
 
 /// Why a sweep could not run.
 ///
@@ -48,6 +49,9 @@ pub enum SweepError {
         /// Why.
         source: Box<PlanError>,
     },
+    /// `run.control` without a `local` cell to repeat.
+    #[error("--control (run.control) repeats the local cells as an A/A control, and this sweep has none: add \"local\" to [sweep] \"memory.policy\"")]
+    NoLocalForControl,
 }
 
 /// A TOML value as a person reads it: strings without quotes.
@@ -92,6 +96,8 @@ pub struct PlannedCell {
     pub experiment: Experiment,
     /// Its plan on this machine.
     pub plan: Plan,
+    /// A second run of a `local` cell, as an A/A control (`run.control`).
+    pub control: bool,
 }
 
 /// Every cell of the grid, planned: refuses the sweep before anything runs
@@ -112,9 +118,45 @@ pub fn plan_sweep(exp: &Experiment, topology: &Topology) -> Result<Vec<PlannedCe
                 settings,
                 experiment,
                 plan,
+                control: false,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, SweepError>>()
+        .and_then(|cells| with_controls(exp, cells))
+}
+
+/// A cell as progress names it: its settings, and "A/A control" for one.
+fn label(settings: &[(String, String)], control: bool) -> String {
+    let text = describe(settings);
+    if control {
+        format!("{text}, A/A control")
+    } else {
+        text
+    }
+}
+
+/// With `run.control`, each `local` cell followed by its A/A control.
+fn with_controls(
+    exp: &Experiment,
+    cells: Vec<PlannedCell>,
+) -> Result<Vec<PlannedCell>, SweepError> {
+    if !exp.run.control {
+        return Ok(cells);
+    }
+    let mut out = Vec::with_capacity(cells.len() * 2);
+    for cell in cells {
+        let local = cell.experiment.memory.policy == PolicySpec::Local;
+        let control = local.then(|| PlannedCell {
+            control: true,
+            ..cell.clone()
+        });
+        out.push(cell);
+        out.extend(control);
+    }
+    if !out.iter().any(|c| c.control) {
+        return Err(SweepError::NoLocalForControl);
+    }
+    Ok(out)
 }
 
 /// Runs every cell of `exp`'s grid in order; `on_cell(i, n, settings)` is
@@ -167,6 +209,7 @@ fn run_grouped(
             settings,
             experiment: cell,
             plan,
+            control: is_control,
         } = cell;
         if control.stop.load(std::sync::atomic::Ordering::Relaxed) {
             interrupted = true;
@@ -174,10 +217,11 @@ fn run_grouped(
                 settings,
                 result: None,
                 error: None,
+                control: is_control,
             });
             continue;
         }
-        on_cell(i, n, &describe(&settings));
+        on_cell(i, n, &label(&settings, is_control));
         match execute(&cell, topology, plan, control) {
             Ok(result) => {
                 interrupted |= result.interrupted;
@@ -185,12 +229,14 @@ fn run_grouped(
                     settings,
                     result: Some(result),
                     error: None,
+                    control: is_control,
                 });
             }
             Err(err) => cells.push(SweepCell {
                 settings,
                 result: None,
                 error: Some(err.to_string()),
+                control: is_control,
             }),
         }
     }
@@ -235,7 +281,7 @@ fn run_interleaved(
                 n,
                 &format!(
                     "{}; repeat {}/{repeats}",
-                    describe(&cell.settings),
+                    label(&cell.settings, cell.control),
                     round + 1
                 ),
             );
@@ -268,6 +314,7 @@ fn run_interleaved(
                 settings: cell.settings,
                 result,
                 error,
+                control: cell.control,
             }
         })
         .collect();
@@ -629,5 +676,53 @@ mod tests {
                 warning.message
             );
         }
+    }
+
+    #[test]
+    fn a_control_repeats_each_local_cell_and_is_compared_with_it() {
+        let grid = "[memory]\nsize = \"1MiB\"\n[access]\nops = 2_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false\ncontrol = true\n[sweep]\n\"access.op_size\" = [64, 128]\n\"memory.policy\" = [\"local\", \"interleave\"]\n";
+        let exp = Experiment::from_toml_str(grid, "aa.toml").unwrap();
+        let topology = Topology::system().unwrap();
+        let planned = plan_sweep(&exp, &topology).unwrap();
+        let shape: Vec<(String, bool)> = planned
+            .iter()
+            .map(|c| (c.settings[1].1.clone(), c.control))
+            .collect();
+        let local = |control| ("local".to_owned(), control);
+        let interleave = ("interleave".to_owned(), false);
+        assert_eq!(
+            shape,
+            [
+                local(false),
+                local(true),
+                interleave.clone(),
+                local(false),
+                local(true),
+                interleave
+            ]
+        );
+        let result = run_sweep(&exp, &topology, &Control::default(), |_, _, _| {}).unwrap();
+        assert_eq!(result.cells.iter().filter(|c| c.control).count(), 2);
+        // Per row: interleave against local, and local against itself.
+        let controls: Vec<_> = result.comparison.iter().filter(|c| c.control).collect();
+        assert_eq!(controls.len(), 2, "{:?}", result.comparison);
+        for c in controls {
+            assert_eq!(c.policy, PolicySpec::Local);
+            assert!(c.difference.is_some(), "two repeats give an interval");
+        }
+        assert_eq!(result.comparison.iter().filter(|c| !c.control).count(), 2);
+        // Only control cells say so in the JSON.
+        let json = serde_json::to_value(&result).unwrap();
+        assert_eq!(json["cells"][1]["control"], true);
+        assert!(json["cells"][0].get("control").is_none());
+        // Without a local cell there is nothing to control.
+        let none = Experiment::from_toml_str(
+            &grid.replace("[\"local\", \"interleave\"]", "[\"interleave\"]"),
+            "aa.toml",
+        )
+        .unwrap();
+        let err = plan_sweep(&none, &topology).unwrap_err();
+        assert!(matches!(err, SweepError::NoLocalForControl), "{err}");
+        assert!(err.to_string().contains("add \"local\""), "{err}");
     }
 }

@@ -448,6 +448,7 @@ mod tests {
             local_s: local[0],
             vs_local_percent: (other[0] / local[0] - 1.0) * 100.0,
             difference: difference(local, other, 0.95),
+            control: false,
         };
         let real = policy_cost(&comparison(&[1.0, 1.01, 0.99], &[1.5, 1.52, 1.49]), 2);
         assert!(

@@ -22,6 +22,7 @@ use crate::render::{self, experiment::text, figures};
     numalab sweep examples/deck-exp1-small.toml\n  \
     numalab sweep examples/deck-exp1.toml -o deck.json         (also deck.svg, deck.png)\n  \
     numalab sweep exp.toml --set access.ops=1_000_000 --markdown\n  \
+    numalab sweep examples/deck-exp1-small.toml --control       (local twice: the noise floor)\n  \
     numalab plot deck.json                                      redraws the figure\n\n\
 Every cell is planned before the first runs: a cell this machine cannot place stops the \
 sweep before anything is allocated. --set on a swept key fixes it (the axis is dropped).")]
@@ -44,6 +45,13 @@ pub struct SweepArgs {
     #[arg(long, conflicts_with = "plot")]
     pub no_plot: bool,
 
+    /// Run every local cell twice, the second as an A/A control: its
+    /// difference from local is this machine's noise, so the table says
+    /// how small a difference can be told here (same as --set
+    /// run.control=true)
+    #[arg(long)]
+    pub control: bool,
+
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -54,7 +62,8 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     args.output.check()?;
     let control = Control::default();
     let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
-    let experiment = exp::load(&args.experiment, &args.sets)?;
+    let mut experiment = exp::load(&args.experiment, &args.sets)?;
+    experiment.run.control |= args.control;
     if !args.no_plot {
         crate::plot::check_stem(&exp::figure_stem(
             args.plot.as_deref(),

@@ -29,7 +29,9 @@ pub fn x_axis(s: &SweepResult) -> Option<String> {
 pub fn sweep_chart(s: &SweepResult) -> LineChart {
     let x_key = x_axis(s);
     let mut series: Vec<Series> = Vec::new();
-    for cell in &s.cells {
+    // A/A controls are local again: the table shows them, a second
+    // local line would only hide the first.
+    for cell in s.cells.iter().filter(|c| !c.control) {
         let Some(result) = &cell.result else { continue };
         let Some(time) = result.time_to_last() else {
             continue;

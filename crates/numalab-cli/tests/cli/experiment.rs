@@ -341,6 +341,48 @@ fn sweep_writes_results_a_figure_and_the_comparison() {
 }
 
 #[test]
+fn sweep_control_measures_local_twice_and_states_the_noise_floor() {
+    let out = numalab(&[
+        "sweep",
+        &small(),
+        "--control",
+        "--set",
+        "access.ops=5000",
+        "--set",
+        "run.repeats=2",
+        "--set",
+        "threads.count=1",
+        "--set",
+        "threads.placement=balanced",
+        "--no-plot",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // The cell table lists the control under local; the comparison has
+    // a column for it and a line saying what it means.
+    assert_eq!(text.matches("local (A/A)").count(), 1, "{text}");
+    assert!(text.contains("local again (A/A)"), "{text}");
+    let floor = text
+        .lines()
+        .find(|l| l.starts_with("A/A control: local measured twice; differences under about"))
+        .unwrap_or_else(|| panic!("no noise-floor line in:\n{text}"));
+    assert!(floor.contains("% cannot be told apart here"), "{floor}");
+    // Without local among the policies there is nothing to control.
+    let out = numalab(&[
+        "sweep",
+        &small(),
+        "--control",
+        "--set",
+        "memory.policy=interleave",
+        "--set",
+        "threads.count=1",
+        "--no-plot",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("add \"local\""), "{}", stderr(&out));
+}
+
+#[test]
 fn plot_dispatches_on_the_schema() {
     let dir = Scratch::new("plot");
     let file = dir.path("topo.json");

@@ -91,6 +91,7 @@ pub fn sweep(s: &SweepResult) -> String {
         "vs_local_low_percent",
         "vs_local_high_percent",
         "vs_local_verdict",
+        "control",
         "placement_as_requested",
         "interrupted",
         "error",
@@ -105,10 +106,12 @@ pub fn sweep(s: &SweepResult) -> String {
             .cloned()
             .collect();
         let vs_local = s.comparison.iter().find(|c| {
-            cell.setting("memory.policy")
-                .and_then(|p| p.parse::<PolicySpec>().ok())
-                .as_ref()
-                == Some(&c.policy)
+            c.control == cell.control
+                && cell
+                    .setting("memory.policy")
+                    .and_then(|p| p.parse::<PolicySpec>().ok())
+                    .as_ref()
+                    == Some(&c.policy)
                 && c.settings == others
         });
         let difference = vs_local.and_then(|c| c.difference.as_ref());
@@ -138,6 +141,7 @@ pub fn sweep(s: &SweepResult) -> String {
                     interval.0,
                     interval.1,
                     interval.2,
+                    cell.control.to_string(),
                     r.placement_as_requested().to_string(),
                     r.interrupted.to_string(),
                     String::new(),
@@ -148,9 +152,9 @@ pub fn sweep(s: &SweepResult) -> String {
                     Some(error) => ("false", error.as_str()),
                     None => ("true", ""),
                 };
-                row.extend(
-                    ["0", "", "", "", "", "", "", "", "", "", "", "", "", ""].map(String::from),
-                );
+                row.extend(["0", "", "", "", "", "", "", "", "", "", "", "", ""].map(String::from));
+                row.push(cell.control.to_string());
+                row.push(String::new());
                 row.extend([interrupted.to_owned(), error.to_owned()]);
             }
         }

@@ -187,6 +187,7 @@ pub fn sweep(text: &str) -> SweepResult {
                 .collect(),
             result: Some(run_of(cell)),
             error: None,
+            control: false,
         })
         .collect();
     SweepResult {

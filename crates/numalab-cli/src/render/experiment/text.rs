@@ -325,7 +325,17 @@ pub fn sweep_report(s: &SweepResult, style: Style) -> String {
     );
     let mut table = style.table(header);
     for cell in &s.cells {
-        let mut row: Vec<String> = cell.settings.iter().map(|(_, v)| v.clone()).collect();
+        let mut row: Vec<String> = cell
+            .settings
+            .iter()
+            .map(|(k, v)| {
+                if cell.control && k == "memory.policy" {
+                    format!("{v} (A/A)")
+                } else {
+                    v.clone()
+                }
+            })
+            .collect();
         match cell
             .result
             .as_ref()
@@ -380,6 +390,7 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
         .into_iter()
         .filter(|(_, p)| *p != Some(PolicySpec::Local))
         .collect();
+    let controlled = s.comparison.iter().any(|c| c.control);
     let mut keys: Vec<Vec<(String, String)>> = Vec::new();
     for c in &s.comparison {
         if !keys.contains(&c.settings) {
@@ -392,6 +403,9 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
         .unwrap_or_default();
     let mut header = other_axes.clone();
     header.push("local".into());
+    if controlled {
+        header.push("local again (A/A)".into());
+    }
     header.extend(policies.iter().map(|(text, _)| text.clone()));
     let mut table = style.table(header);
     for key in &keys {
@@ -399,7 +413,7 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
         let find = |p: &Option<PolicySpec>| -> Option<&Comparison> {
             s.comparison
                 .iter()
-                .find(|c| &c.settings == key && Some(&c.policy) == p.as_ref())
+                .find(|c| &c.settings == key && Some(&c.policy) == p.as_ref() && !c.control)
         };
         row.push(
             s.comparison
@@ -407,6 +421,13 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
                 .find(|c| &c.settings == key)
                 .map_or("-".into(), |c| time(c.local_s)),
         );
+        if controlled {
+            let again = s
+                .comparison
+                .iter()
+                .find(|c| &c.settings == key && c.control);
+            row.push(again.map_or("-".into(), against_local));
+        }
         for (_, p) in &policies {
             row.push(find(p).map_or("-".into(), against_local));
         }
@@ -422,7 +443,50 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
         "[low, high]: 95% interval (Welch's t on the repeats' logarithms); \
          ≈ within noise (the interval holds 0); ? one repeat, no interval",
     ));
+    if let Some(line) = noise_floor(s) {
+        out.push_str(&style.line(&line));
+    }
     out
+}
+
+/// What the A/A controls say: the widest half of their intervals, as
+/// the smallest difference this run could tell; and whether local
+/// differed from itself (a noisy or drifting machine).
+fn noise_floor(s: &SweepResult) -> Option<String> {
+    use numalab_bench::stats::Verdict;
+    let controls: Vec<&Comparison> = s.comparison.iter().filter(|c| c.control).collect();
+    if controls.is_empty() {
+        return None;
+    }
+    let intervals: Vec<_> = controls
+        .iter()
+        .filter_map(|c| c.difference.as_ref())
+        .collect();
+    if intervals.is_empty() {
+        return Some(
+            "A/A control: one repeat per cell gives no interval; run at least 2 repeats (run.repeats) to see the noise floor".into(),
+        );
+    }
+    let floor = intervals
+        .iter()
+        .map(|d| d.low.abs().max(d.high.abs()))
+        .fold(0.0, f64::max);
+    let apart = intervals
+        .iter()
+        .filter(|d| d.verdict != Verdict::Indistinguishable)
+        .count();
+    let mut line = format!(
+        "A/A control: local measured twice; differences under about {:.0}% cannot be told apart here",
+        100.0 * floor
+    );
+    if apart > 0 {
+        let _ = write!(
+            line,
+            "; in {apart} of {} row(s) local differed from itself beyond its interval: the machine drifted or is busy, so trust no difference near that size",
+            intervals.len()
+        );
+    }
+    Some(line)
 }
 
 /// `+69% [+60, +78]`, `≈ +11% [-3, +27]` or `+11% ?`.
