@@ -190,12 +190,12 @@ impl Verdict {
     }
 }
 
-/// How `b` differs from the baseline `a` at `confidence` (0.5 to
-/// 0.9999); see [`Difference`]. `None` when either has fewer than two
+/// How `b` differs from the baseline `a` at `confidence` (from 0.5, below
+/// 1); see [`Difference`]. `None` when either has fewer than two
 /// samples, any sample is not a positive finite number, or the confidence
 /// is out of range.
 pub fn difference(a: &[f64], b: &[f64], confidence: f64) -> Option<Difference> {
-    if a.len() < 2 || b.len() < 2 || !(0.5..=0.9999).contains(&confidence) {
+    if a.len() < 2 || b.len() < 2 || !(0.5..1.0).contains(&confidence) {
         return None;
     }
     let logs = |v: &[f64]| -> Option<(f64, f64, f64)> {

@@ -711,6 +711,12 @@ mod tests {
             assert!(c.difference.is_some(), "two repeats give an interval");
         }
         assert_eq!(result.comparison.iter().filter(|c| !c.control).count(), 2);
+        // Four differences in the table: each interval at 1 - 0.05 / 4,
+        // so that the four hold together at 95%.
+        for c in &result.comparison {
+            let level = c.difference.as_ref().unwrap().confidence;
+            assert!((level - 0.9875).abs() < 1e-12, "{level}");
+        }
         // Only control cells say so in the JSON.
         let json = serde_json::to_value(&result).unwrap();
         assert_eq!(json["cells"][1]["control"], true);

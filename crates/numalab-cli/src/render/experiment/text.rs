@@ -440,8 +440,8 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
         out.push('\n');
     }
     out.push_str(&style.line(
-        "[low, high]: 95% interval (Welch's t on the repeats' logarithms); \
-         ≈ within noise (the interval holds 0); ? one repeat, no interval",
+        "[low, high]: intervals that hold together at 95% (Welch's t on the repeats' logarithms, \
+         Bonferroni over the table); ≈ within noise (the interval holds 0); ? one repeat, no interval",
     ));
     if let Some(line) = noise_floor(s) {
         out.push_str(&style.line(&line));
