@@ -374,6 +374,10 @@ pub fn sweep_report(s: &SweepResult, style: Style) -> String {
 
 /// `+69%` / `-37%`.
 pub fn signed_percent(p: f64) -> String {
+    if p.round() == 0.0 {
+        // Neither "+0%" nor "-0%".
+        return "0%".into();
+    }
     format!("{p:+.0}%")
 }
 
@@ -476,7 +480,7 @@ fn noise_floor(s: &SweepResult) -> Option<String> {
         .filter(|d| d.verdict != Verdict::Indistinguishable)
         .count();
     let mut line = format!(
-        "A/A control: local measured twice; differences under about {:.0}% cannot be told apart here",
+        "A/A control: local measured twice; differences under about {:.0}% cannot be told apart here (more repeats narrow it: run.repeats)",
         100.0 * floor
     );
     if apart > 0 {
