@@ -168,6 +168,15 @@ pub struct Difference {
 }
 
 /// Which way a [`Difference`] goes, if it can be told.
+///
+/// ```
+/// use numalab_bench::stats::{difference, Verdict};
+/// let d = difference(&[10.0, 10.2, 9.9], &[12.1, 12.0, 12.3], 0.95).unwrap();
+/// assert_eq!(d.verdict, Verdict::Higher);
+/// assert_eq!(Verdict::Indistinguishable.symbol(), "≈");
+/// assert_eq!(serde_json::to_string(&Verdict::Indistinguishable)?, "\"indistinguishable\"");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
