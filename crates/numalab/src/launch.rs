@@ -373,6 +373,11 @@ impl Launch {
         let mut known = BTreeSet::from([pid]);
         // Tracees not yet exited.
         let mut live = BTreeSet::from([pid]);
+        // Fork events whose new tracee has not made its first stop yet:
+        // if the command ends first, `release` must still wait for that
+        // stop, or the tracee would keep ptrace's SIGSTOP once this
+        // process is gone and stay stopped for ever.
+        let mut unseen: i64 = 0;
         let exit = loop {
             let (tid, event) = match linux::wait_any(-1) {
                 Ok(found) => found,
@@ -383,6 +388,7 @@ impl Launch {
             if first_stop {
                 sampler.watch(tid);
                 live.insert(tid);
+                unseen -= 1;
             }
             match event {
                 linux::WaitEvent::TraceEvent(linux::PTRACE_EVENT_EXIT) => {
@@ -397,7 +403,10 @@ impl Launch {
                     }
                     let _ = linux::trace_continue(tid, 0);
                 }
-                linux::WaitEvent::TraceEvent(_) => {
+                linux::WaitEvent::TraceEvent(event) => {
+                    if FORK_EVENTS.contains(&event) {
+                        unseen += 1;
+                    }
                     let _ = linux::trace_continue(tid, 0);
                 }
                 linux::WaitEvent::Stopped(signal) => {
@@ -430,7 +439,7 @@ impl Launch {
         };
         let elapsed = start.elapsed();
         let peak = sampler.finish();
-        release(live);
+        release(live, unseen.max(0));
         let mut memory = ProcessMemory::default();
         for process in at_exit.values() {
             memory.merge(process);
@@ -472,6 +481,13 @@ impl Launch {
     }
 }
 
+/// The ptrace events of a traced task making a new one.
+const FORK_EVENTS: [i32; 3] = [
+    linux::PTRACE_EVENT_FORK,
+    linux::PTRACE_EVENT_VFORK,
+    linux::PTRACE_EVENT_CLONE,
+];
+
 /// How long [`release`] waits for the tracees to stop before leaving the
 /// rest to the kernel (which lets them go when this process ends).
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
@@ -480,8 +496,10 @@ const RELEASE_WAIT: Duration = Duration::from_secs(2);
 /// a process in the background) go on untraced. A tracee can only be
 /// detached while stopped: each is sent a SIGSTOP of its own, detached at
 /// that stop with the SIGSTOP withheld, and so never really stops. Other
-/// stops on the way are passed through.
-fn release(live: BTreeSet<i32>) {
+/// stops on the way are passed through. `unseen` new tracees (forked,
+/// their first stop not yet waited for) are waited for too and detached
+/// at that stop, its SIGSTOP withheld.
+fn release(live: BTreeSet<i32>, unseen: i64) {
     let mut waiting: BTreeSet<i32> = BTreeSet::new();
     for tid in live {
         // A zombie (a thread-group leader whose threads still run) never
@@ -498,7 +516,7 @@ fn release(live: BTreeSet<i32>) {
     // Tracees that appear meanwhile (forks) are detached at their first
     // stop; `unseen` counts the fork events whose new tracee has not
     // stopped yet.
-    let mut unseen: i64 = 0;
+    let mut unseen = unseen;
     let deadline = Instant::now() + RELEASE_WAIT;
     while (!waiting.is_empty() || unseen > 0) && Instant::now() < deadline {
         let (tid, event) = match linux::wait_any_nohang(-1) {
@@ -528,13 +546,7 @@ fn release(live: BTreeSet<i32>) {
                 let _ = linux::trace_detach(tid, deliver);
             }
             linux::WaitEvent::TraceEvent(event) => {
-                if [
-                    linux::PTRACE_EVENT_FORK,
-                    linux::PTRACE_EVENT_VFORK,
-                    linux::PTRACE_EVENT_CLONE,
-                ]
-                .contains(&event)
-                {
+                if FORK_EVENTS.contains(&event) {
                     unseen += 1;
                 }
                 let _ = linux::trace_continue(tid, 0);
