@@ -257,7 +257,7 @@ fn count_status(histogram: &mut PageHistogram, pages: &[*const u8], status: &[i3
     for (&s, &page) in status.iter().zip(pages) {
         if s >= 0 {
             *histogram.per_node.entry(s as u32).or_default() += 1;
-        } else if s == -libc::ENOENT {
+        } else if s == -libc::ENOENT || s == -libc::EFAULT {
             absent.push(page as usize);
         } else {
             histogram.unknown += 1;
@@ -268,12 +268,16 @@ fn count_status(histogram: &mut PageHistogram, pages: &[*const u8], status: &[i3
     }
 }
 
-/// Pages `move_pages(2)` called absent, asked again of `/proc/self/pagemap`.
+/// Pages `move_pages(2)` called absent or unmapped, asked again of
+/// `/proc/self/pagemap`.
 ///
-/// Linux 6.1 to 6.4 answer `-ENOENT` for a present page that a
+/// Linux 6.1 to 6.4 answer `-ENOENT` for a present base page that a
 /// NUMA-balancing scan has just made inaccessible (to see who touches it
-/// next), so a region of a process that has run for a second with
-/// `kernel.numa_balancing` on can look partly or wholly untouched. The
+/// next), and `-EFAULT` for such a transparent huge page (its PMD is
+/// skipped as if nothing were mapped there), so a region of a process that
+/// has run for a second with `kernel.numa_balancing` on can look partly or
+/// wholly untouched. An address that is truly unmapped reads as not
+/// present in the pagemap too. The
 /// pagemap still shows such a page as present, and to a reader with
 /// `CAP_SYS_ADMIN` its frame number, whose memory block belongs to one
 /// node. A present page whose node cannot be read that way is counted as
@@ -547,6 +551,31 @@ mod tests {
         }
         // SAFETY: the mapping is not used again.
         unsafe { linux::unmap(addr, 8 * page).unwrap() };
+    }
+
+    /// `move_pages(2)` answers `-EFAULT` for an address with no mapping
+    /// (and, on Linux 6.1 to 6.4, for a huge page under a NUMA-balancing
+    /// scan, checked in the emulated suite's `buffer.while-balancing`):
+    /// the pagemap then tells a hole from a page, and a hole is not
+    /// present.
+    #[test]
+    fn pages_of_an_unmapped_hole_are_not_present() {
+        let page = linux::page_size();
+        let addr = linux::map_anonymous(4 * page, linux::Backing::Base).unwrap();
+        // SAFETY: inside the fresh private mapping of 4 pages.
+        unsafe { addr.write(1) };
+        // SAFETY: the two pages unmapped are not used again.
+        unsafe { linux::unmap(addr.wrapping_add(2 * page), 2 * page).unwrap() };
+        let pages: Vec<*const u8> = (0..4)
+            .map(|k| addr.wrapping_add(k * page).cast_const())
+            .collect();
+        let mut status = vec![0; 4];
+        linux::query_pages(&pages, &mut status).unwrap();
+        assert_eq!(&status[2..], [-libc::EFAULT, -libc::EFAULT], "{status:?}");
+        let h = locate_pages(&pages).unwrap();
+        assert_eq!((h.present() + h.unknown, h.not_present), (1, 3), "{h:?}");
+        // SAFETY: the mapping's remaining pages are not used again.
+        unsafe { linux::unmap(addr, 2 * page).unwrap() };
     }
 
     #[test]

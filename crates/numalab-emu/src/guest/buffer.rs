@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use numalab::locate::Sample;
-use numalab::{InterleaveWeights, MemPolicy, NodeBuffer, NodeSet};
+use numalab::{BufferOptions, HugePages, InterleaveWeights, MemPolicy, NodeBuffer, NodeSet};
 
 use super::{expect_pages, Balancing, Guest, Outcome, Pages};
 
@@ -268,9 +268,11 @@ fn numa_scan_passes() -> Option<u64> {
 /// A buffer under the default policy, touched on a node, then left alone
 /// while the process runs long enough for a NUMA-balancing pass to mark
 /// its pages inaccessible (the kernel watches which CPU touches them
-/// next): every page is still found, on the node that touched it. Linux
-/// 6.1 to 6.4 answer `move_pages(2)` for such a page as if it were not
-/// there; `locate` then reads the page's frame from the pagemap.
+/// next): every page is still found, on the node that touched it, for
+/// base pages and for transparent huge pages alike. Linux 6.1 to 6.4
+/// answer `move_pages(2)` for such a base page as if it were not there
+/// (`-ENOENT`) and for such a huge page as if it were not mapped
+/// (`-EFAULT`); `locate` then reads the page's frame from the pagemap.
 pub fn while_balancing(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let Some(node) = guest.preset.cpu_nodes().first() else {
         out.not_applicable("the preset has no node with CPUs");
@@ -278,7 +280,16 @@ pub fn while_balancing(guest: &Guest, out: &mut Outcome) -> Result<()> {
     };
     let _balancing = Balancing::set("1")?;
     let (_, found) = guest.on_node(node, || -> Result<_> {
-        let buffer = place(MemPolicy::Default)?;
+        let base = place(MemPolicy::Default)?;
+        // Two 2 MiB huge pages' worth (the buffer is 2 MiB-aligned and
+        // advised MADV_HUGEPAGE).
+        let huge = NodeBuffer::with_options(
+            (4 << 20) as usize,
+            BufferOptions::new(MemPolicy::Default).huge_pages(HugePages::Transparent),
+        )?;
+        // Read now: after the scan has made the huge pages inaccessible,
+        // smaps no longer counts them.
+        let huge_bytes = huge.huge_page_bytes();
         let before = numa_scan_passes();
         // Spin (the scan runs on the process's CPU time) until a pass
         // ends, 6 s at most.
@@ -290,16 +301,22 @@ pub fn while_balancing(guest: &Guest, out: &mut Outcome) -> Result<()> {
             }
         }
         let passes = numa_scan_passes();
-        Ok((buffer.locate(Sample::All)?, before, passes))
+        Ok((
+            base.locate(Sample::All)?,
+            huge.locate(Sample::All)?,
+            huge_bytes,
+            before,
+            passes,
+        ))
     })?;
-    let (pages, before, passes) = found?;
+    let (pages, huge_pages, huge_bytes, before, passes) = found?;
     out.note(format!(
         "numa_balancing scan passes over the process: {} before, {} after",
         before.map_or("unknown".into(), |p| p.to_string()),
         passes.map_or("unknown".into(), |p| p.to_string()),
     ));
     out.check(
-        "a NUMA-balancing pass ran over the buffer",
+        "a NUMA-balancing pass ran over the buffers",
         "more passes after than before",
         format!("{before:?} -> {passes:?}"),
         passes > before,
@@ -309,6 +326,19 @@ pub fn while_balancing(guest: &Guest, out: &mut Outcome) -> Result<()> {
         format!("default policy, touched on node {node}, after the pass"),
         &Pages::on(node, PAGES),
         &pages,
+        0,
+    );
+    out.check(
+        "transparent huge pages behind the 4 MiB buffer",
+        "at least one 2 MiB page",
+        format!("{huge_bytes:?} bytes"),
+        huge_bytes.is_some_and(|b| b >= 2 << 20),
+    );
+    expect_pages(
+        out,
+        format!("default policy, huge pages, touched on node {node}, after the pass"),
+        &Pages::on(node, (4 << 20) / page_size()),
+        &huge_pages,
         0,
     );
     Ok(())

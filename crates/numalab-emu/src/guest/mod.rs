@@ -443,6 +443,17 @@ impl Display for Pages {
 }
 
 impl Pages {
+    /// What of `found` has no node: " (+N not present, +M of unknown
+    /// node)", or nothing.
+    pub fn absent(found: &PageHistogram) -> String {
+        match (found.not_present, found.unknown) {
+            (0, 0) => String::new(),
+            (n, 0) => format!(" (+{n} not present)"),
+            (0, u) => format!(" (+{u} of unknown node)"),
+            (n, u) => format!(" (+{n} not present, +{u} of unknown node)"),
+        }
+    }
+
     /// All `count` pages on `node`.
     pub fn on(node: u32, count: u64) -> Pages {
         Pages(BTreeMap::from([(node, count)]))
@@ -489,13 +500,7 @@ pub fn expect_pages(
     slack: u64,
 ) -> bool {
     let pages = Pages::found(found);
-    let mut text = pages.to_string();
-    if found.not_present + found.unknown > 0 {
-        text.push_str(&format!(
-            " (+{} not present)",
-            found.not_present + found.unknown
-        ));
-    }
+    let text = format!("{pages}{}", Pages::absent(found));
     let ok = pages.within(expected, slack) && found.not_present + found.unknown == 0;
     let expected_text = if slack > 0 {
         format!("{expected} (±{slack})")

@@ -42,11 +42,7 @@ fn all_on(
             Some(n) => format!("all {n} on node{node}"),
             None => format!("all on node{node}"),
         },
-        if missing > 0 {
-            format!("{} (+{missing} not present)", Pages::found(found))
-        } else {
-            Pages::found(found).to_string()
-        },
+        format!("{}{}", Pages::found(found), Pages::absent(found)),
         found.on_node(node) == present && count_ok && missing == 0,
     );
 }
