@@ -13,8 +13,8 @@ use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::values::{
-    ByteSize, IsaChoice, Pattern, PolicySpec, ReadWrite, Replication, Seconds, Sharing, Sync,
-    ThreadPlacement,
+    ByteSize, IsaChoice, MinTime, Pattern, PolicySpec, ReadWrite, Replication, Seconds, Sharing,
+    Sync, ThreadPlacement,
 };
 use crate::kernels::{Mix, Store};
 
@@ -384,6 +384,12 @@ pub struct RunSettings {
     /// control: its difference from the first is this machine's noise.
     #[serde(default)]
     pub control: bool,
+    /// The shortest a run may be: runs numalab sizes are lengthened past
+    /// it, others warned about. `None`: this machine's measured noise
+    /// floor ([`NoiseFloor`](super::floor::NoiseFloor)); `off` turns both
+    /// off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_time: Option<MinTime>,
 }
 
 /// The order in which `numalab sweep` runs its cells' repeats
@@ -427,6 +433,7 @@ impl Default for RunSettings {
             counters: true,
             order: RunOrder::Interleaved,
             control: false,
+            min_time: None,
         }
     }
 }
@@ -467,7 +474,7 @@ pub const KEYS: &[Key] = &[
     Key { path: "access.pattern", default: "random", values: "random | sequential | strided:BYTES | copy", meaning: "random: uniform op-size-aligned offsets over the whole region; sequential/strided: each thread walks its own share; copy: each thread copies the first half of its share into the second (which starts half a page later, so no load and store are a multiple of 4 KiB apart)" },
     Key { path: "access.op_size", default: "64", values: "bytes, multiple of 8", meaning: "bytes per read or write (the deck's RW_SIZE)" },
     Key { path: "access.read_write", default: "1:0 (copy: 1:1)", values: "R:W", meaning: "reads to writes, interleaved exactly (2:1 is R R W R R W ...)" },
-    Key { path: "access.ops", default: "10000000", values: "1 to 10^12; ops x op_size at most 2^60 bytes", meaning: "operations in total (reads plus writes; a copy counts one of each), split evenly across the threads" },
+    Key { path: "access.ops", default: "10000000", values: "1 to 10^12; ops x op_size at most 2^60 bytes", meaning: "operations in total (reads plus writes; a copy counts one of each), split evenly across the threads; left out, numalab lengthens runs that fall under the machine's noise floor" },
     Key { path: "access.duration", default: "-", values: "10s, 500ms, 2m, at most 24h", meaning: "instead of ops: every thread runs this long" },
     Key { path: "access.sync", default: "none", values: "none | rwlock", meaning: "rwlock: a reader-writer lock per stripe of the region, shared for reads and exclusive for writes (the deck's Experiment 2)" },
     Key { path: "access.lock_stripes", default: "1024", values: "1 to 65536", meaning: "locks per region with sync = rwlock; each guards an equal stripe" },
@@ -477,6 +484,7 @@ pub const KEYS: &[Key] = &[
     Key { path: "access.seed", default: "1", values: "integer", meaning: "seed of the per-thread random generators (thread i, repeat r get distinct streams)" },
     Key { path: "run.repeats", default: "5", values: "1 to 1000", meaning: "measured runs; figures are their median, with min, max and CV" },
     Key { path: "run.warmup", default: "1", values: "0 to 100", meaning: "unmeasured runs first" },
+    Key { path: "run.min_time", default: "-", values: "a duration: 50ms, 1s; or off", meaning: "the shortest a run may be; left out, this machine's noise floor, measured before each run: runs numalab sizes (no access.ops or access.duration) are lengthened past it, others warned about" },
     Key { path: "run.counters", default: "true", values: "bool", meaning: "read perf counters per thread (hardware where the PMU allows, software events otherwise)" },
     Key { path: "run.control", default: "false", values: "bool", meaning: "numalab sweep (--control): run every local cell a second time, as an A/A control whose difference from local is the machine's noise floor (\"differences under 6% cannot be told apart here\"); needs local among memory.policy's values" },
     Key { path: "run.order", default: "interleaved", values: "interleaved | grouped", meaning: "numalab sweep: interleaved runs every cell's first repeat, then every cell's second, and so on, each after the cell's own warm-ups and set-up, so a slow minute of the machine hits every cell alike; grouped runs each cell's repeats back to back (faster, but drift between cells then looks like a difference)" },
@@ -1666,6 +1674,7 @@ mod tests {
         let mut exp = Experiment::from_toml_str("", "x").unwrap();
         exp.access.read_write = Some("1:1".parse().unwrap());
         exp.access.ops = Some(1);
+        exp.run.min_time = Some("50ms".parse().unwrap());
         let table = toml::Table::try_from(&exp).unwrap();
         let mut leaves = Vec::new();
         for (key, value) in &table {
@@ -1685,6 +1694,7 @@ mod tests {
         for key in settable_keys() {
             let value = match key {
                 "access.duration" => toml::Value::String("1s".into()),
+                "run.min_time" => toml::Value::String("50ms".into()),
                 _ => table
                     .get(key.split('.').next().unwrap())
                     .and_then(|t| match key.split_once('.') {

@@ -20,8 +20,9 @@ use numalab::{
 
 use super::access::{self, Done, Job, Library, RegionPtr, Samples};
 use super::clock::Clock;
-use super::config::Experiment;
+use super::config::{Experiment, MAX_BYTES_PER_RUN, MAX_OPS};
 use super::counters::{Available, ThreadCounters};
+use super::floor::{short_runs, Lengthened, NoiseFloor};
 use super::plan::{Plan, PlanError};
 use super::result::{
     figures, thread_figures, Cause, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat,
@@ -223,7 +224,7 @@ pub fn execute(
 pub fn execute_plan(
     exp: &Experiment,
     topology: &Topology,
-    plan: Plan,
+    mut plan: Plan,
     control: &Control,
 ) -> Result<RunResult, ExecuteError> {
     // Ranges first (a caller may have built the experiment by hand):
@@ -274,34 +275,60 @@ pub fn execute_plan(
     }
     let clock = Clock::calibrate();
     let loop_ns = loop_cost(exp, &plan, &clock);
+    let floor = NoiseFloor::on_cpus(&plan.cpus())?.or_given(exp.run.min_time.map(|t| t.0));
+    // Runs numalab sizes itself (no count or duration given) are
+    // lengthened when the first one falls under the noise floor.
+    let mut sizing = exp.access.ops.is_none() && exp.access.duration.is_none();
+    let mut lengthened = None;
 
-    let runs = exp.run.warmup.saturating_add(exp.run.repeats);
+    let mut warmup = exp.run.warmup;
+    let mut runs = warmup.saturating_add(exp.run.repeats);
     let progress = &control.progress;
-    progress.runs_total.store(runs, Ordering::Relaxed);
+    let totals = |plan: &Plan, runs: u32| {
+        let per_run = plan.threads.iter().map(|t| t.ops.unwrap_or(0)).sum::<u64>();
+        progress.runs_total.store(runs, Ordering::Relaxed);
+        progress
+            .ops_total
+            .store(per_run.saturating_mul(u64::from(runs)), Ordering::Relaxed);
+    };
     progress.runs_done.store(0, Ordering::Relaxed);
     progress.ops_done.store(0, Ordering::Relaxed);
-    let per_run = plan.threads.iter().map(|t| t.ops.unwrap_or(0)).sum::<u64>();
-    progress
-        .ops_total
-        .store(per_run * u64::from(runs), Ordering::Relaxed);
+    totals(&plan, runs);
 
     let mut warmups = Vec::new();
     let mut repeats = Vec::new();
-    for run in 0..runs {
+    let mut run = 0;
+    while run < runs {
         if control.stopped() {
             break;
         }
-        let is_warmup = run < exp.run.warmup;
-        let index = if is_warmup { run } else { run - exp.run.warmup } as usize;
-        let repeat = one_run(
+        let mut is_warmup = run < warmup;
+        let index = if is_warmup { run } else { run - warmup } as usize;
+        let mut repeat = one_run(
             exp, &plan, &regions, &available, &clock, control, run as u64, index,
         )?;
         progress.runs_done.fetch_add(1, Ordering::Relaxed);
+        if sizing && !repeat.interrupted {
+            sizing = false;
+            if let Some(l) = lengthen(exp, &mut plan, &floor, repeat.time_to_last_s) {
+                lengthened = Some(l);
+                if !is_warmup {
+                    // Measured with the old count: it becomes a warm-up,
+                    // and every repeat is run at the new one.
+                    is_warmup = true;
+                    repeat.index = warmups.len();
+                    warmup += 1;
+                    runs = runs.saturating_add(1);
+                }
+                totals(&plan, runs);
+            }
+        }
         if is_warmup {
             warmups.push(repeat);
         } else {
             repeats.push(repeat);
         }
+        run += 1;
     }
     let interrupted = control.stopped();
     if interrupted {
@@ -310,6 +337,12 @@ pub fn execute_plan(
 
     let figures = figures(&repeats);
     warnings.extend(noise_warning(figures.as_ref()));
+    warnings.extend(floor_warning(
+        exp,
+        &floor,
+        lengthened.as_ref(),
+        figures.as_ref(),
+    ));
     let threads = thread_figures(&plan, &checks, &repeats);
     let engine = engine_cost(exp, &clock, loop_ns, &threads);
     if let Some(share) = engine.share {
@@ -346,7 +379,51 @@ pub fn execute_plan(
         engine,
         warnings,
         interrupted,
+        noise_floor: Some(floor),
+        lengthened,
     })
+}
+
+/// Lengthens every thread's operations so that a run that took
+/// `measured_s` clears `floor` (with its margin), within the limits of
+/// operations and bytes a run may count; `None` when it already clears
+/// it or cannot grow.
+pub(crate) fn lengthen(
+    exp: &Experiment,
+    plan: &mut Plan,
+    floor: &NoiseFloor,
+    measured_s: f64,
+) -> Option<Lengthened> {
+    let factor = floor.lengthening(measured_s)?;
+    let from: u64 = plan.threads.iter().filter_map(|t| t.ops).sum();
+    let op = exp.access.op_size.0.max(1);
+    let most = (MAX_OPS / from.max(1)).min(MAX_BYTES_PER_RUN / from.max(1).saturating_mul(op));
+    let factor = factor.min(most);
+    if factor <= 1 || from == 0 {
+        return None;
+    }
+    plan.scale_ops(factor);
+    Some(Lengthened::new(*floor, measured_s, from, factor))
+}
+
+/// What the noise floor makes a run say: that its runs were lengthened,
+/// or that they stayed under the floor because their count or duration
+/// was given.
+pub(crate) fn floor_warning(
+    exp: &Experiment,
+    floor: &NoiseFloor,
+    lengthened: Option<&Lengthened>,
+    figures: Option<&super::result::Figures>,
+) -> Option<Warning> {
+    if let Some(l) = lengthened {
+        return Some(Warning::new(WarningKind::Lengthened, l.message()));
+    }
+    let median = figures?.time_to_last_s.median;
+    let (key, given) = match (exp.access.ops, exp.access.duration) {
+        (_, Some(_)) => ("access.duration", true),
+        (ops, None) => ("access.ops", ops.is_some()),
+    };
+    short_runs(floor, median, key, given).map(|m| Warning::new(WarningKind::ShortRuns, m))
 }
 
 /// What an interrupted run says: how many of `requested` repeats completed.
@@ -945,6 +1022,128 @@ mod tests {
 
     fn cpus() -> u32 {
         numalab::affinity::thread_cpus().unwrap().len().min(2) as u32
+    }
+
+    /// `exp` run on its plan with every thread's operations cut to
+    /// `ops` (the plan a caller hands in need not count what the file
+    /// says; it lets a test start a sized run from a short one).
+    fn run_from(text: &str, ops: u64) -> RunResult {
+        let exp = Experiment::from_toml_str(text, "test.toml").unwrap();
+        let topology = Topology::system().unwrap();
+        let mut plan = Plan::resolve(&exp, &topology).unwrap();
+        for t in &mut plan.threads {
+            t.ops = Some(ops);
+        }
+        execute_plan(&exp, &topology, plan, &Control::default()).unwrap()
+    }
+
+    /// Runs numalab sizes itself (no `access.ops`) that fall under the
+    /// floor are lengthened: the first run, measured at the old count,
+    /// becomes a warm-up, and every repeat runs at the new one, which
+    /// puts the deciding run 1.5 times over the floor.
+    #[test]
+    fn short_runs_numalab_sizes_are_lengthened_past_the_floor() {
+        let result = run_from(
+            "[memory]\nsize = \"64KiB\"\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false\nmin_time = \"30ms\"\n",
+            1000,
+        );
+        let l = result
+            .lengthened
+            .as_ref()
+            .expect("a run of 1000 operations is under 30 ms");
+        assert_eq!(
+            result.warmups.len(),
+            1,
+            "the deciding repeat became a warm-up"
+        );
+        let first = &result.warmups[0];
+        assert_eq!((first.ops, l.from_ops), (1000, 1000));
+        assert!((l.measured_s - first.time_to_last_s).abs() < 1e-12);
+        assert_eq!(l.factor, (1.5 * 0.030 / first.time_to_last_s).ceil() as u64);
+        assert_eq!(result.repeats.len(), 2);
+        for r in &result.repeats {
+            assert_eq!(r.ops, l.to_ops);
+        }
+        assert_eq!(result.plan.threads[0].ops, Some(l.to_ops));
+        let floor = result.noise_floor.unwrap();
+        assert_eq!((floor.min_repeat_s, floor.given), (0.030, true));
+        let notes: Vec<_> = result
+            .warnings
+            .iter()
+            .filter(|w| w.kind == WarningKind::Lengthened)
+            .collect();
+        assert_eq!(notes.len(), 1, "{:?}", result.warnings);
+        assert!(
+            notes[0].message.contains(&format!("×{}", l.factor)),
+            "{}",
+            notes[0].message
+        );
+        assert!(!result
+            .warnings
+            .iter()
+            .any(|w| w.kind == WarningKind::ShortRuns));
+    }
+
+    /// A count the user gave is kept, and the runs it makes are called
+    /// short, with what to raise; `run.min_time = "off"` turns that off.
+    #[test]
+    fn short_runs_of_a_given_count_are_kept_and_warned_about() {
+        let text = "[memory]\nsize = \"64KiB\"\n[access]\nops = 1000\n[run]\nrepeats = 2\nwarmup = 1\ncounters = false\nmin_time = \"30ms\"\n";
+        let result = run(text);
+        assert_eq!(result.lengthened, None);
+        assert_eq!(result.warmups.len(), 1);
+        assert!(result.repeats.iter().all(|r| r.ops == 1000));
+        let short: Vec<_> = result
+            .warnings
+            .iter()
+            .filter(|w| w.kind == WarningKind::ShortRuns)
+            .collect();
+        assert_eq!(short.len(), 1, "{:?}", result.warnings);
+        assert!(
+            short[0]
+                .message
+                .contains("under this machine's noise floor of 30.0 ms (run.min_time)"),
+            "{}",
+            short[0].message
+        );
+        assert!(
+            short[0]
+                .message
+                .contains("raise access.ops (or leave it out"),
+            "{}",
+            short[0].message
+        );
+        let off = run(&text.replace("\"30ms\"", "\"off\""));
+        assert!(
+            !off.warnings
+                .iter()
+                .any(|w| matches!(w.kind, WarningKind::ShortRuns | WarningKind::Lengthened)),
+            "{:?}",
+            off.warnings
+        );
+        assert_eq!(off.noise_floor.map(|f| f.min_repeat_s), Some(0.0));
+    }
+
+    /// Runs long enough are left as they are, and the measured floor is
+    /// in the result.
+    #[test]
+    fn runs_over_the_floor_are_not_lengthened() {
+        let result = run(
+            "[memory]\nsize = \"64KiB\"\n[run]\nrepeats = 1\nwarmup = 1\ncounters = false\nmin_time = \"1ms\"\n[access]\nduration = \"20ms\"\n",
+        );
+        assert_eq!(result.lengthened, None);
+        assert!(result.repeats[0].time_to_last_s >= 0.020);
+        assert!(
+            !result
+                .warnings
+                .iter()
+                .any(|w| matches!(w.kind, WarningKind::ShortRuns | WarningKind::Lengthened)),
+            "{:?}",
+            result.warnings
+        );
+        let measured = run("[memory]\nsize = \"64KiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
+        let floor = measured.noise_floor.unwrap();
+        assert!(!floor.given && floor.min_repeat_s > 0.0, "{floor:?}");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! - [`config`]: the experiment file, strict, with located errors;
 //! - [`plan`]: threads' CPUs and nodes, regions' policies, refusals;
 //! - [`mod@execute`]: the run itself (its access loops are in `access`);
+//! - [`floor`]: the machine's noise floor, and runs lengthened past it;
 //! - [`result`]: the one result type every exporter reads;
 //! - [`warning`]: what every output shows beside the figures, made by the
 //!   plan, the run and the sweep;
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod execute;
+pub mod floor;
 pub mod plan;
 pub mod result;
 pub mod rwlock;

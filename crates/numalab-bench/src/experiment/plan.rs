@@ -421,6 +421,14 @@ impl Plan {
     pub fn cpus(&self) -> Vec<u32> {
         self.threads.iter().map(|t| t.cpu).collect()
     }
+
+    /// Every thread's operations `factor` times (a timed plan is left as
+    /// it is): the run's total grows by exactly that factor.
+    pub fn scale_ops(&mut self, factor: u64) {
+        for t in &mut self.threads {
+            t.ops = t.ops.map(|ops| ops.saturating_mul(factor));
+        }
+    }
 }
 
 /// The CPUs of each node that this process may use, one per core first,

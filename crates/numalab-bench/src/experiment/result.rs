@@ -11,6 +11,7 @@ use numalab::MemPolicy;
 use serde::{Deserialize, Serialize};
 
 use super::config::Experiment;
+use super::floor::{Lengthened, NoiseFloor};
 use super::plan::Plan;
 // Warnings are shared with the plan, which makes them first.
 use super::values::PolicySpec;
@@ -515,6 +516,14 @@ pub struct RunResult {
     pub warnings: Vec<Warning>,
     /// Whether Ctrl-C stopped the run: what was measured is kept.
     pub interrupted: bool,
+    /// The shortest run this machine times well, measured before the run
+    /// ([`NoiseFloor`]); `None` in results of older numalab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_floor: Option<NoiseFloor>,
+    /// How the runs were lengthened to clear the noise floor, when
+    /// `access.ops` was left to numalab and a run fell under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lengthened: Option<Lengthened>,
 }
 
 impl RunResult {

@@ -6,7 +6,11 @@ use numalab::system::Environment;
 use numalab::Topology;
 
 use super::config::{ConfigError, Experiment, RunOrder};
-use super::execute::{execute_plan, interrupted_warning, noise_warning, Control, ExecuteError};
+use super::execute::{
+    execute_plan, floor_warning, interrupted_warning, lengthen, noise_warning, Control,
+    ExecuteError,
+};
+use super::floor::Lengthened;
 use super::plan::{Plan, PlanError};
 use super::result::{
     compare_with_local, figures, thread_figures, Cause, RunResult, SweepCell, SweepResult, Warning,
@@ -204,13 +208,25 @@ fn run_grouped(
     let n = planned.len();
     let mut cells = Vec::with_capacity(n);
     let mut interrupted = false;
+    // The first cell that runs sizes the runs of all (every cell does the
+    // same operations, so their times compare).
+    let sizing = sized_by_numalab(&planned);
+    let mut sized: Option<Option<Lengthened>> = None;
     for (i, cell) in planned.into_iter().enumerate() {
         let PlannedCell {
             settings,
             experiment: cell,
-            plan,
+            mut plan,
             control: is_control,
         } = cell;
+        let given = cell.clone();
+        let mut cell = cell;
+        if let (true, Some(lengthened)) = (sizing, &sized) {
+            if let Some(l) = lengthened {
+                plan.scale_ops(l.factor);
+            }
+            cell.access.ops = Some(plan.threads.iter().filter_map(|t| t.ops).sum());
+        }
         if control.stop.load(std::sync::atomic::Ordering::Relaxed) {
             interrupted = true;
             cells.push(SweepCell {
@@ -225,6 +241,14 @@ fn run_grouped(
         match execute(&cell, topology, plan, control) {
             Ok(result) => {
                 interrupted |= result.interrupted;
+                let result = match (sizing, &sized) {
+                    (true, None) => {
+                        sized = Some(result.lengthened.clone());
+                        result
+                    }
+                    (true, Some(lengthened)) => as_sized(result, &given, lengthened.as_ref()),
+                    (false, _) => result,
+                };
                 cells.push(SweepCell {
                     settings,
                     result: Some(result),
@@ -263,10 +287,20 @@ fn run_interleaved(
         .map(|c| c.experiment.run.repeats)
         .max()
         .unwrap_or(0);
+    let mut planned = planned;
     let mut parts: Vec<Vec<RunResult>> = planned.iter().map(|_| Vec::new()).collect();
     let mut errors: Vec<Option<String>> = vec![None; n];
     let mut interrupted = false;
-    'rounds: for round in 0..rounds {
+    // Where numalab sizes the runs, the first round of every cell runs at
+    // the given count; if the shortest cell fell under the noise floor,
+    // every cell is lengthened by the same factor (so their times still
+    // compare) and that round is kept as a warm-up.
+    let mut sizing = sized_by_numalab(&planned);
+    let sized = sizing;
+    let mut calibration: Vec<Option<RunResult>> = planned.iter().map(|_| None).collect();
+    let mut lengthened: Option<Lengthened> = None;
+    let mut round = 0;
+    'rounds: while round < rounds {
         for (i, cell) in planned.iter().enumerate() {
             let repeats = cell.experiment.run.repeats;
             if round >= repeats || errors[i].is_some() {
@@ -276,16 +310,21 @@ fn run_interleaved(
                 interrupted = true;
                 break 'rounds;
             }
+            let what = if sizing {
+                "sizing run".to_owned()
+            } else {
+                format!("repeat {}/{repeats}", round + 1)
+            };
             on_cell(
                 i,
                 n,
-                &format!(
-                    "{}; repeat {}/{repeats}",
-                    label(&cell.settings, cell.control),
-                    round + 1
-                ),
+                &format!("{}; {what}", label(&cell.settings, cell.control)),
             );
             let mut one = cell.experiment.clone();
+            if sized {
+                // The sweep sizes the runs, not each run by itself.
+                one.access.ops = Some(cell.plan.threads.iter().filter_map(|t| t.ops).sum());
+            }
             one.run.repeats = 1;
             one.access.seed = cell
                 .experiment
@@ -300,15 +339,57 @@ fn run_interleaved(
                 Err(err) => errors[i] = Some(err.to_string()),
             }
         }
+        if sizing {
+            sizing = false;
+            let shortest = parts
+                .iter()
+                .filter_map(|p| p.first())
+                .filter(|r| !r.interrupted)
+                .filter_map(|r| Some((r.time_to_last()?, r.noise_floor?)))
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            let longer = shortest.and_then(|(time, floor)| {
+                // One factor for all, within every cell's limits.
+                let each: Option<Vec<Lengthened>> = planned
+                    .iter()
+                    .map(|c| lengthen(&c.experiment, &mut c.plan.clone(), &floor, time))
+                    .collect();
+                each?.into_iter().min_by_key(|l| l.factor)
+            });
+            if let Some(l) = longer {
+                for (i, cell) in planned.iter_mut().enumerate() {
+                    cell.plan.scale_ops(l.factor);
+                    calibration[i] = parts[i].pop();
+                }
+                lengthened = Some(l);
+                continue;
+            }
+        }
+        round += 1;
     }
     let cells = planned
         .into_iter()
         .zip(parts)
         .zip(errors)
-        .map(|((cell, parts), error)| {
+        .zip(calibration)
+        .map(|(((cell, parts), error), calibration)| {
             let result = match error {
                 Some(_) => None,
-                None => merge_rounds(&cell.experiment, &cell.plan, parts),
+                None => merge_rounds(&cell.experiment, &cell.plan, parts).map(|mut merged| {
+                    if let Some(first) = calibration {
+                        let mut warmups = first.warmups;
+                        warmups.extend(first.repeats);
+                        warmups.append(&mut merged.warmups);
+                        for (i, repeat) in warmups.iter_mut().enumerate() {
+                            repeat.index = i;
+                        }
+                        merged.warmups = warmups;
+                    }
+                    if sized {
+                        as_sized(merged, &cell.experiment, lengthened.as_ref())
+                    } else {
+                        merged
+                    }
+                }),
             };
             SweepCell {
                 settings: cell.settings,
@@ -319,6 +400,38 @@ fn run_interleaved(
         })
         .collect();
     (cells, interrupted)
+}
+
+/// Whether numalab sizes every cell's runs: no cell was given a count
+/// of operations or a duration.
+fn sized_by_numalab(planned: &[PlannedCell]) -> bool {
+    planned
+        .iter()
+        .all(|c| c.experiment.access.ops.is_none() && c.experiment.access.duration.is_none())
+}
+
+/// A cell's result in the user's terms after the sweep gave it its count
+/// of operations: the experiment as given, the sweep's lengthening, and
+/// the floor's warning said for that.
+fn as_sized(
+    mut result: RunResult,
+    given: &Experiment,
+    lengthened: Option<&Lengthened>,
+) -> RunResult {
+    result.experiment = given.clone();
+    result.lengthened = lengthened.cloned();
+    result
+        .warnings
+        .retain(|w| !matches!(w.kind, WarningKind::ShortRuns | WarningKind::Lengthened));
+    if let Some(floor) = result.noise_floor {
+        result.warnings.extend(floor_warning(
+            given,
+            &floor,
+            lengthened,
+            result.figures.as_ref(),
+        ));
+    }
+    result
 }
 
 /// One result of a cell's rounds: their warm-ups and repeats in order,
@@ -350,13 +463,21 @@ fn merge_rounds(exp: &Experiment, plan: &Plan, rounds: Vec<RunResult>) -> Option
     for (i, repeat) in merged.repeats.iter_mut().enumerate() {
         repeat.index = i;
     }
-    merged
-        .warnings
-        .retain(|w| !matches!(w.kind, WarningKind::Noisy | WarningKind::Interrupted));
+    merged.warnings.retain(|w| {
+        !matches!(
+            w.kind,
+            WarningKind::Noisy | WarningKind::Interrupted | WarningKind::ShortRuns
+        )
+    });
     merged.figures = figures(&merged.repeats);
     merged
         .warnings
         .extend(noise_warning(merged.figures.as_ref()));
+    if let Some(floor) = merged.noise_floor {
+        merged
+            .warnings
+            .extend(floor_warning(exp, &floor, None, merged.figures.as_ref()));
+    }
     let completed = merged.repeats.iter().filter(|r| !r.interrupted).count();
     if merged.interrupted || completed < exp.run.repeats as usize {
         merged.interrupted = true;
@@ -449,7 +570,31 @@ fn finish(
         }
     }
     warnings.extend(inconclusive.into_iter().cloned());
-    for kind in [WarningKind::NoPmu, WarningKind::Oversubscribed] {
+    let short = cells
+        .iter()
+        .filter_map(|c| c.result.as_ref())
+        .filter(|r| r.warnings.iter().any(|w| w.kind == WarningKind::ShortRuns))
+        .collect::<Vec<_>>();
+    if let Some(floor) = short.first().and_then(|r| r.noise_floor) {
+        let key = if exp.access.duration.is_some() {
+            "access.duration"
+        } else {
+            "access.ops"
+        };
+        warnings.push(Warning::new(
+            WarningKind::ShortRuns,
+            format!(
+                "{} of {n} cells ran shorter than this machine's noise floor of {}: the machine, not the workload, moves such times; raise {key}",
+                short.len(),
+                floor.describe()
+            ),
+        ));
+    }
+    for kind in [
+        WarningKind::NoPmu,
+        WarningKind::Oversubscribed,
+        WarningKind::Lengthened,
+    ] {
         if let Some(w) = cells
             .iter()
             .filter_map(|c| c.result.as_ref())
@@ -583,6 +728,124 @@ mod tests {
         )
         .unwrap();
         (result, calls)
+    }
+
+    /// A sweep numalab sizes (no `access.ops`), whose cells run cut
+    /// down to a thousandth of their operations so the test is quick;
+    /// each run is given a time of one nanosecond per operation the sweep
+    /// asked for, the second cell twice that: `calls` records the
+    /// operations and seeds each run was handed.
+    fn sized(order: &str) -> (SweepResult, Vec<(usize, u64)>) {
+        let exp = Experiment::from_toml_str(
+            &format!(
+                "[threads]\ncount = 1\n[memory]\nsize = \"1MiB\"\n[run]\nrepeats = 2\nwarmup = 0\n\
+                 counters = false\nmin_time = \"50ms\"\norder = \"{order}\"\n\
+                 [sweep]\n\"access.op_size\" = [64, 128]\n"
+            ),
+            "sized.toml",
+        )
+        .unwrap();
+        let topology = Topology::system().unwrap();
+        let mut calls = Vec::new();
+        let result = run_cells(
+            &exp,
+            &topology,
+            &Control::default(),
+            |_, _, _| {},
+            |cell, topology, plan, control| {
+                let asked: u64 = plan.threads.iter().filter_map(|t| t.ops).sum();
+                let slow = usize::from(cell.access.op_size.0 == 128);
+                calls.push((slow, asked));
+                let mut tiny = plan.clone();
+                for t in &mut tiny.threads {
+                    t.ops = t.ops.map(|o| (o / 1000).max(1));
+                }
+                let mut result = execute_plan(cell, topology, tiny, control)?;
+                for repeat in result.warmups.iter_mut().chain(&mut result.repeats) {
+                    repeat.time_to_last_s = asked as f64 * 1e-9 * (1 + slow) as f64;
+                }
+                result.figures = figures(&result.repeats);
+                Ok(result)
+            },
+        )
+        .unwrap();
+        (result, calls)
+    }
+
+    /// 10 million operations take 10 ms (and 20 ms) here, under the
+    /// 50 ms floor: the first round sizes both cells by one factor from
+    /// the shorter, ⌈1.5 × 50 / 10⌉ = 8, is kept as a warm-up, and both
+    /// cells run 80 million operations in every repeat, so their times
+    /// still compare.
+    #[test]
+    fn an_interleaved_sweep_lengthens_every_cell_by_one_factor() {
+        let (result, calls) = sized("interleaved");
+        let ten = super::super::config::DEFAULT_OPS;
+        assert_eq!(
+            calls,
+            [
+                (0, ten),
+                (1, ten),
+                (0, 8 * ten),
+                (1, 8 * ten),
+                (0, 8 * ten),
+                (1, 8 * ten)
+            ]
+        );
+        for cell in &result.cells {
+            let run = cell.result.as_ref().unwrap();
+            let l = run.lengthened.as_ref().unwrap();
+            assert_eq!((l.factor, l.from_ops, l.to_ops), (8, ten, 8 * ten));
+            assert_eq!(
+                (run.warmups.len(), run.repeats.len()),
+                (1, 2),
+                "the sizing round is a warm-up"
+            );
+            assert_eq!(
+                run.experiment.access.ops, None,
+                "the experiment as the user gave it"
+            );
+            assert!(run
+                .warnings
+                .iter()
+                .any(|w| w.kind == WarningKind::Lengthened));
+            assert!(
+                !run.warnings
+                    .iter()
+                    .any(|w| w.kind == WarningKind::ShortRuns),
+                "{:?}",
+                run.warnings
+            );
+        }
+        let notes = result
+            .warnings
+            .iter()
+            .filter(|w| w.kind == WarningKind::Lengthened)
+            .count();
+        assert_eq!(notes, 1, "{:?}", result.warnings);
+    }
+
+    /// Grouped, the first cell's own run decides (from its real, cut
+    /// down run: a thousandth of 10 million operations is far under
+    /// 50 ms), and the second cell is handed the same factor.
+    #[test]
+    fn a_grouped_sweep_gives_every_cell_the_first_cells_length() {
+        let (result, calls) = sized("grouped");
+        let ten = super::super::config::DEFAULT_OPS;
+        let first = result.cells[0].result.as_ref().unwrap();
+        let factor = first
+            .lengthened
+            .as_ref()
+            .expect("10 000 operations are under 50 ms")
+            .factor;
+        assert_eq!(calls, [(0, ten), (1, factor * ten)]);
+        let second = result.cells[1].result.as_ref().unwrap();
+        assert_eq!(second.lengthened, first.lengthened);
+        assert_eq!(second.experiment.access.ops, None);
+        assert!(second
+            .warnings
+            .iter()
+            .any(|w| w.kind == WarningKind::Lengthened));
     }
 
     #[test]

@@ -166,6 +166,43 @@ impl fmt::Display for Seconds {
 
 text_serde!(Seconds, "a duration such as \"10s\" or \"500ms\"");
 
+/// The shortest a run may be (`run.min_time`): a duration, or `off`.
+///
+/// ```
+/// use numalab_bench::experiment::values::MinTime;
+/// assert_eq!("50ms".parse::<MinTime>()?.0.as_millis(), 50);
+/// assert!("off".parse::<MinTime>()?.0.is_zero());
+/// assert_eq!("off".parse::<MinTime>()?.to_string(), "off");
+/// assert!("0s".parse::<MinTime>().unwrap_err().contains("write off"));
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MinTime(pub Duration);
+
+impl FromStr for MinTime {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim() == "off" {
+            return Ok(MinTime(Duration::ZERO));
+        }
+        s.parse::<Seconds>()
+            .map(|d| MinTime(d.0))
+            .map_err(|e| format!("{e}; to time runs of any length, write off"))
+    }
+}
+
+impl fmt::Display for MinTime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_zero() {
+            f.write_str("off")
+        } else {
+            Seconds(self.0).fmt(f)
+        }
+    }
+}
+
+text_serde!(MinTime, "a duration such as \"50ms\", or \"off\"");
+
 /// Which CPUs the threads run on.
 ///
 /// ```

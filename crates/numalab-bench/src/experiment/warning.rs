@@ -36,6 +36,12 @@ pub enum WarningKind {
     Inconclusive,
     /// A sweep cell failed while running; the sweep went on.
     Failed,
+    /// Runs were shorter than the machine's noise floor and the count or
+    /// duration was given, so they were kept short.
+    ShortRuns,
+    /// Runs were shorter than the machine's noise floor and numalab
+    /// lengthened them (a note, not a fault).
+    Lengthened,
 }
 
 /// What exactly a warning is about: the region, copy, key or sweep cell

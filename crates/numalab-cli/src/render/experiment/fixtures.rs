@@ -170,6 +170,8 @@ pub fn run_of(exp: Experiment) -> RunResult {
         },
         warnings,
         interrupted: false,
+        noise_floor: None,
+        lengthened: None,
     }
 }
 
