@@ -36,6 +36,9 @@ pub struct Series {
     pub name: String,
     /// `(x, y)` points, drawn in order.
     pub points: Vec<(f64, f64)>,
+    /// `(x, low, high)`: a vertical bar from low to high at x, in the
+    /// line's colour (the spread of the repeats behind a point).
+    pub ranges: Vec<(f64, f64, f64)>,
 }
 
 /// A line chart.
@@ -369,7 +372,14 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
         .iter()
         .flat_map(|s| s.points.iter().copied())
         .collect();
-    let ((x0, x1), (y0, y1)) = axis_ranges(&all);
+    // The axes hold the bars' ends too.
+    let extent: Vec<(f64, f64)> = chart
+        .series
+        .iter()
+        .flat_map(|s| s.ranges.iter().flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]))
+        .chain(all.iter().copied())
+        .collect();
+    let ((x0, x1), (y0, y1)) = axis_ranges(&extent);
     let left_out = all.iter().filter(|p| !drawable(p)).count();
     let caption = if left_out == 0 {
         chart.title.clone()
@@ -410,6 +420,16 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
                 .iter()
                 .filter(|p| drawable(p))
                 .map(|&p| Circle::new(p, 4, color.filled())),
+        )
+        .map_err(plot_err)?;
+        ctx.draw_series(
+            series
+                .ranges
+                .iter()
+                .filter(|&&(x, lo, hi)| drawable(&(x, lo)) && drawable(&(x, hi)))
+                .map(|&(x, lo, hi)| {
+                    PathElement::new(vec![(x, lo), (x, hi)], Color::stroke_width(&color, 2))
+                }),
         )
         .map_err(plot_err)?;
     }
@@ -513,10 +533,12 @@ mod tests {
             y_label: "seconds".into(),
             series: vec![
                 Series {
+                    ranges: Vec::new(),
                     name: "local".into(),
                     points: vec![(1.0, 2.0), (2.0, 1.1), (4.0, 0.6)],
                 },
                 Series {
+                    ranges: Vec::new(),
                     name: "remote".into(),
                     points: vec![(1.0, 3.0), (2.0, 1.8), (4.0, 1.0)],
                 },
@@ -538,6 +560,7 @@ mod tests {
             x_label: "x".into(),
             y_label: "y".into(),
             series: vec![Series {
+                ranges: Vec::new(),
                 name: "local".into(),
                 points: vec![(1.0, 2.0), (2.0, 1.0), (3.0, 3.0)],
             }],
@@ -606,6 +629,7 @@ mod tests {
             x_label: "x".into(),
             y_label: "y".into(),
             series: vec![Series {
+                ranges: Vec::new(),
                 name: "a".into(),
                 points,
             }],

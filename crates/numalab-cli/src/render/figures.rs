@@ -66,13 +66,24 @@ pub fn sweep_chart(s: &SweepResult) -> LineChart {
             " (placement not as asked)"
         };
         let name = format!("{name}{placed}");
-        match series.iter_mut().find(|s| s.name == name) {
-            Some(line) => line.points.push((x, time * 1e3)),
-            None => series.push(Series {
-                name,
-                points: vec![(x, time * 1e3)],
-            }),
-        }
+        // The spread of the repeats behind the median.
+        let range = result
+            .figures
+            .as_ref()
+            .map(|f| (x, f.time_to_last_s.min * 1e3, f.time_to_last_s.max * 1e3));
+        let line = match series.iter().position(|s| s.name == name) {
+            Some(i) => &mut series[i],
+            None => {
+                series.push(Series {
+                    name,
+                    points: Vec::new(),
+                    ranges: Vec::new(),
+                });
+                series.last_mut().expect("just pushed")
+            }
+        };
+        line.points.push((x, time * 1e3));
+        line.ranges.extend(range);
     }
     for line in &mut series {
         line.points.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -80,7 +91,7 @@ pub fn sweep_chart(s: &SweepResult) -> LineChart {
     LineChart {
         title: format!("{}: time to last thread", s.experiment.name),
         x_label: x_key.unwrap_or_else(|| "threads.count".to_owned()),
-        y_label: "time to last thread (ms, median)".to_owned(),
+        y_label: "time to last thread (ms, median; bars: fastest to slowest repeat)".to_owned(),
         series,
     }
 }
@@ -92,6 +103,7 @@ pub fn run_chart(r: &RunResult) -> LineChart {
         .repeats
         .iter()
         .map(|repeat| Series {
+            ranges: Vec::new(),
             name: format!("repeat {}", repeat.index),
             points: repeat
                 .threads
@@ -207,6 +219,7 @@ pub fn matrix_drawings(result: &MatrixResult) -> Vec<(String, Drawing)> {
             series: curves
                 .iter()
                 .map(|c| Series {
+                    ranges: Vec::new(),
                     name: format!("CPU node {} -> memory node {}", c.initiator, c.target),
                     points: c
                         .points
