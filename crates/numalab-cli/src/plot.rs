@@ -580,6 +580,46 @@ mod tests {
         std::fs::remove_dir_all(stem.parent().unwrap()).unwrap();
     }
 
+    /// Each range is a vertical line of its own, and the y axis reaches
+    /// its top: without the bars the same chart has fewer lines and a
+    /// lower axis.
+    #[test]
+    fn ranges_are_drawn_as_bars_within_the_axes() {
+        let svg_of = |ranges: Vec<(f64, f64, f64)>| {
+            let chart = LineChart {
+                title: "t".into(),
+                x_label: "x".into(),
+                y_label: "y".into(),
+                series: vec![Series {
+                    name: "local".into(),
+                    points: vec![(1.0, 2.0), (2.0, 1.0)],
+                    ranges,
+                }],
+            };
+            let stem = scratch("bars");
+            let paths = line_chart(&chart, &stem).unwrap();
+            let svg = std::fs::read_to_string(&paths[0]).unwrap();
+            std::fs::remove_dir_all(stem.parent().unwrap()).unwrap();
+            svg
+        };
+        let plain = svg_of(Vec::new());
+        let bars = svg_of(vec![(1.0, 1.5, 2.5), (2.0, 0.5, 9.0)]);
+        // Bars are the only strokes 2 pixels wide (lines 3, the mesh 1).
+        let bars_in = |svg: &str| svg.matches("stroke-width=\"2\"").count();
+        assert_eq!(
+            (bars_in(&plain), bars_in(&bars)),
+            (0, 2),
+            "one line per bar"
+        );
+        // The y axis's highest label: 2.0 without the bars, 9.0 with
+        // them (the top bar ends at 9).
+        let labels = |svg: &str| svg.replace('\n', "").contains(">9.0</text>");
+        assert!(
+            labels(&bars) && !labels(&plain),
+            "the y axis reaches the bar's top"
+        );
+    }
+
     #[test]
     fn one_by_one_heatmap_has_its_cell() {
         let map = Heatmap {
