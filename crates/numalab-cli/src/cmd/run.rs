@@ -20,6 +20,9 @@ use crate::render;
     numalab run examples/deck-exp1-small.toml\n  \
     numalab run exp.toml --set threads.count=8 --set access.op_size=64\n  \
     numalab run exp.toml --set memory.policy=remote --json -o remote.json\n\n\
+Before running, numalab measures this machine's noise floor (the shortest run it times well); \
+without access.ops or access.duration, runs under it are lengthened, otherwise warned about \
+(run.min_time sets the floor; docs/experiments.md, \"Enough work per run\").\n\n\
 Ctrl-C (or SIGTERM, SIGHUP) stops the workers after their current chunk of operations; what \
 was measured is written, marked interrupted, and numalab exits with 128 + the signal (130 for \
 Ctrl-C, 143 for SIGTERM); a second signal quits at once.")]

@@ -25,7 +25,9 @@ use crate::render::{self, experiment::text, figures};
     numalab sweep examples/deck-exp1-small.toml --control       (local twice: the noise floor)\n  \
     numalab plot deck.json                                      redraws the figure\n\n\
 Every cell is planned before the first runs: a cell this machine cannot place stops the \
-sweep before anything is allocated. --set on a swept key fixes it (the axis is dropped).")]
+sweep before anything is allocated. --set on a swept key fixes it (the axis is dropped). \
+Without access.ops or access.duration, every cell is lengthened by one factor when the \
+shortest falls under this machine's noise floor, so times still compare.")]
 pub struct SweepArgs {
     /// The experiment file, with a `[sweep]` table of lists
     #[arg(value_name = "EXPERIMENT.toml")]
