@@ -25,7 +25,7 @@
 //! needs a quiet machine):
 //!
 //! ```text
-//! cargo bench -p numalab-bench --bench differences [-- SWEEPS]
+//! cargo bench -p numalab-bench --bench differences [-- SWEEPS] [huge-pages | threads]
 //! ```
 
 use numalab::Topology;
@@ -74,22 +74,29 @@ counters = false
 "#;
 
 fn main() {
-    let sweeps: u32 = std::env::args()
+    let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with("--"))
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(20);
+        .collect();
+    let sweeps: u32 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(20);
+    // Either check alone: `huge-pages` or `threads`.
+    let wanted = |name: &str| !args.iter().any(|a| a.parse::<u32>().is_err() && a != name);
     let topology = Topology::system().expect("this machine's topology");
     let cpus = numalab::affinity::thread_cpus().map_or(1, |c| c.len());
     println!("# Real differences found by a sweep's 95% interval, {sweeps} sweeps each");
     println!();
-    check(
-        &topology,
-        sweeps,
-        "4 KiB pages vs transparent huge pages, random 64-byte reads over 1 GiB",
-        HUGE_PAGES,
-        Verdict::Lower,
-    );
+    if wanted("huge-pages") {
+        check(
+            &topology,
+            sweeps,
+            "4 KiB pages vs transparent huge pages, random 64-byte reads over 1 GiB",
+            HUGE_PAGES,
+            Verdict::Lower,
+        );
+    }
+    if !wanted("threads") {
+        return;
+    }
     if cpus < 2 {
         println!(
             "threads: skipped, this process may use {cpus} CPU; 1 against 2 threads needs two"
