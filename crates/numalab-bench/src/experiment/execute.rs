@@ -14,8 +14,8 @@ use numalab::locate::{PageHistogram, Sample};
 use numalab::replicated::{Mode, ReplicaSet, Replicated, ReplicatedError};
 use numalab::system::Environment;
 use numalab::{
-    BufferError, BufferOptions, InterleaveWeights, MemPolicy, NodeBuffer, NodeSet, PolicyError,
-    Topology,
+    BufferError, BufferOptions, HugePages, InterleaveWeights, MemPolicy, NodeBuffer, NodeSet,
+    PolicyError, Topology,
 };
 
 use super::access::{self, Done, Job, Library, RegionPtr, Samples};
@@ -265,6 +265,8 @@ pub fn execute_plan(
         }
     }
 
+    warnings.extend(checks.iter().filter_map(|c| few_huge_pages(exp, c)));
+
     let available = if exp.run.counters {
         Available::probe()
     } else {
@@ -404,6 +406,30 @@ pub(crate) fn lengthen(
     }
     plan.scale_ops(factor);
     Some(Lengthened::new(*floor, measured_s, from, factor))
+}
+
+/// A region that asked for huge pages and got fewer than nine tenths of
+/// the 2 MiB pages it spans: its figures are partly those of 4 KiB pages,
+/// so a comparison with and without huge pages understates the gap.
+pub(crate) fn few_huge_pages(exp: &Experiment, check: &RegionCheck) -> Option<Warning> {
+    const HUGE: u64 = 2 << 20;
+    let got = check.huge_page_bytes?;
+    let whole = check.bytes / HUGE * HUGE;
+    (whole > 0 && got * 10 < whole * 9).then(|| {
+        Warning::new(
+            WarningKind::FewHugePages,
+            format!(
+                "region {}: {} MiB of {} MiB in huge pages (memory.huge_pages = \"{}\"): the kernel had too few free 2 MiB blocks, so its figures are partly those of 4 KiB pages",
+                check.region,
+                got >> 20,
+                check.bytes >> 20,
+                exp.memory.huge_pages
+            ),
+        )
+        .because(Cause::Mismatch {
+            region: check.region,
+        })
+    })
 }
 
 /// What the noise floor makes a run say: that its runs were lengthened,
@@ -676,6 +702,12 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                     _ => (check.is_match(), check.note.clone()),
                 }
             };
+            let huge_page_bytes = match &region.memory {
+                Memory::Plain(buffer) if buffer.options().huge_pages != HugePages::None => {
+                    buffer.huge_page_bytes()
+                }
+                _ => None,
+            };
             RegionCheck {
                 region: r.region,
                 bytes: r.bytes,
@@ -686,6 +718,7 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                 as_requested,
                 note,
                 replicas: Vec::new(),
+                huge_page_bytes,
             }
         })
         .collect()
@@ -757,6 +790,7 @@ fn check_replicated(
         as_requested,
         note,
         replicas,
+        huge_page_bytes: None,
     }
 }
 
@@ -1144,6 +1178,73 @@ mod tests {
         let measured = run("[memory]\nsize = \"64KiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
         let floor = measured.noise_floor.unwrap();
         assert!(!floor.given && floor.min_repeat_s > 0.0, "{floor:?}");
+    }
+
+    /// A region that asked for huge pages and got fewer than nine tenths
+    /// of the 2 MiB pages it spans is named; one that got them, one that
+    /// asked for none, and one too small for a single huge page are not.
+    #[test]
+    fn regions_short_of_huge_pages_are_named() {
+        let exp = Experiment::from_toml_str("[memory]\nhuge_pages = \"thp\"\n", "x").unwrap();
+        let base = run("[memory]\nsize = \"64KiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
+        let region = |bytes: u64, got: Option<u64>| RegionCheck {
+            bytes,
+            huge_page_bytes: got,
+            ..base.regions[0].clone()
+        };
+        let gib = 1 << 30;
+        let short = few_huge_pages(&exp, &region(gib, Some(412 << 20))).expect("412 of 1024 MiB");
+        assert_eq!(short.kind, WarningKind::FewHugePages);
+        assert!(
+            short.message.starts_with(
+                "region 0: 412 MiB of 1024 MiB in huge pages (memory.huge_pages = \"thp\")"
+            ),
+            "{}",
+            short.message
+        );
+        assert!(few_huge_pages(&exp, &region(gib, Some(gib))).is_none());
+        assert!(few_huge_pages(&exp, &region(gib, Some(gib / 10 * 9 + (4 << 20)))).is_none());
+        assert!(few_huge_pages(&exp, &region(gib, None)).is_none());
+        assert!(
+            few_huge_pages(&exp, &region(1 << 20, Some(0))).is_none(),
+            "under 2 MiB"
+        );
+    }
+
+    /// A run with transparent huge pages reports how much of its region
+    /// the kernel backed with them (whole 2 MiB pages, at most the
+    /// region), and warns exactly when that is under nine tenths; a run
+    /// without huge pages reports nothing. A machine whose THP is off
+    /// says so: its region reports none and is warned about.
+    #[test]
+    fn a_thp_region_reports_its_huge_pages() {
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        let result = run("[memory]\nsize = \"64MiB\"\nhuge_pages = \"thp\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
+        let got = result.regions[0]
+            .huge_page_bytes
+            .expect("smaps reports AnonHugePages");
+        let short = result
+            .warnings
+            .iter()
+            .any(|w| w.kind == WarningKind::FewHugePages);
+        if thp.contains("[never]") {
+            eprintln!("transparent huge pages are off here ({})", thp.trim());
+            assert_eq!((got, short), (0, true), "{:?}", result.warnings);
+            return;
+        }
+        assert!(got <= 64 << 20 && got.is_multiple_of(2 << 20), "{got}");
+        assert_eq!(
+            short,
+            got * 10 < (64 << 20) * 9,
+            "{got} bytes, warnings {:?}",
+            result.warnings
+        );
+        let none = run("[memory]\nsize = \"8MiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
+        assert_eq!(
+            none.regions[0].huge_page_bytes, None,
+            "no huge pages asked for"
+        );
     }
 
     #[test]

@@ -362,6 +362,13 @@ pub struct RegionCheck {
     /// `audit` is then of all copies' pages together).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<ReplicaCheck>,
+    /// With `memory.huge_pages` asked for: bytes of the region the kernel
+    /// backs with huge pages (`AnonHugePages` in `/proc/self/smaps`; all
+    /// of it for explicit 2 MiB pages), read after the first touch.
+    /// `None` without huge pages, for replicated regions (each copy is
+    /// audited for its node only), or when the kernel does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub huge_page_bytes: Option<u64>,
 }
 
 /// The placement check of one copy of a replicated region.

@@ -594,6 +594,7 @@ fn finish(
         WarningKind::NoPmu,
         WarningKind::Oversubscribed,
         WarningKind::Lengthened,
+        WarningKind::FewHugePages,
     ] {
         if let Some(w) = cells
             .iter()

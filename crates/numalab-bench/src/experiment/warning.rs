@@ -42,6 +42,9 @@ pub enum WarningKind {
     /// Runs were shorter than the machine's noise floor and numalab
     /// lengthened them (a note, not a fault).
     Lengthened,
+    /// A region asked for huge pages and the kernel backed less than nine
+    /// tenths of it with them.
+    FewHugePages,
 }
 
 /// What exactly a warning is about: the region, copy, key or sweep cell

@@ -85,6 +85,7 @@ pub fn run_of(exp: Experiment) -> RunResult {
                 note: check.note.clone(),
                 audit: check,
                 replicas: Vec::new(),
+                huge_page_bytes: None,
             }
         })
         .collect();
