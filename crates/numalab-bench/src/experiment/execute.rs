@@ -287,7 +287,7 @@ pub fn execute_plan(
     let mut runs = warmup.saturating_add(exp.run.repeats);
     let progress = &control.progress;
     let totals = |plan: &Plan, runs: u32| {
-        let per_run = plan.threads.iter().map(|t| t.ops.unwrap_or(0)).sum::<u64>();
+        let per_run = plan.total_ops();
         progress.runs_total.store(runs, Ordering::Relaxed);
         progress
             .ops_total
@@ -312,7 +312,8 @@ pub fn execute_plan(
         progress.runs_done.fetch_add(1, Ordering::Relaxed);
         if sizing && !repeat.interrupted {
             sizing = false;
-            if let Some(l) = lengthen(exp, &mut plan, &floor, repeat.time_to_last_s) {
+            if let Some(l) = lengthening(exp, &plan, &floor, repeat.time_to_last_s) {
+                plan.scale_ops(l.factor);
                 lengthened = Some(l);
                 if !is_warmup {
                     // Measured with the old count: it becomes a warm-up,
@@ -386,26 +387,33 @@ pub fn execute_plan(
     })
 }
 
-/// Lengthens every thread's operations so that a run that took
+/// How `plan`'s operations must grow so that a run that took
 /// `measured_s` clears `floor` (with its margin), within the limits of
-/// operations and bytes a run may count; `None` when it already clears
-/// it or cannot grow.
-pub(crate) fn lengthen(
+/// operations and bytes a run may count (apply it with
+/// [`Plan::scale_ops`]); `None` when it already clears it or cannot grow.
+pub(crate) fn lengthening(
     exp: &Experiment,
-    plan: &mut Plan,
+    plan: &Plan,
     floor: &NoiseFloor,
     measured_s: f64,
 ) -> Option<Lengthened> {
-    let factor = floor.lengthening(measured_s)?;
-    let from: u64 = plan.threads.iter().filter_map(|t| t.ops).sum();
-    let op = exp.access.op_size.0.max(1);
-    let most = (MAX_OPS / from.max(1)).min(MAX_BYTES_PER_RUN / from.max(1).saturating_mul(op));
-    let factor = factor.min(most);
-    if factor <= 1 || from == 0 {
+    let from = plan.total_ops();
+    if from == 0 {
         return None;
     }
-    plan.scale_ops(factor);
-    Some(Lengthened::new(*floor, measured_s, from, factor))
+    let op = exp.access.op_size.0.max(1);
+    let most = (MAX_OPS / from).min(MAX_BYTES_PER_RUN / from.saturating_mul(op));
+    let factor = floor.lengthening(measured_s)?.min(most);
+    (factor > 1).then(|| Lengthened::new(*floor, measured_s, from, factor))
+}
+
+/// The key that sets how long `exp`'s runs are, and whether the user
+/// gave it (numalab sizes runs only when neither ops nor duration is).
+pub(crate) fn length_key(exp: &Experiment) -> (&'static str, bool) {
+    match (exp.access.ops, exp.access.duration) {
+        (_, Some(_)) => ("access.duration", true),
+        (ops, None) => ("access.ops", ops.is_some()),
+    }
 }
 
 /// A region that asked for huge pages and got fewer than nine tenths of
@@ -445,10 +453,7 @@ pub(crate) fn floor_warning(
         return Some(Warning::new(WarningKind::Lengthened, l.message()));
     }
     let median = figures?.time_to_last_s.median;
-    let (key, given) = match (exp.access.ops, exp.access.duration) {
-        (_, Some(_)) => ("access.duration", true),
-        (ops, None) => ("access.ops", ops.is_some()),
-    };
+    let (key, given) = length_key(exp);
     short_runs(floor, median, key, given).map(|m| Warning::new(WarningKind::ShortRuns, m))
 }
 

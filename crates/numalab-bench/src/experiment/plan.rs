@@ -422,6 +422,11 @@ impl Plan {
         self.threads.iter().map(|t| t.cpu).collect()
     }
 
+    /// Operations of one run, all threads together (0 for a timed plan).
+    pub fn total_ops(&self) -> u64 {
+        self.threads.iter().filter_map(|t| t.ops).sum()
+    }
+
     /// Every thread's operations `factor` times (a timed plan is left as
     /// it is): the run's total grows by exactly that factor.
     pub fn scale_ops(&mut self, factor: u64) {

@@ -7,8 +7,8 @@ use numalab::Topology;
 
 use super::config::{ConfigError, Experiment, RunOrder};
 use super::execute::{
-    execute_plan, floor_warning, interrupted_warning, lengthen, noise_warning, Control,
-    ExecuteError,
+    execute_plan, floor_warning, interrupted_warning, length_key, lengthening, noise_warning,
+    Control, ExecuteError,
 };
 use super::floor::Lengthened;
 use super::plan::{Plan, PlanError};
@@ -225,7 +225,7 @@ fn run_grouped(
             if let Some(l) = lengthened {
                 plan.scale_ops(l.factor);
             }
-            cell.access.ops = Some(plan.threads.iter().filter_map(|t| t.ops).sum());
+            cell.access.ops = Some(plan.total_ops());
         }
         if control.stop.load(std::sync::atomic::Ordering::Relaxed) {
             interrupted = true;
@@ -323,7 +323,7 @@ fn run_interleaved(
             let mut one = cell.experiment.clone();
             if sized {
                 // The sweep sizes the runs, not each run by itself.
-                one.access.ops = Some(cell.plan.threads.iter().filter_map(|t| t.ops).sum());
+                one.access.ops = Some(cell.plan.total_ops());
             }
             one.run.repeats = 1;
             one.access.seed = cell
@@ -351,7 +351,7 @@ fn run_interleaved(
                 // One factor for all, within every cell's limits.
                 let each: Option<Vec<Lengthened>> = planned
                     .iter()
-                    .map(|c| lengthen(&c.experiment, &mut c.plan.clone(), &floor, time))
+                    .map(|c| lengthening(&c.experiment, &c.plan, &floor, time))
                     .collect();
                 each?.into_iter().min_by_key(|l| l.factor)
             });
@@ -576,11 +576,7 @@ fn finish(
         .filter(|r| r.warnings.iter().any(|w| w.kind == WarningKind::ShortRuns))
         .collect::<Vec<_>>();
     if let Some(floor) = short.first().and_then(|r| r.noise_floor) {
-        let key = if exp.access.duration.is_some() {
-            "access.duration"
-        } else {
-            "access.ops"
-        };
+        let (key, _) = length_key(exp);
         warnings.push(Warning::new(
             WarningKind::ShortRuns,
             format!(
@@ -754,7 +750,7 @@ mod tests {
             &Control::default(),
             |_, _, _| {},
             |cell, topology, plan, control| {
-                let asked: u64 = plan.threads.iter().filter_map(|t| t.ops).sum();
+                let asked = plan.total_ops();
                 let slow = usize::from(cell.access.op_size.0 == 128);
                 calls.push((slow, asked));
                 let mut tiny = plan.clone();
