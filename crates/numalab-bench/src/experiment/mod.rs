@@ -16,7 +16,7 @@
 //! - [`result`]: the one result type every exporter reads;
 //! - [`warning`]: what every output shows beside the figures, made by the
 //!   plan, the run and the sweep;
-//! - [`sweep`]: grids of experiments and the comparison against `local`.
+//! - [`sweep`]: grids of experiments, each policy against `local` or each value of the first axis against its first.
 
 pub(crate) mod access;
 pub mod clock;

@@ -812,6 +812,10 @@ pub struct SweepResult {
     /// Each policy against `local` (empty when `memory.policy` is not
     /// swept or `local` is not among its values).
     pub comparison: Vec<Comparison>,
+    /// When there is no comparison against `local`: each value of the
+    /// first swept axis against its first value ([`compare_with_first`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub differences: Vec<AxisDifference>,
     /// Warnings of the sweep as a whole (each cell keeps its own).
     pub warnings: Vec<Warning>,
     /// Whether Ctrl-C stopped the sweep.
@@ -885,6 +889,122 @@ pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
         out[i].difference = samples.and_then(|(l, c)| difference(&l, &c, each));
     }
     out
+}
+
+/// One value of a swept axis against the axis's first value, in the same
+/// cell of the other axes: the differences a sweep reports when it does
+/// not compare policies with `local` (4 KiB pages against huge pages, one
+/// thread against two).
+///
+/// ```
+/// use numalab_bench::experiment::result::{compare_with_first, SweepCell};
+/// let axes = vec![("memory.huge_pages".to_owned(), vec!["none".to_owned(), "thp".to_owned()])];
+/// let cells: Vec<SweepCell> = vec![]; // as a sweep made them
+/// assert!(compare_with_first(&axes, &cells).is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AxisDifference {
+    /// The axis (the sweep's first with two values or more).
+    pub axis: String,
+    /// Its value in this cell.
+    pub value: String,
+    /// Its first value, the one every other is compared with.
+    pub baseline: String,
+    /// The other axes' values.
+    pub settings: Vec<(String, String)>,
+    /// This cell's median time to the last thread, seconds.
+    pub time_s: f64,
+    /// The baseline cell's, seconds.
+    pub baseline_s: f64,
+    /// (time / baseline − 1) × 100: +10 means 10% slower than the
+    /// baseline.
+    pub percent: f64,
+    /// The time's difference from the baseline's with its interval and
+    /// verdict, as [`Comparison::difference`] (Bonferroni over the
+    /// table); `None` when either cell has fewer than two completed
+    /// repeats.
+    #[serde(default)]
+    pub difference: Option<Difference>,
+}
+
+/// Each value of the sweep's first axis that has two values or more
+/// against that axis's first value, in the same cell of the other axes,
+/// the intervals holding together at [`CONFIDENCE`] as in
+/// [`compare_with_local`]. Empty when no axis has two values. A/A control
+/// cells are left out (they repeat `local`, which
+/// [`compare_with_local`] compares).
+pub fn compare_with_first(
+    axes: &[(String, Vec<String>)],
+    cells: &[SweepCell],
+) -> Vec<AxisDifference> {
+    let Some((axis, values)) = axes.iter().find(|(_, v)| v.len() > 1) else {
+        return Vec::new();
+    };
+    let baseline = &values[0];
+    let others = |cell: &SweepCell| -> Vec<(String, String)> {
+        cell.settings
+            .iter()
+            .filter(|(k, _)| k != axis)
+            .cloned()
+            .collect()
+    };
+    let time = |cell: &SweepCell| cell.result.as_ref().and_then(RunResult::time_to_last);
+    let mut out = Vec::new();
+    let mut pairs = Vec::new();
+    for cell in cells.iter().filter(|c| !c.control) {
+        let Some(value) = cell.setting(axis) else {
+            continue;
+        };
+        if value == baseline {
+            continue;
+        }
+        let key = others(cell);
+        let base = cells
+            .iter()
+            .find(|c| !c.control && c.setting(axis) == Some(baseline) && others(c) == key);
+        let (Some(t), Some(base_t)) = (time(cell), base.and_then(time)) else {
+            continue;
+        };
+        if base_t <= 0.0 {
+            continue;
+        }
+        let samples = base
+            .and_then(|b| b.result.as_ref())
+            .map(times)
+            .zip(cell.result.as_ref().map(times));
+        pairs.push((samples, out.len()));
+        out.push(AxisDifference {
+            axis: axis.clone(),
+            value: value.to_owned(),
+            baseline: baseline.clone(),
+            settings: key,
+            time_s: t,
+            baseline_s: base_t,
+            percent: (t / base_t - 1.0) * 100.0,
+            difference: None,
+        });
+    }
+    let each = 1.0 - (1.0 - CONFIDENCE) / pairs.len().max(1) as f64;
+    for (samples, i) in pairs {
+        out[i].difference = samples.and_then(|(b, c)| difference(&b, &c, each));
+    }
+    out
+}
+
+/// A sweep's two tables of differences from its cells: each policy
+/// against `local` ([`compare_with_local`]) or, where that is empty, each
+/// value of the first axis against its first ([`compare_with_first`]).
+pub fn compare(
+    axes: &[(String, Vec<String>)],
+    cells: &[SweepCell],
+) -> (Vec<Comparison>, Vec<AxisDifference>) {
+    let against_local = compare_with_local(cells);
+    let against_first = if against_local.is_empty() {
+        compare_with_first(axes, cells)
+    } else {
+        Vec::new()
+    };
+    (against_local, against_first)
 }
 
 /// A run result carries its envelope's fields itself (`schema`,

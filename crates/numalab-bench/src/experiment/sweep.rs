@@ -13,7 +13,7 @@ use super::execute::{
 use super::floor::Lengthened;
 use super::plan::{Plan, PlanError};
 use super::result::{
-    compare_with_local, figures, thread_figures, Cause, RunResult, SweepCell, SweepResult, Warning,
+    compare, figures, thread_figures, Cause, RunResult, SweepCell, SweepResult, Warning,
     WarningKind, SCHEMA_VERSION, SWEEP_SCHEMA,
 };
 use super::values::PolicySpec;
@@ -610,6 +610,13 @@ fn finish(
             ),
         ));
     }
+    let axes: Vec<(String, Vec<String>)> = exp
+        .sweep
+        .axes
+        .iter()
+        .map(|(k, values)| (k.clone(), values.iter().map(value_text).collect()))
+        .collect();
+    let (comparison, differences) = compare(&axes, &cells);
     Ok(SweepResult {
         schema: SWEEP_SCHEMA.to_owned(),
         schema_version: SCHEMA_VERSION,
@@ -617,13 +624,9 @@ fn finish(
         created: String::new(),
         experiment: exp.clone(),
         environment: Environment::current(topology),
-        axes: exp
-            .sweep
-            .axes
-            .iter()
-            .map(|(k, values)| (k.clone(), values.iter().map(value_text).collect()))
-            .collect(),
-        comparison: compare_with_local(&cells),
+        axes,
+        comparison,
+        differences,
         cells,
         warnings,
         interrupted,
@@ -939,6 +942,69 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_without_local_compares_each_value_of_its_first_axis_with_the_first() {
+        // A first axis of one value is no comparison; the next one is:
+        // two threads take half the time of one (the times given below),
+        // the op size changes nothing.
+        let grid = "[memory]\nsize = \"1MiB\"\n[access]\nops = 2_000\n[run]\nrepeats = 4\nwarmup = 0\ncounters = false\n[sweep]\n\"access.pattern\" = [\"random\"]\n\"threads.count\" = [1, 2]\n\"access.op_size\" = [64, 128]\n";
+        let exp = Experiment::from_toml_str(grid, "first.toml").unwrap();
+        let topology = Topology::system().unwrap();
+        let mut runs = 0u32;
+        let result = run_cells(
+            &exp,
+            &topology,
+            &Control::default(),
+            |_, _, _| {},
+            |cell, topology, plan, control| {
+                let mut result = execute_plan(cell, topology, plan, control)?;
+                let base = if cell.threads.count == 2 { 0.5 } else { 1.0 };
+                for repeat in &mut result.repeats {
+                    // A little spread, so the intervals have a width.
+                    repeat.time_to_last_s = base * (1.0 + 0.01 * f64::from(runs % 3));
+                    runs += 1;
+                }
+                result.figures = figures(&result.repeats);
+                Ok(result)
+            },
+        )
+        .unwrap();
+        assert!(result.comparison.is_empty(), "no policy is swept");
+        let d = &result.differences;
+        assert_eq!(d.len(), 2, "two threads against one, per op size: {d:?}");
+        for (line, op_size) in d.iter().zip(["64", "128"]) {
+            assert_eq!(
+                (
+                    line.axis.as_str(),
+                    line.value.as_str(),
+                    line.baseline.as_str()
+                ),
+                ("threads.count", "2", "1")
+            );
+            let settings = [
+                ("access.pattern".to_owned(), "random".to_owned()),
+                ("access.op_size".to_owned(), op_size.to_owned()),
+            ];
+            assert_eq!(line.settings, settings);
+            assert!((line.percent + 50.0).abs() < 2.5, "{line:?}");
+            let interval = line.difference.as_ref().expect("four repeats a side");
+            assert_eq!(interval.verdict, crate::stats::Verdict::Lower, "{line:?}");
+            // Two differences in the table: each at 1 - 0.05 / 2.
+            assert!((interval.confidence - 0.975).abs() < 1e-12);
+        }
+        let json = serde_json::to_value(&result).unwrap();
+        assert_eq!(json["differences"][0]["baseline"], "1");
+        // One value per axis: nothing to compare.
+        let single = grid.replace("[1, 2]", "[1]").replace("[64, 128]", "[64]");
+        let exp = Experiment::from_toml_str(&single, "first.toml").unwrap();
+        let result = run_sweep(&exp, &topology, &Control::default(), |_, _, _| {}).unwrap();
+        assert!(result.differences.is_empty());
+        assert!(serde_json::to_value(&result)
+            .unwrap()
+            .get("differences")
+            .is_none());
+    }
+
+    #[test]
     fn a_control_repeats_each_local_cell_and_is_compared_with_it() {
         let grid = "[memory]\nsize = \"1MiB\"\n[access]\nops = 2_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false\ncontrol = true\n[sweep]\n\"access.op_size\" = [64, 128]\n\"memory.policy\" = [\"local\", \"interleave\"]\n";
         let exp = Experiment::from_toml_str(grid, "aa.toml").unwrap();
@@ -971,6 +1037,10 @@ mod tests {
             assert!(c.difference.is_some(), "two repeats give an interval");
         }
         assert_eq!(result.comparison.iter().filter(|c| !c.control).count(), 2);
+        assert!(
+            result.differences.is_empty(),
+            "policies are compared with local, not with the first axis"
+        );
         // Four differences in the table: each interval at 1 - 0.05 / 4,
         // so that the four hold together at 95%.
         for c in &result.comparison {

@@ -91,6 +91,10 @@ pub fn sweep(s: &SweepResult) -> String {
         "vs_local_low_percent",
         "vs_local_high_percent",
         "vs_local_verdict",
+        "vs_baseline_percent",
+        "vs_baseline_low_percent",
+        "vs_baseline_high_percent",
+        "vs_baseline_verdict",
         "control",
         "placement_as_requested",
         "interrupted",
@@ -124,6 +128,29 @@ pub fn sweep(s: &SweepResult) -> String {
             let policy = cell.setting("memory.policy").and_then(|p| p.parse().ok());
             (policy == Some(PolicySpec::Local)).then_some(0.0)
         });
+        // Against the first value of the first axis, where the sweep
+        // compares with that instead of local.
+        let vs_baseline = s.differences.iter().find(|d| {
+            !cell.control
+                && cell.setting(&d.axis) == Some(d.value.as_str())
+                && cell
+                    .settings
+                    .iter()
+                    .filter(|(k, _)| k != &d.axis)
+                    .eq(d.settings.iter())
+        });
+        let baseline_difference = vs_baseline.and_then(|d| d.difference.as_ref());
+        let vs_baseline = vs_baseline.map(|d| d.percent).or_else(|| {
+            let first = s.differences.first()?;
+            (!cell.control && cell.setting(&first.axis) == Some(first.baseline.as_str()))
+                .then_some(0.0)
+        });
+        let against_baseline = [
+            opt(vs_baseline),
+            opt(baseline_difference.map(|d| d.low * 100.0)),
+            opt(baseline_difference.map(|d| d.high * 100.0)),
+            baseline_difference.map_or(String::new(), |d| verdict_word(d.verdict).into()),
+        ];
         match cell.result.as_ref() {
             Some(r) => {
                 let f = r.figures.as_ref();
@@ -141,6 +168,9 @@ pub fn sweep(s: &SweepResult) -> String {
                     interval.0,
                     interval.1,
                     interval.2,
+                ]);
+                row.extend(against_baseline);
+                row.extend([
                     cell.control.to_string(),
                     r.placement_as_requested().to_string(),
                     r.interrupted.to_string(),
@@ -153,6 +183,7 @@ pub fn sweep(s: &SweepResult) -> String {
                     None => ("true", ""),
                 };
                 row.extend(["0", "", "", "", "", "", "", "", "", "", "", "", ""].map(String::from));
+                row.extend(std::iter::repeat_n(String::new(), 4));
                 row.push(cell.control.to_string());
                 row.push(String::new());
                 row.extend([interrupted.to_owned(), error.to_owned()]);

@@ -9,9 +9,9 @@ use numalab::locate::PageHistogram;
 use numalab::system::{Environment, Host, KernelSettings};
 use numalab::{NodeSet, Support, Topology};
 use numalab_bench::experiment::result::{
-    compare_with_local, figures, thread_figures, CounterInfo, EngineCost, Percentiles, RegionCheck,
-    Repeat, RunResult, SweepCell, SweepResult, ThreadRun, Warning, WarningKind, RUN_SCHEMA,
-    SCHEMA_VERSION, SWEEP_SCHEMA,
+    compare, figures, thread_figures, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat,
+    RunResult, SweepCell, SweepResult, ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
+    SWEEP_SCHEMA,
 };
 use numalab_bench::experiment::sweep::value_text;
 use numalab_bench::experiment::{Experiment, Plan, PolicySpec};
@@ -193,19 +193,22 @@ pub fn sweep(text: &str) -> SweepResult {
             control: false,
         })
         .collect();
+    let axes: Vec<(String, Vec<String>)> = exp
+        .sweep
+        .axes
+        .iter()
+        .map(|(k, v)| (k.clone(), v.iter().map(value_text).collect()))
+        .collect();
+    let (comparison, differences) = compare(&axes, &cells);
     SweepResult {
         schema: SWEEP_SCHEMA.into(),
         schema_version: SCHEMA_VERSION,
         numalab_version: "0.1.0".into(),
         created: "2026-01-01T00:00:00Z".into(),
         environment: environment(&topology()),
-        axes: exp
-            .sweep
-            .axes
-            .iter()
-            .map(|(k, v)| (k.clone(), v.iter().map(value_text).collect()))
-            .collect(),
-        comparison: compare_with_local(&cells),
+        axes,
+        comparison,
+        differences,
         experiment: exp,
         cells,
         warnings: Vec::new(),
@@ -217,10 +220,15 @@ pub const RUN: &str = "name = \"fixture\"\n[threads]\ncount = 4\n[memory]\nsize 
 
 pub const SWEEP: &str = "name = \"fixture-sweep\"\n[memory]\nsize = \"16MiB\"\n[access]\nop_size = 128\nread_write = \"2:1\"\nops = 1_000_000\n[run]\nrepeats = 3\n[sweep]\n\"threads.count\" = [2, 4]\n\"memory.policy\" = [\"local\", \"remote\"]\n";
 
+/// A sweep without `local`: its table compares with the first axis's
+/// first value.
+pub const SWEEP_THREADS: &str = "name = \"fixture-threads\"\n[memory]\nsize = \"16MiB\"\n[access]\nop_size = 128\nops = 1_000_000\n[run]\nrepeats = 3\n[sweep]\n\"threads.count\" = [2, 4]\n\"access.op_size\" = [64, 128]\n";
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::render::experiment::{csv, text};
+    use numalab_bench::stats::Verdict;
 
     #[test]
     fn run_table() {
@@ -267,6 +275,34 @@ mod tests {
             row.ends_with(",false,\"region 0 (16777216 bytes, bind:0): out of memory\""),
             "{row}"
         );
+    }
+
+    #[test]
+    fn sweep_against_the_first_value_table() {
+        let s = sweep(SWEEP_THREADS);
+        assert!(s.comparison.is_empty());
+        assert_eq!(s.differences.len(), 2, "4 threads against 2, per op size");
+        let median = |threads: &str, op_size: &str| {
+            let cell = s.cells.iter().find(|c| {
+                c.setting("threads.count") == Some(threads)
+                    && c.setting("access.op_size") == Some(op_size)
+            });
+            cell.and_then(|c| c.result.as_ref()?.time_to_last())
+                .unwrap()
+        };
+        for (d, op_size) in s.differences.iter().zip(["64", "128"]) {
+            assert_eq!((d.value.as_str(), d.baseline.as_str()), ("4", "2"));
+            let expected = (median("4", op_size) / median("2", op_size) - 1.0) * 100.0;
+            assert!((d.percent - expected).abs() < 1e-9, "{d:?}");
+            // Twice the threads, about half the fixture's time.
+            assert_eq!(d.difference.as_ref().unwrap().verdict, Verdict::Lower);
+        }
+        insta::assert_snapshot!(text::sweep_report(&s, text::Style::Plain));
+    }
+
+    #[test]
+    fn sweep_against_the_first_value_csv() {
+        insta::assert_snapshot!(csv::sweep(&sweep(SWEEP_THREADS)));
     }
 
     #[test]

@@ -297,7 +297,8 @@ fn threads_heading(style: Style) -> String {
     }
 }
 
-/// The cell table and the comparison against `local`.
+/// The cell table and its differences: against `local`, or against the
+/// first value of the first axis.
 pub fn sweep_report(s: &SweepResult, style: Style) -> String {
     let mut out = String::new();
     let axes: Vec<&str> = s.axes.iter().map(|(k, _)| k.as_str()).collect();
@@ -366,6 +367,10 @@ pub fn sweep_report(s: &SweepResult, style: Style) -> String {
     out.push('\n');
     if !s.comparison.is_empty() {
         out.push_str(&comparison_table(style, s));
+        out.push('\n');
+    }
+    if !s.differences.is_empty() {
+        out.push_str(&differences_table(style, s));
         out.push('\n');
     }
     out.push_str(&warnings(style, &s.warnings));
@@ -443,13 +448,69 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
         // A paragraph right under a Markdown table would join it.
         out.push('\n');
     }
-    out.push_str(&style.line(
-        "[low, high]: intervals that hold together at 95% (Welch's t on the repeats' logarithms, \
-         Bonferroni over the table); ≈ within noise (the interval holds 0); ? one repeat, no interval",
-    ));
+    out.push_str(&style.line(INTERVALS));
     if let Some(line) = noise_floor(s) {
         out.push_str(&style.line(&line));
     }
+    out
+}
+
+/// How the differences tables' intervals were made.
+const INTERVALS: &str =
+    "[low, high]: intervals that hold together at 95% (Welch's t on the repeats' logarithms, \
+     Bonferroni over the table); ≈ within noise (the interval holds 0); ? one repeat, no interval";
+
+/// Rows: the other axes; columns: each value of the first axis against
+/// its first value.
+fn differences_table(style: Style, s: &SweepResult) -> String {
+    let Some(first) = s.differences.first() else {
+        return String::new();
+    };
+    let (axis, baseline) = (&first.axis, &first.baseline);
+    let values: Vec<&String> = s
+        .axes
+        .iter()
+        .find(|(k, _)| k == axis)
+        .map(|(_, v)| v.iter().filter(|v| *v != baseline).collect())
+        .unwrap_or_default();
+    let mut keys: Vec<&Vec<(String, String)>> = Vec::new();
+    for d in &s.differences {
+        if !keys.contains(&&d.settings) {
+            keys.push(&d.settings);
+        }
+    }
+    let mut header: Vec<String> = first.settings.iter().map(|(a, _)| a.clone()).collect();
+    header.push(baseline.clone());
+    header.extend(values.iter().map(|v| v.to_string()));
+    let mut table = style.table(header);
+    for key in keys {
+        let mut row: Vec<String> = key.iter().map(|(_, v)| v.clone()).collect();
+        let line = |value: &str| {
+            s.differences
+                .iter()
+                .find(|d| &d.settings == key && d.value == value)
+        };
+        row.push(
+            s.differences
+                .iter()
+                .find(|d| &d.settings == key)
+                .map_or("-".into(), |d| time(d.baseline_s)),
+        );
+        for value in &values {
+            row.push(line(value).map_or("-".into(), |d| {
+                with_interval(d.percent, d.difference.as_ref())
+            }));
+        }
+        table.add_row(row);
+    }
+    let mut out = style.line(&format!(
+        "time to last thread against {axis} = {baseline} (+10% = 10% slower):"
+    ));
+    out.push_str(&style.render(&table));
+    if matches!(style, Style::Markdown) {
+        out.push('\n');
+    }
+    out.push_str(&style.line(INTERVALS));
     out
 }
 
@@ -495,9 +556,15 @@ fn noise_floor(s: &SweepResult) -> Option<String> {
 
 /// `+69% [+60, +78]`, `≈ +11% [-3, +27]` or `+11% ?`.
 pub fn against_local(c: &Comparison) -> String {
+    with_interval(c.vs_local_percent, c.difference.as_ref())
+}
+
+/// A difference in percent with its interval and verdict, as
+/// [`against_local`].
+fn with_interval(percent: f64, difference: Option<&numalab_bench::stats::Difference>) -> String {
     use numalab_bench::stats::Verdict;
-    match &c.difference {
-        None => format!("{} ?", signed_percent(c.vs_local_percent)),
+    match difference {
+        None => format!("{} ?", signed_percent(percent)),
         Some(d) => {
             let interval = format!(
                 "[{}, {}]",
@@ -506,10 +573,10 @@ pub fn against_local(c: &Comparison) -> String {
             );
             match d.verdict {
                 Verdict::Indistinguishable => {
-                    format!("≈ {} {interval}", signed_percent(c.vs_local_percent))
+                    format!("≈ {} {interval}", signed_percent(percent))
                 }
                 Verdict::Higher | Verdict::Lower => {
-                    format!("{} {interval}", signed_percent(c.vs_local_percent))
+                    format!("{} {interval}", signed_percent(percent))
                 }
             }
         }
