@@ -390,6 +390,35 @@ pub struct RunSettings {
     /// off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_time: Option<MinTime>,
+    /// A sweep whose differences are not all told apart after `repeats`
+    /// rounds runs `repeats` more, and so on up to this many, looking at
+    /// its differences after each step; its intervals are then repeated
+    /// intervals that hold at 95% wherever it stopped
+    /// ([`repeated_confidence`](crate::stats::repeated_confidence)).
+    /// `None`: `repeats`, one look.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_repeats: Option<u32>,
+}
+
+impl RunSettings {
+    /// The most repeats a cell may run: `max_repeats`, or `repeats`.
+    pub fn most_repeats(&self) -> u32 {
+        self.max_repeats.unwrap_or(self.repeats).max(self.repeats)
+    }
+
+    /// How many times a sweep may look at its differences: once per
+    /// `repeats` rounds up to [`most_repeats`](Self::most_repeats).
+    ///
+    /// ```
+    /// use numalab_bench::experiment::Experiment;
+    /// let exp = Experiment::from_toml_str("[run]\nrepeats = 5\nmax_repeats = 20\n", "x")?;
+    /// assert_eq!(exp.run.looks(), 4);
+    /// assert_eq!(Experiment::default().run.looks(), 1);
+    /// # Ok::<(), numalab_bench::experiment::ConfigError>(())
+    /// ```
+    pub fn looks(&self) -> u32 {
+        self.most_repeats() / self.repeats.max(1)
+    }
 }
 
 /// The order in which `numalab sweep` runs its cells' repeats
@@ -434,6 +463,7 @@ impl Default for RunSettings {
             order: RunOrder::Interleaved,
             control: false,
             min_time: None,
+            max_repeats: None,
         }
     }
 }
@@ -487,6 +517,7 @@ pub const KEYS: &[Key] = &[
     Key { path: "run.min_time", default: "-", values: "a duration: 50ms, 1s; or off", meaning: "the shortest a run may be; left out, this machine's noise floor, measured before each run: runs numalab sizes (no access.ops or access.duration) are lengthened past it, others warned about" },
     Key { path: "run.counters", default: "true", values: "bool", meaning: "read perf counters per thread (hardware where the PMU allows, software events otherwise)" },
     Key { path: "run.control", default: "false", values: "bool", meaning: "numalab sweep (--control): run every local cell a second time, as an A/A control whose difference from local is the machine's noise floor (\"differences under 6% cannot be told apart here\"); needs local among memory.policy's values" },
+    Key { path: "run.max_repeats", default: "run.repeats", values: "a multiple of run.repeats, at most 20 times it and 1000", meaning: "numalab sweep: while some difference of the sweep's table holds 0 (≈), run run.repeats more rounds, up to this many repeats, looking again after each; the intervals are then repeated intervals (Pocock's boundary over the looks), which hold at 95% wherever the sweep stopped, so looking more often does not find more differences that are not there" },
     Key { path: "run.order", default: "interleaved", values: "interleaved | grouped", meaning: "numalab sweep: interleaved runs every cell's first repeat, then every cell's second, and so on, each after the cell's own warm-ups and set-up, so a slow minute of the machine hits every cell alike; grouped runs each cell's repeats back to back (faster, but drift between cells then looks like a difference)" },
     Key { path: "sweep.\"KEY\"", default: "-", values: "list", meaning: "numalab sweep: runs every combination of the listed values of these keys, e.g. \"threads.count\" = [1, 2, 4]; at most 10000 combinations" },
 ];
@@ -982,7 +1013,7 @@ impl Experiment {
             return Err(bad("threads.count", "must be at least 1".into()));
         }
         // Each count against its limit, in this order.
-        let counts: [(&str, u64, u64, &str); 5] = [
+        let counts: [(&str, u64, u64, &str); 6] = [
             (
                 "threads.count",
                 self.threads.count.into(),
@@ -992,6 +1023,12 @@ impl Experiment {
             (
                 "run.repeats",
                 self.run.repeats.into(),
+                MAX_REPEATS.into(),
+                "the most repeats numalab runs",
+            ),
+            (
+                "run.max_repeats",
+                self.run.max_repeats.unwrap_or(0).into(),
                 MAX_REPEATS.into(),
                 "the most repeats numalab runs",
             ),
@@ -1030,7 +1067,7 @@ impl Experiment {
                 "threads.count",
                 format!(
                     "{} threads x ({} warm-ups + {} repeats) make {rows} per-thread rows, more than {MAX_RESULT_ROWS}, the most one result holds; lower threads.count, run.repeats or run.warmup",
-                    self.threads.count, self.run.warmup, self.run.repeats
+                    self.threads.count, self.run.warmup, self.run.most_repeats()
                 ),
             ));
         }
@@ -1105,6 +1142,33 @@ impl Experiment {
         if self.run.repeats == 0 {
             return Err(bad("run.repeats", "must be at least 1".into()));
         }
+        if let Some(most) = self.run.max_repeats {
+            let each = self.run.repeats;
+            if most < each {
+                return Err(bad(
+                    "run.max_repeats",
+                    format!("{most} is fewer than run.repeats ({each}), the repeats every cell runs before the sweep first looks at its differences"),
+                ));
+            }
+            if most % each != 0 {
+                return Err(bad(
+                    "run.max_repeats",
+                    format!("{most} is not a multiple of run.repeats ({each}): the sweep looks at its differences after every {each} rounds, so it may stop at {each}, {}, {} …", 2 * each, 3 * each),
+                ));
+            }
+            if most / each > crate::stats::MAX_LOOKS {
+                return Err(bad(
+                    "run.max_repeats",
+                    format!("{most} is {} times run.repeats ({each}), more than {} looks at the differences; raise run.repeats", most / each, crate::stats::MAX_LOOKS),
+                ));
+            }
+            if most > each && self.run.order == RunOrder::Grouped {
+                return Err(bad(
+                    "run.max_repeats",
+                    "more repeats when the differences are not yet told apart needs run.order = \"interleaved\" (grouped runs each cell's repeats to the end before the next cell starts)".into(),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -1118,7 +1182,8 @@ impl Experiment {
     /// # Ok::<(), numalab_bench::experiment::ConfigError>(())
     /// ```
     pub fn result_rows(&self) -> u64 {
-        u64::from(self.threads.count) * (u64::from(self.run.warmup) + u64::from(self.run.repeats))
+        u64::from(self.threads.count)
+            * (u64::from(self.run.warmup) + u64::from(self.run.most_repeats()))
     }
 
     /// Applies `--set key=value` overrides: the value is read as TOML
@@ -1227,6 +1292,12 @@ impl Experiment {
                 e.message = format!("sweep cell {}: {}", cell.join(", "), e.message);
                 e
             })?;
+        }
+        let swept = |key: &str| self.sweep.axes.iter().any(|(k, _)| k == key);
+        if self.run.looks() > 1 && (swept("run.repeats") || swept("run.max_repeats")) {
+            return Err(ConfigError::plain(
+                "run.max_repeats: the sweep looks at all its cells' differences together, after the same rounds, so run.repeats and run.max_repeats cannot be swept with it",
+            ));
         }
         let rows: u64 = cells.iter().map(|(_, exp)| exp.result_rows()).sum();
         if cells.len() > 1 && rows > MAX_RESULT_ROWS {
@@ -1468,6 +1539,22 @@ mod tests {
     }
 
     #[test]
+    fn more_repeats_while_undecided_cannot_be_swept_with_the_repeats() {
+        let exp =
+            parse("[run]\nrepeats = 5\nmax_repeats = 20\n[sweep]\n\"run.repeats\" = [5, 10]\n")
+                .unwrap();
+        let err = exp.cells().unwrap_err();
+        assert!(
+            err.message
+                .contains("run.repeats and run.max_repeats cannot be swept with it"),
+            "{err}"
+        );
+        // One look (no max_repeats): the repeats may be swept.
+        let exp = parse("[run]\nrepeats = 5\n[sweep]\n\"run.repeats\" = [5, 10]\n").unwrap();
+        assert_eq!(exp.cells().unwrap().len(), 2);
+    }
+
+    #[test]
     fn counts_past_their_limits_are_refused_naming_key_value_and_limit() {
         for (text, message) in [
             (
@@ -1485,6 +1572,30 @@ mod tests {
             (
                 "[run]\nwarmup = 4294967295\n",
                 "run.warmup = 4294967295 is more than 100",
+            ),
+            (
+                "[run]\nmax_repeats = 4294967295\n",
+                "run.max_repeats = 4294967295 is more than 1000, the most repeats numalab runs",
+            ),
+            (
+                "[run]\nrepeats = 5\nmax_repeats = 3\n",
+                "run.max_repeats: 3 is fewer than run.repeats (5)",
+            ),
+            (
+                "[run]\nrepeats = 5\nmax_repeats = 12\n",
+                "run.max_repeats: 12 is not a multiple of run.repeats (5): the sweep looks at its differences after every 5 rounds, so it may stop at 5, 10, 15",
+            ),
+            (
+                "[run]\nrepeats = 2\nmax_repeats = 42\n",
+                "run.max_repeats: 42 is 21 times run.repeats (2), more than 20 looks",
+            ),
+            (
+                "[run]\nrepeats = 5\nmax_repeats = 10\norder = \"grouped\"\n",
+                "run.max_repeats: more repeats when the differences are not yet told apart needs run.order = \"interleaved\"",
+            ),
+            (
+                "[threads]\ncount = 100\n[run]\nrepeats = 10\nmax_repeats = 1000\n",
+                "threads.count: 100 threads x (1 warm-ups + 1000 repeats) make 100100 per-thread rows",
             ),
             (
                 "[access]\nops = 100000000000000\n",
@@ -1675,6 +1786,7 @@ mod tests {
         exp.access.read_write = Some("1:1".parse().unwrap());
         exp.access.ops = Some(1);
         exp.run.min_time = Some("50ms".parse().unwrap());
+        exp.run.max_repeats = Some(10);
         let table = toml::Table::try_from(&exp).unwrap();
         let mut leaves = Vec::new();
         for (key, value) in &table {

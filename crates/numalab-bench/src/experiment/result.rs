@@ -16,7 +16,7 @@ use super::plan::Plan;
 // Warnings are shared with the plan, which makes them first.
 use super::values::PolicySpec;
 pub use super::warning::{Cause, Warning, WarningKind};
-use crate::stats::{difference, quantile, Difference, Summary};
+use crate::stats::{difference, quantile, repeated_confidence, Difference, Summary};
 
 /// `schema` of a run's JSON document.
 pub const RUN_SCHEMA: &str = "numalab.run";
@@ -816,6 +816,10 @@ pub struct SweepResult {
     /// first swept axis against its first value ([`compare_with_first`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub differences: Vec<AxisDifference>,
+    /// How often the sweep looked at its differences, where it could
+    /// look more than once (`run.max_repeats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub looks: Option<Looks>,
     /// Warnings of the sweep as a whole (each cell keeps its own).
     pub warnings: Vec<Warning>,
     /// Whether Ctrl-C stopped the sweep.
@@ -839,7 +843,11 @@ fn times(run: &RunResult) -> Vec<f64> {
 /// table of twelve differences between identical memories shows a
 /// difference that is not there in about one sweep in twenty, not in
 /// almost half of them.
-pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
+///
+/// A sweep that may look at its differences `looks` times
+/// (`run.max_repeats`) makes each interval a repeated one
+/// ([`repeated_confidence`]), so that it holds wherever the sweep stopped.
+pub fn compare_with_local(cells: &[SweepCell], looks: u32) -> Vec<Comparison> {
     const POLICY: &str = "memory.policy";
     let others = |cell: &SweepCell| -> Vec<(String, String)> {
         cell.settings
@@ -884,11 +892,38 @@ pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
             }
         }
     }
-    let each = 1.0 - (1.0 - CONFIDENCE) / pairs.len().max(1) as f64;
+    let each = repeated_confidence(looks, 1.0 - (1.0 - CONFIDENCE) / pairs.len().max(1) as f64);
     for (samples, i) in pairs {
         out[i].difference = samples.and_then(|(l, c)| difference(&l, &c, each));
     }
     out
+}
+
+/// A sweep that runs more rounds while its differences are not all told
+/// apart (`run.max_repeats`): how far it went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Looks {
+    /// The most looks it could take (`run.max_repeats / run.repeats`);
+    /// every interval is made for that many ([`repeated_confidence`]).
+    pub planned: u32,
+    /// The looks it took.
+    pub taken: u32,
+    /// Rounds between looks (`run.repeats`).
+    pub every: u32,
+    /// Why it stopped.
+    pub stopped: Stopped,
+}
+
+/// Why a sweep stopped looking ([`Looks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stopped {
+    /// Every difference was told apart (or there was none to tell).
+    Decided,
+    /// It ran `run.max_repeats` with some still "≈".
+    MostRepeats,
+    /// Ctrl-C, or a cell failed.
+    Interrupted,
 }
 
 /// One value of a swept axis against the axis's first value, in the same
@@ -900,7 +935,7 @@ pub fn compare_with_local(cells: &[SweepCell]) -> Vec<Comparison> {
 /// use numalab_bench::experiment::result::{compare_with_first, SweepCell};
 /// let axes = vec![("memory.huge_pages".to_owned(), vec!["none".to_owned(), "thp".to_owned()])];
 /// let cells: Vec<SweepCell> = vec![]; // as a sweep made them
-/// assert!(compare_with_first(&axes, &cells).is_empty());
+/// assert!(compare_with_first(&axes, &cells, 1).is_empty());
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AxisDifference {
@@ -932,10 +967,11 @@ pub struct AxisDifference {
 /// the intervals holding together at [`CONFIDENCE`] as in
 /// [`compare_with_local`]. Empty when no axis has two values. A/A control
 /// cells are left out (they repeat `local`, which
-/// [`compare_with_local`] compares).
+/// [`compare_with_local`] compares). `looks` as there.
 pub fn compare_with_first(
     axes: &[(String, Vec<String>)],
     cells: &[SweepCell],
+    looks: u32,
 ) -> Vec<AxisDifference> {
     let Some((axis, values)) = axes.iter().find(|(_, v)| v.len() > 1) else {
         return Vec::new();
@@ -984,7 +1020,7 @@ pub fn compare_with_first(
             difference: None,
         });
     }
-    let each = 1.0 - (1.0 - CONFIDENCE) / pairs.len().max(1) as f64;
+    let each = repeated_confidence(looks, 1.0 - (1.0 - CONFIDENCE) / pairs.len().max(1) as f64);
     for (samples, i) in pairs {
         out[i].difference = samples.and_then(|(b, c)| difference(&b, &c, each));
     }
@@ -997,10 +1033,11 @@ pub fn compare_with_first(
 pub fn compare(
     axes: &[(String, Vec<String>)],
     cells: &[SweepCell],
+    looks: u32,
 ) -> (Vec<Comparison>, Vec<AxisDifference>) {
-    let against_local = compare_with_local(cells);
+    let against_local = compare_with_local(cells, looks);
     let against_first = if against_local.is_empty() {
-        compare_with_first(axes, cells)
+        compare_with_first(axes, cells, looks)
     } else {
         Vec::new()
     };

@@ -13,8 +13,8 @@ use super::execute::{
 use super::floor::Lengthened;
 use super::plan::{Plan, PlanError};
 use super::result::{
-    compare, figures, thread_figures, Cause, RunResult, SweepCell, SweepResult, Warning,
-    WarningKind, SCHEMA_VERSION, SWEEP_SCHEMA,
+    compare, figures, thread_figures, Cause, Looks, RunResult, Stopped, SweepCell, SweepResult,
+    Warning, WarningKind, SCHEMA_VERSION, SWEEP_SCHEMA,
 };
 use super::values::PolicySpec;
 
@@ -189,12 +189,58 @@ fn run_cells(
 ) -> Result<SweepResult, SweepError> {
     let planned = plan_sweep(exp, topology)?;
     let n = planned.len();
-    let (cells, interrupted) = if exp.run.order == RunOrder::Interleaved && n > 1 {
-        run_interleaved(planned, topology, control, on_cell, execute)
+    let (cells, interrupted, looks) = if exp.run.order == RunOrder::Interleaved && n > 1 {
+        run_interleaved(exp, planned, topology, control, on_cell, execute)
     } else {
-        run_grouped(planned, topology, control, on_cell, execute)
+        let (cells, interrupted) = run_grouped(planned, topology, control, on_cell, execute);
+        (cells, interrupted, None)
     };
-    finish(exp, topology, cells, interrupted)
+    finish(exp, topology, cells, interrupted, looks)
+}
+
+/// The swept keys with their values as text, in file order.
+fn axes_of(exp: &Experiment) -> Vec<(String, Vec<String>)> {
+    exp.sweep
+        .axes
+        .iter()
+        .map(|(k, values)| (k.clone(), values.iter().map(value_text).collect()))
+        .collect()
+}
+
+/// Whether every difference the sweep reports (controls aside) is told
+/// apart from the rounds run so far, with intervals made for `looks`
+/// looks: then more rounds cannot change a verdict's direction, only
+/// narrow it. A sweep with no difference to report is decided.
+fn decided(
+    exp: &Experiment,
+    planned: &[PlannedCell],
+    parts: &[Vec<RunResult>],
+    errors: &[Option<String>],
+    looks: u32,
+) -> bool {
+    let cells: Vec<SweepCell> = planned
+        .iter()
+        .zip(parts)
+        .zip(errors)
+        .map(|((cell, parts), error)| SweepCell {
+            settings: cell.settings.clone(),
+            result: match error {
+                Some(_) => None,
+                None => merge_rounds(&cell.experiment, &cell.plan, parts.clone()),
+            },
+            error: error.clone(),
+            control: cell.control,
+        })
+        .collect();
+    let (against_local, against_first) = compare(&axes_of(exp), &cells, looks);
+    let told = |d: Option<&crate::stats::Difference>| {
+        d.is_some_and(|d| d.verdict != crate::stats::Verdict::Indistinguishable)
+    };
+    against_local
+        .iter()
+        .filter(|c| !c.control)
+        .all(|c| told(c.difference.as_ref()))
+        && against_first.iter().all(|d| told(d.difference.as_ref()))
 }
 
 /// Each cell's repeats back to back (`run.order = "grouped"`).
@@ -274,19 +320,36 @@ fn run_grouped(
 /// then merged into one result. A cell that fails keeps its error and is
 /// left out of later rounds; Ctrl-C ends the sweep after the current
 /// run, each cell keeping the rounds it finished.
+///
+/// With `run.max_repeats` above `run.repeats` the sweep looks at its
+/// differences after every `run.repeats` rounds and stops at the first
+/// look that finds them all told apart ([`decided`]), or at
+/// `run.max_repeats`.
 fn run_interleaved(
+    exp: &Experiment,
     planned: Vec<PlannedCell>,
     topology: &Topology,
     control: &Control,
     mut on_cell: impl FnMut(usize, usize, &str),
     mut execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunResult, ExecuteError>,
-) -> (Vec<SweepCell>, bool) {
+) -> (Vec<SweepCell>, bool, Option<Looks>) {
     let n = planned.len();
     let rounds = planned
         .iter()
         .map(|c| c.experiment.run.repeats)
         .max()
         .unwrap_or(0);
+    // More than one look: every cell has the same run.repeats (they
+    // cannot be swept then), so every look sees the same rounds of all.
+    let planned_looks = exp.run.looks();
+    let most = exp.run.most_repeats();
+    let mut looks = Looks {
+        planned: planned_looks,
+        taken: 0,
+        every: rounds,
+        stopped: Stopped::MostRepeats,
+    };
+    let mut last = rounds;
     let mut planned = planned;
     let mut parts: Vec<Vec<RunResult>> = planned.iter().map(|_| Vec::new()).collect();
     let mut errors: Vec<Option<String>> = vec![None; n];
@@ -300,9 +363,24 @@ fn run_interleaved(
     let mut calibration: Vec<Option<RunResult>> = planned.iter().map(|_| None).collect();
     let mut lengthened: Option<Lengthened> = None;
     let mut round = 0;
-    'rounds: while round < rounds {
+    'rounds: loop {
+        if round >= last {
+            looks.taken += 1;
+            if looks.taken >= planned_looks {
+                break;
+            }
+            if decided(exp, &planned, &parts, &errors, planned_looks) {
+                looks.stopped = Stopped::Decided;
+                break;
+            }
+            last += rounds;
+        }
         for (i, cell) in planned.iter().enumerate() {
-            let repeats = cell.experiment.run.repeats;
+            let repeats = if planned_looks > 1 {
+                last
+            } else {
+                cell.experiment.run.repeats
+            };
             if round >= repeats || errors[i].is_some() {
                 continue;
             }
@@ -312,6 +390,8 @@ fn run_interleaved(
             }
             let what = if sizing {
                 "sizing run".to_owned()
+            } else if planned_looks > 1 {
+                format!("repeat {}/{repeats}, up to {most}", round + 1)
             } else {
                 format!("repeat {}/{repeats}", round + 1)
             };
@@ -399,7 +479,10 @@ fn run_interleaved(
             }
         })
         .collect();
-    (cells, interrupted)
+    if interrupted {
+        looks.stopped = Stopped::Interrupted;
+    }
+    (cells, interrupted, (planned_looks > 1).then_some(looks))
 }
 
 /// Whether numalab sizes every cell's runs: no cell was given a count
@@ -496,6 +579,7 @@ fn finish(
     topology: &Topology,
     cells: Vec<SweepCell>,
     interrupted: bool,
+    looks: Option<Looks>,
 ) -> Result<SweepResult, SweepError> {
     let n = cells.len();
     let mut warnings: Vec<Warning> = cells
@@ -610,13 +694,8 @@ fn finish(
             ),
         ));
     }
-    let axes: Vec<(String, Vec<String>)> = exp
-        .sweep
-        .axes
-        .iter()
-        .map(|(k, values)| (k.clone(), values.iter().map(value_text).collect()))
-        .collect();
-    let (comparison, differences) = compare(&axes, &cells);
+    let axes = axes_of(exp);
+    let (comparison, differences) = compare(&axes, &cells, looks.map_or(1, |l| l.planned));
     Ok(SweepResult {
         schema: SWEEP_SCHEMA.to_owned(),
         schema_version: SCHEMA_VERSION,
@@ -627,6 +706,7 @@ fn finish(
         axes,
         comparison,
         differences,
+        looks,
         cells,
         warnings,
         interrupted,
@@ -1002,6 +1082,72 @@ mod tests {
             .unwrap()
             .get("differences")
             .is_none());
+    }
+
+    /// One thread against two, three repeats a cell and up to twelve,
+    /// two threads taking `gap` less time (the times given here, with a
+    /// repeating 0–2% spread): the sweep and how many repeats each cell
+    /// ran.
+    fn looking(gap: f64) -> (SweepResult, Vec<usize>) {
+        let exp = Experiment::from_toml_str(
+            "[memory]\nsize = \"1MiB\"\n[access]\nops = 2_000\n[run]\nrepeats = 3\nmax_repeats = 12\nwarmup = 0\ncounters = false\n[sweep]\n\"threads.count\" = [1, 2]\n",
+            "looks.toml",
+        )
+        .unwrap();
+        let topology = Topology::system().unwrap();
+        let mut runs = 0u32;
+        let result = run_cells(
+            &exp,
+            &topology,
+            &Control::default(),
+            |_, _, _| {},
+            |cell, topology, plan, control| {
+                let mut result = execute_plan(cell, topology, plan, control)?;
+                let base = if cell.threads.count == 2 {
+                    1.0 - gap
+                } else {
+                    1.0
+                };
+                for repeat in &mut result.repeats {
+                    repeat.time_to_last_s = base * (1.0 + 0.01 * f64::from((runs / 2) % 3));
+                    runs += 1;
+                }
+                result.figures = figures(&result.repeats);
+                Ok(result)
+            },
+        )
+        .unwrap();
+        let repeats = result
+            .cells
+            .iter()
+            .map(|c| c.result.as_ref().map_or(0, |r| r.repeats.len()))
+            .collect();
+        (result, repeats)
+    }
+
+    #[test]
+    fn a_sweep_looks_again_only_while_a_difference_is_not_told_apart() {
+        let level = crate::stats::repeated_confidence(4, 0.95);
+        // Half the time: told apart at the first look, after 3 rounds.
+        let (told, repeats) = looking(0.5);
+        assert_eq!(repeats, [3, 3]);
+        let looks = told.looks.expect("up to four looks");
+        assert_eq!((looks.planned, looks.taken, looks.every), (4, 1, 3));
+        assert_eq!(looks.stopped, Stopped::Decided);
+        let d = told.differences[0].difference.as_ref().unwrap();
+        assert_eq!(d.verdict, crate::stats::Verdict::Lower);
+        // The interval is made for four looks, wherever the sweep stopped.
+        assert!((d.confidence - level).abs() < 1e-12, "{}", d.confidence);
+        // The same times: never told apart, so all twelve rounds.
+        let (same, repeats) = looking(0.0);
+        assert_eq!(repeats, [12, 12]);
+        let looks = same.looks.unwrap();
+        assert_eq!((looks.taken, looks.stopped), (4, Stopped::MostRepeats));
+        let d = same.differences[0].difference.as_ref().unwrap();
+        assert_eq!(d.verdict, crate::stats::Verdict::Indistinguishable);
+        let json = serde_json::to_value(&same).unwrap();
+        assert_eq!(json["looks"]["stopped"], "most_repeats");
+        assert_eq!(json["experiment"]["run"]["max_repeats"], 12);
     }
 
     #[test]

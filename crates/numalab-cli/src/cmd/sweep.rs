@@ -23,6 +23,7 @@ use crate::render::{self, experiment::text, figures};
     numalab sweep examples/deck-exp1.toml -o deck.json         (also deck.svg, deck.png)\n  \
     numalab sweep exp.toml --set access.ops=1_000_000 --markdown\n  \
     numalab sweep examples/deck-exp1-small.toml --control       (local twice: the noise floor)\n  \
+    numalab sweep exp.toml --max-repeats 20                     (more rounds while a difference is ≈)\n  \
     numalab plot deck.json                                      redraws the figure\n\n\
 Every cell is planned before the first runs: a cell this machine cannot place stops the \
 sweep before anything is allocated. --set on a swept key fixes it (the axis is dropped). \
@@ -54,6 +55,13 @@ pub struct SweepArgs {
     #[arg(long)]
     pub control: bool,
 
+    /// While some difference of the table is still ≈, run run.repeats
+    /// more rounds, up to N repeats per cell (a multiple of run.repeats),
+    /// with intervals that hold at 95% wherever it stops (same as --set
+    /// run.max_repeats=N)
+    #[arg(long, value_name = "N")]
+    pub max_repeats: Option<u32>,
+
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -66,6 +74,9 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
     let mut experiment = exp::load(&args.experiment, &args.sets)?;
     experiment.run.control |= args.control;
+    if let Some(most) = args.max_repeats {
+        experiment.run.max_repeats = Some(most);
+    }
     if !args.no_plot {
         crate::plot::check_stem(&exp::figure_stem(
             args.plot.as_deref(),

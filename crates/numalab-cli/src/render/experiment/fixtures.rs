@@ -199,7 +199,7 @@ pub fn sweep(text: &str) -> SweepResult {
         .iter()
         .map(|(k, v)| (k.clone(), v.iter().map(value_text).collect()))
         .collect();
-    let (comparison, differences) = compare(&axes, &cells);
+    let (comparison, differences) = compare(&axes, &cells, 1);
     SweepResult {
         schema: SWEEP_SCHEMA.into(),
         schema_version: SCHEMA_VERSION,
@@ -209,6 +209,7 @@ pub fn sweep(text: &str) -> SweepResult {
         axes,
         comparison,
         differences,
+        looks: None,
         experiment: exp,
         cells,
         warnings: Vec::new(),
@@ -298,6 +299,35 @@ mod tests {
             assert_eq!(d.difference.as_ref().unwrap().verdict, Verdict::Lower);
         }
         insta::assert_snapshot!(text::sweep_report(&s, text::Style::Plain));
+    }
+
+    #[test]
+    fn a_sweep_that_looked_again_says_how_far_it_went() {
+        use numalab_bench::experiment::result::{Looks, Stopped};
+        let mut s = sweep(SWEEP_THREADS);
+        let plain = text::sweep_report(&s, text::Style::Plain);
+        assert!(!plain.contains("looked at the differences"), "{plain}");
+        s.looks = Some(Looks {
+            planned: 4,
+            taken: 2,
+            every: 5,
+            stopped: Stopped::Decided,
+        });
+        let told = text::sweep_report(&s, text::Style::Plain);
+        assert!(
+            told.contains("looked at the differences every 5 repeats, up to 4 times (20 repeats): every difference was told apart after 10 repeats per cell"),
+            "{told}"
+        );
+        s.looks = Some(Looks {
+            taken: 4,
+            stopped: Stopped::MostRepeats,
+            ..s.looks.unwrap()
+        });
+        let left = text::sweep_report(&s, text::Style::Plain);
+        assert!(
+            left.contains("20 repeats per cell (run.max_repeats) left some difference ≈"),
+            "{left}"
+        );
     }
 
     #[test]

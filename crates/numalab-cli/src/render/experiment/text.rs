@@ -373,6 +373,10 @@ pub fn sweep_report(s: &SweepResult, style: Style) -> String {
         out.push_str(&differences_table(style, s));
         out.push('\n');
     }
+    if let Some(line) = looks_line(s) {
+        out.push_str(&style.line(&line));
+        out.push('\n');
+    }
     out.push_str(&warnings(style, &s.warnings));
     out
 }
@@ -453,6 +457,26 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
         out.push_str(&style.line(&line));
     }
     out
+}
+
+/// How far a sweep that could look at its differences more than once
+/// (`run.max_repeats`) went, and why it stopped.
+fn looks_line(s: &SweepResult) -> Option<String> {
+    use numalab_bench::experiment::result::Stopped;
+    let looks = s.looks?;
+    let most = looks.planned * looks.every;
+    let ran = looks.taken * looks.every;
+    let why = match looks.stopped {
+        Stopped::Decided => format!("every difference was told apart after {ran} repeats per cell"),
+        Stopped::MostRepeats => format!(
+            "{ran} repeats per cell (run.max_repeats) left some difference ≈: smaller than this machine can tell in that many"
+        ),
+        Stopped::Interrupted => format!("interrupted after {ran} repeats per cell"),
+    };
+    Some(format!(
+        "looked at the differences every {} repeats, up to {} times ({most} repeats): {why}; the intervals are repeated intervals for {} looks (Pocock's boundary), so they hold at 95% wherever the sweep stopped",
+        looks.every, looks.planned, looks.planned
+    ))
 }
 
 /// How the differences tables' intervals were made.
