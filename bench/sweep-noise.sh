@@ -13,11 +13,21 @@
 # before), in turn, so that both see the same minutes of the machine.
 # Target: at least 19 of 20 interleaved sweeps call identical memory "≈".
 #
-#   bash bench/sweep-noise.sh [SWEEPS]      (default 20; about 20 s per pair)
+# With MAX_REPEATS, the interleaved sweeps look at their differences again
+# after every run.repeats rounds while one is "≈", up to MAX_REPEATS
+# repeats (--max-repeats): identical memories never stop such a sweep
+# early, so it runs every look, and the target checks that looking again
+# does not make differences that are not there.
+#
+#   bash bench/sweep-noise.sh [SWEEPS] [MAX_REPEATS]
+#       (default 20 sweeps, one look; about 20 s per pair, 4x that with
+#       MAX_REPEATS four times run.repeats)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sweeps=${1:-20}
+most=${2:-}
 [[ $sweeps =~ ^[1-9][0-9]*$ ]] || { echo "sweep-noise: SWEEPS must be a positive whole number, not \"$sweeps\"" >&2; exit 2; }
+[[ -z $most || $most =~ ^[1-9][0-9]*$ ]] || { echo "sweep-noise: MAX_REPEATS must be a positive whole number, not \"$most\"" >&2; exit 2; }
 command -v jq >/dev/null || apt-get install -y jq >&2
 
 cargo build --release --locked -q -p numalab-cli
@@ -31,9 +41,10 @@ fi
 # One sweep: "all-same" when every difference is ≈, else the differences
 # it claimed, e.g. "remote/1 -12% [-20,-4]".
 one() {
-    local order=$1 json
+    local order=$1 json more=()
+    [ -n "$most" ] && [ "$order" = interleaved ] && more=(--max-repeats "$most")
     json=$("$numalab" sweep examples/deck-exp1-small.toml --set threads.placement=balanced \
-        --set run.order="$order" --json --no-plot 2>/dev/null)
+        --set run.order="$order" "${more[@]}" --json --no-plot 2>/dev/null)
     jq -r '
         [.comparison[]
          | select(.difference != null and .difference.verdict != "indistinguishable")
@@ -41,7 +52,7 @@ one() {
         | if length == 0 then "all-same" else join("; ") end' <<<"$json"
 }
 
-echo "sweep-noise: $sweeps sweeps of local, remote, interleave (one memory node: all the same memory), each interleaved and grouped"
+echo "sweep-noise: $sweeps sweeps of local, remote, interleave (one memory node: all the same memory), each interleaved${most:+ (up to $most repeats)} and grouped"
 same_interleaved=0 same_grouped=0
 for i in $(seq "$sweeps"); do
     a=$(one interleaved)
@@ -54,5 +65,5 @@ echo "interleaved: $same_interleaved of $sweeps sweeps called identical memory �
 echo "grouped:     $same_grouped of $sweeps sweeps did"
 verdict=missed
 [ $((same_interleaved * 20)) -ge $((sweeps * 19)) ] && verdict=met
-printf 'TARGET\tsweep of identical memories called ≈ (interleaved)\t%s of %s sweeps (grouped: %s)\t>= 19 of 20\t%s\n' \
-    "$same_interleaved" "$sweeps" "$same_grouped" "$verdict"
+printf 'TARGET\tsweep of identical memories called ≈ (interleaved%s)\t%s of %s sweeps (grouped: %s)\t>= 19 of 20\t%s\n' \
+    "${most:+, up to $most repeats}" "$same_interleaved" "$sweeps" "$same_grouped" "$verdict"

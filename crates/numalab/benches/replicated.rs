@@ -10,8 +10,10 @@
 //!    the same bytes (target ≥ 0.9).
 //!
 //! Beside each target, a reference that shows where the time goes: for
-//! the read path, the floor (the plain read plus the least any reader that
-//! registers per read must add); for `ReplicatedPages`, a memcpy whose
+//! the read path, the re-read (the plain read with the structure's fields
+//! loaded again for each read, as any reader that registers per read
+//! must) and the floor (that plus the least such a reader must add); for
+//! `ReplicatedPages`, a memcpy whose
 //! source is found through a page table first (what a read that waits for
 //! its page lookup would cost).
 //!
@@ -244,6 +246,24 @@ fn read_row<T: Clone + Send + Sync>(
         }
         black_box(sum);
     };
+    // The plain read with only the compiler barrier every reader that
+    // registers per read needs: the structure's fields (a map's table
+    // pointer, mask and hash keys) are loaded again for each read, as
+    // they must be once a writer may have changed them, and nothing else
+    // is done. What the floor adds beyond this is the slot's stores and
+    // the state's load.
+    let reread_body = |t: usize, ops: u64| {
+        let mut rng = Rng::new(t as u64 + 1);
+        let mut sum = 0u64;
+        let data = replica.get();
+        for _ in 0..ops {
+            let x = rng.next();
+            compiler_fence(Ordering::SeqCst);
+            // SAFETY: as for the plain reads.
+            sum = sum.wrapping_add(read(unsafe { &*black_box(data) }, x));
+        }
+        black_box(sum);
+    };
     let mut targets = vec![];
     for threads in [1, 2] {
         let r = bench.compare(
@@ -255,24 +275,27 @@ fn read_row<T: Clone + Send + Sync>(
                 &log_body,
                 &broadcast_body,
                 &handle_body,
+                &reread_body,
             ],
         );
         // Extra time per read on one thread, in ns.
         let overhead = threads as f64 * 1e3 / r[2].0 - threads as f64 * 1e3 / r[0].0;
         println!(
-            "| {name} | {threads} | {:.1} | {:.2} | {:.1} | **{:.2}** | **{:.2}** | **{:.2}** | {:.1} |",
-            r[0].0, r[1].1, r[2].0, r[2].1, r[3].1, r[4].1, overhead
+            "| {name} | {threads} | {:.1} | {:.2} | {:.2} | {:.1} | **{:.2}** | **{:.2}** | **{:.2}** | {:.1} |",
+            r[0].0, r[5].1, r[1].1, r[2].0, r[2].1, r[3].1, r[4].1, overhead
         );
-        targets.push((threads, r[2].1));
+        targets.push((threads, r[2].1, r[5].1, r[1].1));
     }
     // For bench/all.sh: name, figures, goal, verdict (the log mode, the
     // default).
     if name.starts_with("HashMap") {
         let figures: Vec<String> = targets
             .iter()
-            .map(|(t, r)| format!("{t} thread(s) {r:.2}"))
+            .map(|(t, r, reread, floor)| {
+                format!("{t} thread(s) {r:.2} (re-read {reread:.2}, floor {floor:.2})")
+            })
             .collect();
-        let met = targets.iter().all(|(_, r)| *r >= 0.95);
+        let met = targets.iter().all(|(_, r, _, _)| *r >= 0.95);
         println!(
             "TARGET\tReplicated {name} / plain read (log mode)\t{}\t>= 0.95\t{}",
             figures.join(", "),
@@ -296,11 +319,11 @@ fn floor_wait() {
 
 fn read_path(bench: &Bench) {
     println!("\n## 1. Read path: Replicated<T>::read vs a plain unsynchronised read");
-    println!("(ratios to plain: same data, same closure; floor = the least a reader that registers per read adds)\n");
+    println!("(ratios to plain: same data, same closure; re-read = the plain read with the structure's fields loaded again for each read, as any reader that registers per read must; floor = that plus the least such a reader adds)\n");
     println!(
-        "| read | threads | plain Mops/s | floor ratio | log Mops/s | log ratio | broadcast ratio | log Reader ratio | extra ns/read (log) |"
+        "| read | threads | plain Mops/s | re-read ratio | floor ratio | log Mops/s | log ratio | broadcast ratio | log Reader ratio | extra ns/read (log) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     // A lookup in a hash map larger than the caches: the typical
     // read-mostly shared structure.
     const KEYS: u64 = 1 << 20;
