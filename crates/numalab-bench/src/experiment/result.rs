@@ -901,6 +901,33 @@ pub fn compare_with_local(cells: &[SweepCell], looks: u32) -> Vec<Comparison> {
 
 /// A sweep that runs more rounds while its differences are not all told
 /// apart (`run.max_repeats`): how far it went.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::experiment::result::Stopped;
+/// use numalab_bench::experiment::{run_sweep, Control, Experiment};
+/// // Identical cells (both policies are local on a one-node machine,
+/// // and a sweep of one repeat a look has no interval to decide by):
+/// // every look is taken.
+/// let exp = Experiment::from_toml_str(r#"
+///     [memory]
+///     size = "1MiB"
+///     [access]
+///     ops = 10_000
+///     [run]
+///     repeats = 1
+///     max_repeats = 2
+///     warmup = 0
+///     counters = false
+///     [sweep]
+///     "memory.policy" = ["local", "interleave"]
+/// "#, "x")?;
+/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default(), |_, _, _| {})?;
+/// let looks = sweep.looks.expect("up to two looks");
+/// assert_eq!((looks.planned, looks.every), (2, 1));
+/// assert_eq!((looks.taken, looks.stopped), (2, Stopped::MostRepeats));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Looks {
     /// The most looks it could take (`run.max_repeats / run.repeats`);
@@ -915,6 +942,12 @@ pub struct Looks {
 }
 
 /// Why a sweep stopped looking ([`Looks`]).
+///
+/// ```
+/// use numalab_bench::experiment::result::Stopped;
+/// assert_eq!(serde_json::to_string(&Stopped::MostRepeats)?, "\"most_repeats\"");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stopped {
