@@ -413,7 +413,7 @@ impl RunSettings {
     /// use numalab_bench::experiment::Experiment;
     /// let exp = Experiment::from_toml_str("[run]\nrepeats = 5\nmax_repeats = 20\n", "x")?;
     /// assert_eq!(exp.run.looks(), 4);
-    /// assert_eq!(Experiment::default().run.looks(), 1);
+    /// assert_eq!(numalab_bench::experiment::config::RunSettings::default().looks(), 1);
     /// # Ok::<(), numalab_bench::experiment::ConfigError>(())
     /// ```
     pub fn looks(&self) -> u32 {
