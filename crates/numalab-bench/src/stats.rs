@@ -324,8 +324,9 @@ pub fn pocock_boundary(looks: u32, alpha: f64) -> f64 {
 /// the intervals of all looks hold together at `confidence`: 2Φ(c) − 1
 /// for Pocock's boundary `c` ([`pocock_boundary`]). Repeated confidence
 /// intervals (Jennison and Turnbull 1989): whenever the looking stops, the
-/// last look's interval holds at `confidence`. One look: `confidence`
-/// itself.
+/// last look's interval holds at `confidence`. One look (or none):
+/// `confidence` itself; more than [`MAX_LOOKS`] (which no sweep takes)
+/// count as [`MAX_LOOKS`].
 ///
 /// ```
 /// use numalab_bench::stats::repeated_confidence;
@@ -334,10 +335,10 @@ pub fn pocock_boundary(looks: u32, alpha: f64) -> f64 {
 /// assert!((1.0 - repeated_confidence(4, 0.95) - 0.0182).abs() < 2e-4);
 /// ```
 pub fn repeated_confidence(looks: u32, confidence: f64) -> f64 {
-    if looks <= 1 {
+    if looks <= 1 || !(0.5..1.0).contains(&confidence) {
         return confidence;
     }
-    let c = pocock_boundary(looks, 1.0 - confidence);
+    let c = pocock_boundary(looks.min(MAX_LOOKS), 1.0 - confidence);
     1.0 - 2.0 * (1.0 - normal_cdf(c))
 }
 
