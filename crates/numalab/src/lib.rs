@@ -12,6 +12,7 @@ pub mod files;
 pub mod inventory;
 pub mod launch;
 pub mod locate;
+pub mod pagecache;
 pub mod policy;
 pub mod replicated;
 pub mod ring;

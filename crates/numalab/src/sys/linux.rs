@@ -713,7 +713,7 @@ pub fn reset_relay() {
 // ---------------------------------------------------------------------------
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::AtomicU32;
@@ -871,11 +871,11 @@ pub struct FileStat {
 }
 
 /// `fstat(2)`.
-pub fn stat_fd(fd: &OwnedFd) -> io::Result<FileStat> {
+pub fn stat_fd(fd: impl AsFd) -> io::Result<FileStat> {
     // SAFETY: an all-zero stat is a valid value of a plain C struct.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: st is valid for writes.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+    if unsafe { libc::fstat(fd.as_fd().as_raw_fd(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(FileStat {
@@ -937,6 +937,90 @@ pub fn map_shared(fd: &OwnedFd, len: usize, read_only: bool) -> io::Result<*mut 
         Err(io::Error::last_os_error())
     } else {
         Ok(addr.cast())
+    }
+}
+
+/// A read-only shared mapping of part of a file, unmapped when dropped:
+/// for asking which of its pages are cached and where, never for reading
+/// them.
+#[derive(Debug)]
+pub struct FileWindow {
+    addr: *mut u8,
+    len: usize,
+}
+
+impl FileWindow {
+    /// `mmap(2)` of `len` bytes of `fd` from `offset` (a multiple of the
+    /// page size), shared and read-only; nothing is read until touched.
+    pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<FileWindow> {
+        let offset = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: a new mapping at an address the kernel chooses aliases
+        // no Rust object, and it is only ever read through the kernel.
+        let addr = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                offset,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(FileWindow {
+            addr: addr.cast(),
+            len,
+        })
+    }
+
+    /// `mincore(2)`: one byte per page of the window, bit 0 set where the
+    /// page is in the page cache. `vec` holds at least a byte per page.
+    pub fn mincore(&self, vec: &mut [u8]) -> io::Result<()> {
+        let pages = self.len.div_ceil(page_size());
+        if vec.len() < pages {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the window is mapped and vec has a byte per page.
+        if unsafe { libc::mincore(self.addr.cast(), self.len, vec.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// `madvise(MADV_POPULATE_READ)` (Linux 5.14) on `len` bytes from
+    /// `start`: page-table entries for those pages, each read in if it is
+    /// not cached; an error instead of `SIGBUS` past the end of the file.
+    pub fn populate(&self, start: usize, len: usize) -> io::Result<()> {
+        if start.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: the range lies in the window; populating read-only
+        // page-table entries changes no memory.
+        let ret =
+            unsafe { libc::madvise(self.addr.add(start).cast(), len, libc::MADV_POPULATE_READ) };
+        if ret != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The address of byte `offset` of the window (for `move_pages`;
+    /// never dereferenced here).
+    pub fn at(&self, offset: usize) -> *const u8 {
+        self.addr.wrapping_add(offset)
+    }
+}
+
+impl Drop for FileWindow {
+    fn drop(&mut self) {
+        // SAFETY: the window is this value's own mapping, and no
+        // reference into it outlives the value.
+        unsafe {
+            libc::munmap(self.addr.cast(), self.len);
+        }
     }
 }
 

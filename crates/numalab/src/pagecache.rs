@@ -1,0 +1,205 @@
+//! Where a file's pages sit in the page cache: how many are cached, as
+//! util-linux `fincore` counts them, and on which node, without reading
+//! anything from disk.
+//!
+//! `fincore`, `vmtouch` and `cachestat(2)` count a file's cached pages
+//! but not their nodes; `numactl --file --dump-nodes` finds the nodes by
+//! faulting every page in, which reads the whole file from disk. Here the
+//! file is taken a window at a time ([`WINDOW`] bytes, so a file larger
+//! than memory or than the address space one window may take is fine):
+//! the window is mapped shared and read-only, `mincore(2)` says which of
+//! its pages are cached, only the runs of cached pages get page-table
+//! entries (`MADV_POPULATE_READ`, Linux 5.14: a page in the cache is
+//! mapped without I/O), and `move_pages(2)` in query mode says where each
+//! is ([`locate_pages`]). A page the kernel evicts between `mincore` and
+//! the mapping is read back from disk; that window is a few microseconds
+//! per run of cached pages.
+//!
+//! ```
+//! use numalab::pagecache::file_cache;
+//! let path = std::env::temp_dir().join(format!("numalab-doc-{}", std::process::id()));
+//! std::fs::write(&path, vec![7u8; 1 << 20])?; // written, so cached
+//! let cache = file_cache(&std::fs::File::open(&path)?);
+//! std::fs::remove_file(&path)?;
+//! let cache = cache?;
+//! assert_eq!(cache.pages, (1 << 20) / cache.page_size);
+//! assert_eq!(cache.cached, cache.pages);
+//! let on_nodes: u64 = cache.per_node.values().sum();
+//! assert_eq!(on_nodes + cache.unknown, cache.cached);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+
+use serde::{Deserialize, Serialize};
+
+use crate::locate::{locate_pages, LocateError};
+use crate::sys::linux;
+
+/// The most bytes of a file mapped at once: 1 GiB (the `mincore` vector
+/// of one window is 256 KiB with 4 KiB pages).
+pub const WINDOW: u64 = 1 << 30;
+
+/// A file's pages in the page cache, per node ([`file_cache`]).
+///
+/// ```
+/// use numalab::pagecache::FileCache;
+/// let empty = FileCache::default();
+/// assert_eq!((empty.pages, empty.cached), (0, 0));
+/// assert_eq!(empty.cached_bytes(), 0);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileCache {
+    /// The file's size in bytes.
+    pub size: u64,
+    /// The page size `mincore` counts in.
+    pub page_size: u64,
+    /// Pages the file spans (its size rounded up to whole pages).
+    pub pages: u64,
+    /// Pages in the page cache (`fincore`'s PAGES).
+    pub cached: u64,
+    /// Cached pages per node.
+    pub per_node: BTreeMap<u32, u64>,
+    /// Cached pages whose node could not be told: evicted between the
+    /// two questions, or past the end of a file truncated meanwhile.
+    pub unknown: u64,
+}
+
+impl FileCache {
+    /// Bytes of the file in the cache (`fincore`'s RES): cached pages
+    /// times the page size.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cached * self.page_size
+    }
+
+    /// Adds another file's counts (for totals).
+    pub fn add(&mut self, other: &FileCache) {
+        self.size += other.size;
+        self.page_size = other.page_size.max(self.page_size);
+        self.pages += other.pages;
+        self.cached += other.cached;
+        self.unknown += other.unknown;
+        for (&node, &pages) in &other.per_node {
+            *self.per_node.entry(node).or_default() += pages;
+        }
+    }
+}
+
+/// Why a file's cache could not be read.
+///
+/// ```
+/// use numalab::pagecache::{file_cache, PageCacheError};
+/// let null = std::fs::File::open("/dev/null")?;
+/// let err = file_cache(&null).unwrap_err();
+/// assert!(matches!(err, PageCacheError::NotRegular(_)), "{err}");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub enum PageCacheError {
+    /// Not a regular file (its kind: a directory, a FIFO, a character
+    /// device, ...): only regular files have pages in the cache to count.
+    NotRegular(&'static str),
+    /// A system call failed.
+    Os(io::Error),
+    /// The kernel could not say where pages are.
+    Locate(LocateError),
+}
+
+impl fmt::Display for PageCacheError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PageCacheError::NotRegular(kind) => write!(
+                f,
+                "is a {kind}, not a regular file: only regular files have cached pages to count"
+            ),
+            PageCacheError::Os(err) => write!(f, "{err}"),
+            PageCacheError::Locate(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl std::error::Error for PageCacheError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PageCacheError::NotRegular(_) => None,
+            PageCacheError::Os(err) => Some(err),
+            PageCacheError::Locate(err) => Some(err),
+        }
+    }
+}
+
+impl From<io::Error> for PageCacheError {
+    fn from(err: io::Error) -> Self {
+        PageCacheError::Os(err)
+    }
+}
+
+/// The kind of file a mode is, in words.
+fn kind_of(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => "directory",
+        libc::S_IFIFO => "FIFO",
+        libc::S_IFCHR => "character device",
+        libc::S_IFBLK => "block device",
+        libc::S_IFSOCK => "socket",
+        libc::S_IFLNK => "symbolic link",
+        _ => "special file",
+    }
+}
+
+/// How many of `file`'s pages are in the page cache, and on which nodes
+/// (see the [module](self)). Nothing is read from the file.
+pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
+    let fd = file.as_fd();
+    let stat = linux::stat_fd(fd)?;
+    if !stat.regular {
+        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
+    }
+    let page = linux::page_size() as u64;
+    let mut cache = FileCache {
+        size: stat.size,
+        page_size: page,
+        pages: stat.size.div_ceil(page),
+        ..FileCache::default()
+    };
+    let mut residency = Vec::new();
+    let mut offset = 0;
+    while offset < stat.size {
+        let len = (stat.size - offset).min(WINDOW);
+        let window = linux::FileWindow::map(fd, offset, len as usize)?;
+        residency.clear();
+        residency.resize(len.div_ceil(page) as usize, 0);
+        window.mincore(&mut residency)?;
+        let mut addresses = Vec::new();
+        let mut run = None;
+        for (i, &flags) in residency.iter().chain(std::iter::once(&0)).enumerate() {
+            match (flags & 1 == 1, run) {
+                (true, None) => run = Some(i),
+                (false, Some(start)) => {
+                    run = None;
+                    // A run the kernel will not map (the file shrank
+                    // meanwhile) keeps its pages unknown below.
+                    let from = start * page as usize;
+                    let to = (i * page as usize).min(len as usize);
+                    let _ = window.populate(from, to - from);
+                    addresses.extend((start..i).map(|p| window.at(p * page as usize)));
+                }
+                _ => {}
+            }
+        }
+        cache.cached += addresses.len() as u64;
+        if !addresses.is_empty() {
+            let found = locate_pages(&addresses).map_err(PageCacheError::Locate)?;
+            for (node, pages) in found.per_node {
+                *cache.per_node.entry(node).or_default() += pages;
+            }
+            cache.unknown += found.unknown + found.not_present;
+        }
+        offset += len;
+    }
+    Ok(cache)
+}

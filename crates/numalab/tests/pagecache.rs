@@ -1,0 +1,192 @@
+//! `pagecache::file_cache` against util-linux `fincore`, which counts the
+//! same cached pages by its own `mincore` calls: the counts must agree,
+//! and asking must not bring a page into the cache.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use numalab::pagecache::{file_cache, PageCacheError};
+
+/// A directory on the file system under the build tree (a disk file
+/// system, where evicted pages really leave the cache; on tmpfs they
+/// cannot), removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("pagecache-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// util-linux `fincore`'s count of `path`'s cached pages, or why it
+/// cannot be had (printed; under CI a missing `fincore` fails).
+fn fincore_pages(path: &Path) -> Option<u64> {
+    let out = match Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--raw", "--output", "PAGES"])
+        .arg(path)
+        .output()
+    {
+        Ok(out) if out.status.success() => out,
+        Ok(out) => panic!("fincore failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(err) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "fincore (util-linux) is needed under CI: {err}"
+            );
+            eprintln!("skipped: fincore (util-linux) cannot run here: {err}");
+            return None;
+        }
+    };
+    Some(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .expect("fincore prints a page count"),
+    )
+}
+
+/// Writes `len` bytes at `offset` and makes them clean (so they can be
+/// evicted).
+fn write_at(file: &File, offset: u64, len: usize) {
+    file.write_all_at(&vec![0x5a; len], offset).unwrap();
+    file.sync_all().unwrap();
+}
+
+/// Drops `len` bytes from `offset` of the file from the page cache.
+fn evict(file: &File, offset: u64, len: u64) {
+    // SAFETY: posix_fadvise only advises the kernel about the file.
+    let ret = unsafe {
+        libc::posix_fadvise(
+            file.as_raw_fd(),
+            offset as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+    assert_eq!(ret, 0, "posix_fadvise");
+}
+
+#[test]
+fn cached_pages_agree_with_fincore_and_asking_caches_nothing() {
+    let scratch = Scratch::new("half");
+    let path = scratch.0.join("half");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    write_at(&file, 0, 8 << 20);
+    // The second half leaves the cache; a partial page at the end stays.
+    write_at(&file, 8 << 20, 100);
+    evict(&file, 4 << 20, 4 << 20);
+    let Some(before) = fincore_pages(&path) else {
+        return;
+    };
+    let cache = file_cache(&file).unwrap();
+    let page = cache.page_size;
+    assert_eq!(cache.size, (8 << 20) + 100);
+    assert_eq!(cache.pages, (8 << 20) / page + 1);
+    assert_eq!(cache.cached, before, "fincore counted {before}: {cache:?}");
+    assert!(
+        cache.cached < cache.pages,
+        "half was evicted: {cache:?} (a file system whose pages cannot be dropped?)"
+    );
+    let located: u64 = cache.per_node.values().sum();
+    assert_eq!(located + cache.unknown, cache.cached);
+    assert_eq!(cache.unknown, 0, "every cached page has a node: {cache:?}");
+    // Asking read nothing in: fincore finds what it found before.
+    assert_eq!(fincore_pages(&path), Some(before));
+    assert_eq!(file_cache(&file).unwrap(), cache);
+}
+
+#[test]
+fn a_sparse_file_past_one_window_is_counted_window_by_window() {
+    let scratch = Scratch::new("sparse");
+    let path = scratch.0.join("sparse");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    let size = 3 * numalab::pagecache::WINDOW + 12345;
+    file.set_len(size).unwrap();
+    // One page in each window, and one in the last, partial one.
+    for offset in [
+        0,
+        (3 << 30) / 2,
+        2 * numalab::pagecache::WINDOW + 4096,
+        size - 1,
+    ] {
+        write_at(&file, offset, 1);
+    }
+    let Some(expected) = fincore_pages(&path) else {
+        return;
+    };
+    let cache = file_cache(&file).unwrap();
+    assert_eq!(cache.size, size);
+    assert_eq!(cache.pages, size.div_ceil(cache.page_size));
+    assert_eq!(cache.cached, expected, "{cache:?}");
+    assert_eq!(cache.cached, 4, "the four pages written");
+    assert_eq!(fincore_pages(&path), Some(expected), "nothing read in");
+}
+
+#[test]
+fn an_empty_file_has_nothing_cached() {
+    let scratch = Scratch::new("empty");
+    let path = scratch.0.join("empty");
+    File::create(&path).unwrap();
+    let cache = file_cache(&File::open(&path).unwrap()).unwrap();
+    assert_eq!((cache.size, cache.pages, cache.cached), (0, 0, 0));
+    assert!(cache.per_node.is_empty());
+}
+
+#[test]
+fn what_is_not_a_regular_file_is_named() {
+    let scratch = Scratch::new("kinds");
+    let dir = File::open(&scratch.0).unwrap();
+    let err = file_cache(&dir).unwrap_err();
+    assert!(
+        matches!(err, PageCacheError::NotRegular("directory")),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("is a directory, not a regular file"),
+        "{err}"
+    );
+    let fifo = scratch.0.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: c is a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Opened without blocking for a writer.
+    let fifo = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    let err = file_cache(&fifo).unwrap_err();
+    assert!(matches!(err, PageCacheError::NotRegular("FIFO")), "{err}");
+    let null = File::open("/dev/null").unwrap();
+    assert!(matches!(
+        file_cache(&null).unwrap_err(),
+        PageCacheError::NotRegular("character device")
+    ));
+}
+
+use std::os::unix::fs::OpenOptionsExt;
