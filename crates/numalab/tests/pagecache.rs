@@ -31,6 +31,18 @@ impl Drop for Scratch {
     }
 }
 
+/// A new file `name` in `scratch`, open for reading and writing.
+fn new_file(scratch: &Scratch, name: &str) -> (PathBuf, File) {
+    let path = scratch.0.join(name);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    (path, file)
+}
+
 /// util-linux `fincore`'s count of `path`'s cached pages, or why it
 /// cannot be had (printed; under CI a missing `fincore` fails).
 fn fincore_pages(path: &Path) -> Option<u64> {
@@ -83,13 +95,7 @@ fn evict(file: &File, offset: u64, len: u64) {
 #[test]
 fn cached_pages_agree_with_fincore_and_asking_caches_nothing() {
     let scratch = Scratch::new("half");
-    let path = scratch.0.join("half");
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .unwrap();
+    let (path, file) = new_file(&scratch, "half");
     write_at(&file, 0, 8 << 20);
     // The second half leaves the cache; a partial page at the end stays.
     write_at(&file, 8 << 20, 100);
@@ -117,13 +123,7 @@ fn cached_pages_agree_with_fincore_and_asking_caches_nothing() {
 #[test]
 fn a_sparse_file_past_one_window_is_counted_window_by_window() {
     let scratch = Scratch::new("sparse");
-    let path = scratch.0.join("sparse");
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .unwrap();
+    let (path, file) = new_file(&scratch, "sparse");
     let size = 3 * numalab::pagecache::WINDOW + 12345;
     file.set_len(size).unwrap();
     // One page in each window, and one in the last, partial one.

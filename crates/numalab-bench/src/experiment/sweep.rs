@@ -1028,26 +1028,12 @@ mod tests {
         // the op size changes nothing.
         let grid = "[memory]\nsize = \"1MiB\"\n[access]\nops = 2_000\n[run]\nrepeats = 4\nwarmup = 0\ncounters = false\n[sweep]\n\"access.pattern\" = [\"random\"]\n\"threads.count\" = [1, 2]\n\"access.op_size\" = [64, 128]\n";
         let exp = Experiment::from_toml_str(grid, "first.toml").unwrap();
+        let result = timed(&exp, |cell, run| {
+            let base = if cell.threads.count == 2 { 0.5 } else { 1.0 };
+            // A little spread, so the intervals have a width.
+            base * (1.0 + 0.01 * f64::from(run % 3))
+        });
         let topology = Topology::system().unwrap();
-        let mut runs = 0u32;
-        let result = run_cells(
-            &exp,
-            &topology,
-            &Control::default(),
-            |_, _, _| {},
-            |cell, topology, plan, control| {
-                let mut result = execute_plan(cell, topology, plan, control)?;
-                let base = if cell.threads.count == 2 { 0.5 } else { 1.0 };
-                for repeat in &mut result.repeats {
-                    // A little spread, so the intervals have a width.
-                    repeat.time_to_last_s = base * (1.0 + 0.01 * f64::from(runs % 3));
-                    runs += 1;
-                }
-                result.figures = figures(&result.repeats);
-                Ok(result)
-            },
-        )
-        .unwrap();
         assert!(result.comparison.is_empty(), "no policy is swept");
         let d = &result.differences;
         assert_eq!(d.len(), 2, "two threads against one, per op size: {d:?}");
@@ -1084,6 +1070,29 @@ mod tests {
             .is_none());
     }
 
+    /// `exp`'s sweep with every repeat's time given by `time(cell, run)`,
+    /// `run` counting the sweep's repeats in the order they ran.
+    fn timed(exp: &Experiment, mut time: impl FnMut(&Experiment, u32) -> f64) -> SweepResult {
+        let topology = Topology::system().unwrap();
+        let mut runs = 0u32;
+        run_cells(
+            exp,
+            &topology,
+            &Control::default(),
+            |_, _, _| {},
+            |cell, topology, plan, control| {
+                let mut result = execute_plan(cell, topology, plan, control)?;
+                for repeat in &mut result.repeats {
+                    repeat.time_to_last_s = time(cell, runs);
+                    runs += 1;
+                }
+                result.figures = figures(&result.repeats);
+                Ok(result)
+            },
+        )
+        .unwrap()
+    }
+
     /// One thread against two, three repeats a cell and up to twelve,
     /// two threads taking `gap` less time (the times given here, with a
     /// repeating 0–2% spread): the sweep and how many repeats each cell
@@ -1094,29 +1103,14 @@ mod tests {
             "looks.toml",
         )
         .unwrap();
-        let topology = Topology::system().unwrap();
-        let mut runs = 0u32;
-        let result = run_cells(
-            &exp,
-            &topology,
-            &Control::default(),
-            |_, _, _| {},
-            |cell, topology, plan, control| {
-                let mut result = execute_plan(cell, topology, plan, control)?;
-                let base = if cell.threads.count == 2 {
-                    1.0 - gap
-                } else {
-                    1.0
-                };
-                for repeat in &mut result.repeats {
-                    repeat.time_to_last_s = base * (1.0 + 0.01 * f64::from((runs / 2) % 3));
-                    runs += 1;
-                }
-                result.figures = figures(&result.repeats);
-                Ok(result)
-            },
-        )
-        .unwrap();
+        let result = timed(&exp, |cell, run| {
+            let base = if cell.threads.count == 2 {
+                1.0 - gap
+            } else {
+                1.0
+            };
+            base * (1.0 + 0.01 * f64::from((run / 2) % 3))
+        });
         let repeats = result
             .cells
             .iter()
