@@ -6,6 +6,7 @@ pub mod document;
 pub mod exec;
 pub mod experiment;
 pub mod fill;
+pub mod fincore;
 pub mod kernels;
 pub mod matrix;
 pub mod report;

@@ -151,6 +151,35 @@ fn kind_of(mode: u32) -> &'static str {
     }
 }
 
+/// Opens `path` to ask about its cache: read-only, without waiting (a
+/// FIFO does not block for a writer), without touching its access time
+/// where the caller may ask that (its owner, or root), and, unless
+/// `follow`, refusing a symbolic link at `path` itself (`ELOOP`).
+///
+/// ```
+/// use numalab::pagecache::open_for_cache;
+/// assert!(open_for_cache("/proc/self/exe".as_ref(), false).is_err(), "a link, not followed");
+/// assert!(open_for_cache("/proc/self/exe".as_ref(), true).is_ok());
+/// ```
+pub fn open_for_cache(path: &std::path::Path, follow: bool) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOATIME;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let open = |flags| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(path)
+    };
+    open(flags).or_else(|err| match err.raw_os_error() {
+        // O_NOATIME is for the file's owner and root only.
+        Some(libc::EPERM) => open(flags & !libc::O_NOATIME),
+        _ => Err(err),
+    })
+}
+
 /// How many of `file`'s pages are in the page cache, and on which nodes
 /// (see the [module](self)). Nothing is read from the file.
 pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {

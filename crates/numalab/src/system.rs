@@ -125,6 +125,11 @@ pub struct NodeMemory {
     pub free_bytes: u64,
     /// Page cache in bytes (`FilePages`), mostly reclaimable.
     pub file_bytes: u64,
+    /// The page cache on the file LRU lists (`Active(file)` +
+    /// `Inactive(file)`): what reclaim can free (tmpfs and shared memory
+    /// count in `file_bytes` only).
+    #[serde(default)]
+    pub file_lru_bytes: u64,
     /// hugetlb pools.
     pub huge_pages: Vec<HugePagePool>,
 }
@@ -138,6 +143,7 @@ impl NodeMemory {
             total_bytes: info.total,
             free_bytes: info.free,
             file_bytes: info.file_pages,
+            file_lru_bytes: info.file_lru,
             huge_pages: procfs::node_huge_pools(node)?
                 .into_iter()
                 .map(|p| HugePagePool {

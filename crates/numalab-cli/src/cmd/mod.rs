@@ -24,6 +24,7 @@
 
 pub mod exec;
 pub mod fill;
+pub mod fincore;
 pub mod matrix;
 pub mod plot;
 pub mod report;

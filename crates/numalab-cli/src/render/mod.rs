@@ -12,6 +12,7 @@ pub mod exec;
 pub mod experiment;
 pub mod figures;
 pub mod fill;
+pub mod fincore;
 pub mod matrix;
 pub mod report;
 pub mod ring;

@@ -13,6 +13,7 @@ fn help_explains_every_command() {
         vec!["matrix", "--help"],
         vec!["report", "--help"],
         vec!["fill", "--help"],
+        vec!["fincore", "--help"],
     ] {
         let out = numalab(&cmd);
         assert!(out.status.success(), "{cmd:?}");

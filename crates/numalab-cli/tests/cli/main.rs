@@ -6,6 +6,7 @@ mod exec;
 mod experiment;
 mod files;
 mod fill;
+mod fincore;
 mod help;
 mod matrix;
 mod report;

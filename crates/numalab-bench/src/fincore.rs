@@ -1,0 +1,245 @@
+//! `numalab fincore`: util-linux `fincore`'s question — how much of each
+//! file is in the page cache — with a column per node, over files and
+//! whole directory trees, and each node's page cache beside it. Nothing
+//! is read from the files ([`numalab::pagecache`]).
+
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use numalab::pagecache::{file_cache, open_for_cache, FileCache};
+use numalab::system::NodeMemory;
+use serde::{Deserialize, Serialize};
+
+use crate::document::Schema;
+
+/// The most files one `numalab fincore` counts: each keeps a row of the
+/// result (a path and a few counts, about 200 bytes), so ten million
+/// bound it to a few gigabytes at worst.
+pub const MAX_FILES: usize = 10_000_000;
+
+/// Everything `numalab fincore` found (`--json`).
+///
+/// ```
+/// use numalab_bench::fincore::fincore;
+/// let dir = std::env::temp_dir().join(format!("numalab-fincore-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(dir.join("sub"))?;
+/// std::fs::write(dir.join("a"), vec![1u8; 8192])?;
+/// std::fs::write(dir.join("sub/b"), vec![2u8; 4096])?;
+/// let report = fincore(&[dir.clone()]);
+/// std::fs::remove_dir_all(&dir)?;
+/// let report = report?;
+/// assert_eq!(report.files.len(), 2, "directories are walked");
+/// assert_eq!(report.total.size, 8192 + 4096);
+/// assert!(report.failed.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FincoreReport {
+    /// Each regular file, in the order given (a directory's files sorted
+    /// by name, depth first).
+    pub files: Vec<CachedFile>,
+    /// All of them together.
+    pub total: FileCache,
+    /// Each node's memory now: its whole page cache (`file_bytes`,
+    /// `FilePages`), the part reclaim can free (`file_lru_bytes`), free.
+    pub nodes: Vec<NodeMemory>,
+    /// Files that could not be counted, with why.
+    pub failed: Vec<Unreadable>,
+    /// Entries of the directories walked that were not counted:
+    /// symbolic links (never followed inside a directory, so a link
+    /// cannot lead the walk in a loop or count a file twice) and other
+    /// special files (FIFOs, devices, sockets).
+    pub skipped: Skipped,
+}
+
+/// One file's cache.
+///
+/// ```
+/// use numalab_bench::fincore::CachedFile;
+/// let file = CachedFile { path: "/data/a".into(), cache: Default::default() };
+/// assert_eq!(file.cache.cached, 0);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedFile {
+    /// As given, or under the directory given.
+    pub path: String,
+    /// Its pages in the cache, per node.
+    #[serde(flatten)]
+    pub cache: FileCache,
+}
+
+/// A path that could not be counted.
+///
+/// ```
+/// use numalab_bench::fincore::fincore;
+/// let report = fincore(&["/no/such/file".into()])?;
+/// assert_eq!(report.failed[0].path, "/no/such/file");
+/// assert!(report.failed[0].error.contains("No such file"), "{}", report.failed[0].error);
+/// # Ok::<(), numalab_bench::fincore::FincoreError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreadable {
+    /// The path.
+    pub path: String,
+    /// Why, in one sentence.
+    pub error: String,
+}
+
+/// What a directory walk passed over ([`FincoreReport::skipped`]).
+///
+/// ```
+/// use numalab_bench::fincore::Skipped;
+/// assert_eq!(Skipped::default().links, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Symbolic links.
+    pub links: u64,
+    /// FIFOs, devices and sockets.
+    pub special: u64,
+}
+
+impl Schema for FincoreReport {
+    const NAME: &'static str = "numalab.fincore";
+    const VERSION: u32 = 1;
+}
+
+/// Why `numalab fincore` stopped before counting everything.
+///
+/// ```
+/// use numalab_bench::fincore::FincoreError;
+/// let err = FincoreError::TooManyFiles;
+/// assert!(err.to_string().contains("10000000"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+pub enum FincoreError {
+    /// More files than [`MAX_FILES`].
+    #[error("more than {MAX_FILES} files under the paths given, the most numalab fincore counts in one run; name fewer or deeper directories")]
+    TooManyFiles,
+    /// A node's memory could not be read.
+    #[error("reading node {node}'s memory: {source}")]
+    Node {
+        /// The node.
+        node: u32,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// Counts the cached pages of every regular file named in `paths` or
+/// found under a directory named there. A path that cannot be counted
+/// (missing, unreadable, a FIFO or device named directly) is kept in
+/// [`FincoreReport::failed`] and the rest go on, as util-linux `fincore`
+/// does; only more than [`MAX_FILES`] files stops it.
+pub fn fincore(paths: &[PathBuf]) -> Result<FincoreReport, FincoreError> {
+    let mut report = FincoreReport {
+        files: Vec::new(),
+        total: FileCache::default(),
+        nodes: Vec::new(),
+        failed: Vec::new(),
+        skipped: Skipped::default(),
+    };
+    // Directories already walked, by device and inode: a bind mount of a
+    // directory inside itself cannot loop.
+    let mut walked = HashSet::new();
+    for path in paths {
+        match fs::metadata(path) {
+            Ok(meta) if meta.is_dir() => walk(path, &mut walked, &mut report)?,
+            Ok(_) => count(path, false, &mut report)?,
+            Err(err) => fail(&mut report, path, &err.to_string()),
+        }
+    }
+    for node in numalab::NodeInventory::live().with_memory.iter() {
+        report
+            .nodes
+            .push(NodeMemory::read(node).map_err(|source| FincoreError::Node { node, source })?);
+    }
+    Ok(report)
+}
+
+fn fail(report: &mut FincoreReport, path: &Path, error: &str) {
+    report.failed.push(Unreadable {
+        path: path.display().to_string(),
+        error: error.to_owned(),
+    });
+}
+
+/// Counts one file; `inside` when it was found in a directory (then a
+/// link at its name is not followed).
+fn count(path: &Path, inside: bool, report: &mut FincoreReport) -> Result<(), FincoreError> {
+    if report.files.len() >= MAX_FILES {
+        return Err(FincoreError::TooManyFiles);
+    }
+    let opened = open_for_cache(path, !inside);
+    let result = opened
+        .map_err(|err| err.to_string())
+        .and_then(|file: File| file_cache(&file).map_err(|err| err.to_string()));
+    match result {
+        Ok(cache) => {
+            report.total.add(&cache);
+            report.files.push(CachedFile {
+                path: path.display().to_string(),
+                cache,
+            });
+        }
+        Err(error) => fail(report, path, &error),
+    }
+    Ok(())
+}
+
+/// Every regular file under `root`, depth first, entries sorted by name.
+fn walk(
+    root: &Path,
+    walked: &mut HashSet<(u64, u64)>,
+    report: &mut FincoreReport,
+) -> Result<(), FincoreError> {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let meta = match fs::symlink_metadata(&dir) {
+            Ok(meta) => meta,
+            Err(err) => {
+                fail(report, &dir, &err.to_string());
+                continue;
+            }
+        };
+        if !walked.insert((meta.dev(), meta.ino())) {
+            continue;
+        }
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(err) => {
+                fail(report, &dir, &err.to_string());
+                continue;
+            }
+        };
+        let mut names: Vec<(PathBuf, fs::FileType)> = Vec::new();
+        for entry in entries {
+            match entry.and_then(|e| Ok((e.path(), e.file_type()?))) {
+                Ok(named) => names.push(named),
+                Err(err) => fail(report, &dir, &err.to_string()),
+            }
+            if names.len() > MAX_FILES {
+                return Err(FincoreError::TooManyFiles);
+            }
+        }
+        names.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut subdirs = Vec::new();
+        for (path, kind) in names {
+            if kind.is_dir() {
+                subdirs.push(path);
+            } else if kind.is_file() {
+                count(&path, true, report)?;
+            } else if kind.is_symlink() {
+                report.skipped.links += 1;
+            } else {
+                report.skipped.special += 1;
+            }
+        }
+        // Depth first, in name order.
+        stack.extend(subdirs.into_iter().rev());
+    }
+    Ok(())
+}

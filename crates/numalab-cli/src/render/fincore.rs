@@ -1,0 +1,140 @@
+//! `numalab fincore` for people: `fincore`'s columns (RES, PAGES, SIZE,
+//! FILE) with the cached pages of each node between them, a total, and
+//! each node's page cache.
+
+use numalab::units::Size;
+use numalab_bench::fincore::FincoreReport;
+
+use super::{Render, Style};
+use crate::output::Csv;
+
+impl Render for FincoreReport {
+    fn text(&self, style: Style) -> String {
+        human(self, style)
+    }
+
+    fn csv(&self) -> String {
+        csv(self)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.failed
+            .iter()
+            .map(|f| format!("{}: {}", f.path, f.error))
+            .collect()
+    }
+}
+
+/// The nodes with a column: every node with memory, and any node a page
+/// was found on.
+fn node_columns(report: &FincoreReport) -> Vec<u32> {
+    let mut nodes: Vec<u32> = report.nodes.iter().map(|n| n.node).collect();
+    for &node in report.total.per_node.keys() {
+        if !nodes.contains(&node) {
+            nodes.push(node);
+        }
+    }
+    nodes.sort_unstable();
+    nodes
+}
+
+fn human(report: &FincoreReport, style: Style) -> String {
+    let nodes = node_columns(report);
+    let mut header: Vec<String> = vec!["RES".into(), "PAGES".into(), "SIZE".into()];
+    header.extend(nodes.iter().map(|n| format!("node{n}")));
+    let unknown = report.total.unknown > 0;
+    if unknown {
+        header.push("unknown".into());
+    }
+    header.push("FILE".into());
+    let mut table = style.table(header);
+    let row = |cache: &numalab::pagecache::FileCache, name: &str| {
+        let mut row = vec![
+            Size(cache.cached_bytes()).to_string(),
+            cache.cached.to_string(),
+            Size(cache.size).to_string(),
+        ];
+        row.extend(
+            nodes
+                .iter()
+                .map(|n| cache.per_node.get(n).copied().unwrap_or(0).to_string()),
+        );
+        if unknown {
+            row.push(cache.unknown.to_string());
+        }
+        row.push(name.to_owned());
+        row
+    };
+    for file in &report.files {
+        table.add_row(row(&file.cache, &file.path));
+    }
+    if report.files.len() > 1 {
+        table.add_row(row(
+            &report.total,
+            &format!("total of {} files", report.files.len()),
+        ));
+    }
+    let mut out = style.render(&table);
+    out.push('\n');
+    let skipped = report.skipped;
+    if skipped.links + skipped.special > 0 {
+        out.push_str(&style.line(&format!(
+            "not counted in the directories: {} symbolic link(s) (not followed), {} FIFO(s), device(s) or socket(s)",
+            skipped.links, skipped.special
+        )));
+    }
+    out.push_str(&style.line(
+        "page cache per node now (page cache: FilePages, with tmpfs and shared memory; reclaimable: Active(file) + Inactive(file)):",
+    ));
+    let mut nodes_table = style.table(vec![
+        "node".to_string(),
+        "page cache".into(),
+        "reclaimable".into(),
+        "free".into(),
+        "memory".into(),
+    ]);
+    for node in &report.nodes {
+        nodes_table.add_row(vec![
+            node.node.to_string(),
+            Size(node.file_bytes).to_string(),
+            Size(node.file_lru_bytes).to_string(),
+            Size(node.free_bytes).to_string(),
+            Size(node.total_bytes).to_string(),
+        ]);
+    }
+    out.push_str(&style.render(&nodes_table));
+    out
+}
+
+fn csv(report: &FincoreReport) -> String {
+    let nodes = node_columns(report);
+    let node_names: Vec<String> = nodes.iter().map(|n| format!("node{n}_pages")).collect();
+    let mut header = vec![
+        "file",
+        "size_bytes",
+        "pages",
+        "cached_pages",
+        "cached_bytes",
+    ];
+    header.extend(node_names.iter().map(String::as_str));
+    header.push("unknown_pages");
+    let mut csv = Csv::new(&header);
+    for file in &report.files {
+        let c = &file.cache;
+        let mut row = vec![
+            file.path.clone(),
+            c.size.to_string(),
+            c.pages.to_string(),
+            c.cached.to_string(),
+            c.cached_bytes().to_string(),
+        ];
+        row.extend(
+            nodes
+                .iter()
+                .map(|n| c.per_node.get(n).copied().unwrap_or(0).to_string()),
+        );
+        row.push(c.unknown.to_string());
+        csv.row(row);
+    }
+    csv.finish()
+}

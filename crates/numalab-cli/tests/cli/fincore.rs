@@ -1,0 +1,126 @@
+//! `numalab fincore` against util-linux `fincore` on the same files.
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::process::Command;
+
+use crate::common::*;
+use serde_json::Value;
+
+/// util-linux `fincore`'s count of a file's cached pages; `None` (said
+/// why) where it cannot run, which fails under CI.
+fn fincore_pages(path: &str) -> Option<u64> {
+    match Command::new("fincore")
+        .args([
+            "--bytes",
+            "--noheadings",
+            "--raw",
+            "--output",
+            "PAGES",
+            path,
+        ])
+        .output()
+    {
+        Ok(out) if out.status.success() => Some(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap(),
+        ),
+        Ok(out) => panic!("fincore {path}: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(err) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "fincore (util-linux) is needed under CI: {err}"
+            );
+            eprintln!("skipped: fincore (util-linux) cannot run here: {err}");
+            None
+        }
+    }
+}
+
+/// A directory with a written file, a sparse one with one page written
+/// in a subdirectory, a link and a FIFO.
+fn tree(scratch: &Scratch) {
+    fs::write(scratch.0.join("a"), vec![1u8; 64 << 10]).unwrap();
+    fs::create_dir(scratch.0.join("sub")).unwrap();
+    let sparse = fs::File::create(scratch.0.join("sub/b")).unwrap();
+    sparse.set_len(10 << 20).unwrap();
+    sparse.write_all_at(b"x", 5 << 20).unwrap();
+    std::os::unix::fs::symlink(scratch.0.join("a"), scratch.0.join("link")).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(scratch.0.join("fifo"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
+
+#[test]
+fn fincore_counts_as_util_linux_fincore_does_and_walks_directories() {
+    let scratch = Scratch::new("fincore-tree");
+    tree(&scratch);
+    let out = numalab(&["fincore", "--json", scratch.0.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["schema"], "numalab.fincore");
+    let files = doc["files"].as_array().unwrap();
+    let names: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert_eq!(names, [scratch.path("a"), scratch.path("sub/b")]);
+    // The link is not followed (a would count twice), the FIFO not opened.
+    assert_eq!(doc["skipped"]["links"], 1);
+    assert_eq!(doc["skipped"]["special"], 1);
+    for file in files {
+        let path = file["path"].as_str().unwrap();
+        let Some(expected) = fincore_pages(path) else {
+            return;
+        };
+        assert_eq!(file["cached"], expected, "{path}: {file}");
+        let on_nodes: u64 = file["per_node"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(on_nodes + file["unknown"].as_u64().unwrap(), expected);
+    }
+    assert_eq!(files[1]["cached"], 1, "one page of the sparse file written");
+    assert_eq!(files[1]["size"], 10 << 20);
+    // Every node with memory has its page cache beside the files.
+    assert_eq!(doc["nodes"].as_array().unwrap().len(), sysfs_nodes().len());
+    // The table: fincore's columns with one per node, and a total.
+    let table = numalab(&["fincore", scratch.0.to_str().unwrap()]);
+    let text = stdout(&table);
+    assert!(text.lines().next().unwrap().contains("RES"), "{text}");
+    assert!(text.contains("node0"), "{text}");
+    assert!(text.contains("total of 2 files"), "{text}");
+    assert!(
+        text.contains("1 symbolic link(s) (not followed), 1 FIFO(s)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn fincore_names_what_it_cannot_count_counts_the_rest_and_exits_1() {
+    let scratch = Scratch::new("fincore-bad");
+    tree(&scratch);
+    let missing = scratch.path("missing");
+    let (fifo, a) = (scratch.path("fifo"), scratch.path("a"));
+    // A FIFO named directly is opened without waiting for a writer.
+    let out = numalab(&["fincore", &missing, &fifo, &a]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("{missing}: No such file or directory")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{fifo}: is a FIFO, not a regular file")),
+        "{err}"
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains(&a),
+        "the readable file is still counted: {text}"
+    );
+}
