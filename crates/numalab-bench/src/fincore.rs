@@ -243,3 +243,182 @@ fn walk(
     }
     Ok(())
 }
+
+/// What `numalab pagecache load` or `drop` did to each file's cache
+/// (`--json`).
+///
+/// ```
+/// use numalab_bench::fincore::{change_cache, CacheAction};
+/// let path = std::env::temp_dir().join(format!("numalab-change-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![3u8; 64 << 10])?;
+/// let report = change_cache(&[path.clone()], CacheAction::Load { node: 0 });
+/// std::fs::remove_file(&path)?;
+/// let report = report?;
+/// assert_eq!(report.files[0].after.cached, 16);
+/// assert_eq!(report.files[0].after.per_node.get(&0), Some(&16));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheChange {
+    /// What was done.
+    pub action: CacheAction,
+    /// Each file, before and after.
+    pub files: Vec<ChangedFile>,
+    /// Each node's memory afterwards.
+    pub nodes: Vec<NodeMemory>,
+    /// Files that could not be changed, with why.
+    pub failed: Vec<Unreadable>,
+}
+
+impl Schema for CacheChange {
+    const NAME: &'static str = "numalab.pagecache";
+    const VERSION: u32 = 1;
+}
+
+/// `load` onto a node, or `drop`.
+///
+/// ```
+/// use numalab_bench::fincore::CacheAction;
+/// assert_eq!(CacheAction::Load { node: 1 }.to_string(), "load onto node 1");
+/// assert_eq!(CacheAction::Drop.to_string(), "drop");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum CacheAction {
+    /// Read the files so that their pages are cached on `node`.
+    Load {
+        /// The node.
+        node: u32,
+    },
+    /// Drop the files' clean pages from the cache.
+    Drop,
+}
+
+impl std::fmt::Display for CacheAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheAction::Load { node } => write!(f, "load onto node {node}"),
+            CacheAction::Drop => write!(f, "drop"),
+        }
+    }
+}
+
+/// One file's cache before and after ([`CacheChange`]).
+///
+/// ```
+/// use numalab_bench::fincore::ChangedFile;
+/// let file = ChangedFile {
+///     path: "a".into(),
+///     before: Default::default(),
+///     after: Default::default(),
+///     read_bytes: None,
+///     unflushed_pages: Some(0),
+/// };
+/// assert_eq!(file.elsewhere(0), 0);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangedFile {
+    /// The path.
+    pub path: String,
+    /// Its cache before.
+    pub before: FileCache,
+    /// Its cache after.
+    pub after: FileCache,
+    /// Bytes read (`load`).
+    pub read_bytes: Option<u64>,
+    /// Dirty and under-writeback pages after (`cachestat(2)`, Linux
+    /// 6.5): pages `drop` cannot drop until they are written.
+    pub unflushed_pages: Option<u64>,
+}
+
+impl ChangedFile {
+    /// Pages cached after on nodes other than `node` (or of unknown
+    /// node).
+    pub fn elsewhere(&self, node: u32) -> u64 {
+        self.after.cached - self.after.per_node.get(&node).copied().unwrap_or(0)
+    }
+}
+
+/// Why `numalab pagecache load` cannot start.
+///
+/// ```
+/// use numalab_bench::fincore::{change_cache, CacheAction, ChangeError};
+/// let err = change_cache(&["x".into()], CacheAction::Load { node: 4096 }).unwrap_err();
+/// assert!(matches!(err, ChangeError::NoMemory { node: 4096, .. }), "{err}");
+/// ```
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// The node has no memory here (or does not exist).
+    #[error("node {node} has no memory here (nodes with memory: {with_memory}): its page cache would go elsewhere")]
+    NoMemory {
+        /// The node asked for.
+        node: u32,
+        /// The nodes that have memory.
+        with_memory: String,
+    },
+    /// A node's memory could not be read.
+    #[error(transparent)]
+    Fincore(#[from] FincoreError),
+}
+
+/// Loads (reads, preferring `node` for the pages it brings in) or drops
+/// each file's page cache, counting its cached pages per node before and
+/// after. A node without memory is refused before any file is touched;
+/// a file that cannot be changed is kept in [`CacheChange::failed`].
+pub fn change_cache(paths: &[PathBuf], action: CacheAction) -> Result<CacheChange, ChangeError> {
+    let inventory = numalab::NodeInventory::live();
+    if let CacheAction::Load { node } = action {
+        if !inventory.with_memory.contains(node) {
+            return Err(ChangeError::NoMemory {
+                node,
+                with_memory: inventory.with_memory.to_string(),
+            });
+        }
+    }
+    let mut change = CacheChange {
+        action,
+        files: Vec::new(),
+        nodes: Vec::new(),
+        failed: Vec::new(),
+    };
+    for path in paths {
+        let result = open_for_cache(path, true)
+            .map_err(|err| err.to_string())
+            .and_then(|file| one_change(&file, path, action).map_err(|err| err.to_string()));
+        match result {
+            Ok(changed) => change.files.push(changed),
+            Err(error) => change.failed.push(Unreadable {
+                path: path.display().to_string(),
+                error,
+            }),
+        }
+    }
+    for node in inventory.with_memory.iter() {
+        change
+            .nodes
+            .push(NodeMemory::read(node).map_err(|source| FincoreError::Node { node, source })?);
+    }
+    Ok(change)
+}
+
+fn one_change(
+    file: &File,
+    path: &Path,
+    action: CacheAction,
+) -> Result<ChangedFile, numalab::pagecache::PageCacheError> {
+    let before = file_cache(file)?;
+    let read_bytes = match action {
+        CacheAction::Load { node } => Some(numalab::pagecache::load_on(file, node)?),
+        CacheAction::Drop => {
+            numalab::pagecache::drop_cache(file)?;
+            None
+        }
+    };
+    Ok(ChangedFile {
+        path: path.display().to_string(),
+        before,
+        after: file_cache(file)?,
+        read_bytes,
+        unflushed_pages: numalab::pagecache::unflushed_pages(file),
+    })
+}

@@ -232,3 +232,106 @@ pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
     }
     Ok(cache)
 }
+
+/// Pages of a file the page cache holds and cannot simply drop, from
+/// `cachestat(2)` (Linux 6.5): dirty ones (written, not yet on disk) and
+/// ones being written back. `None` on older kernels.
+///
+/// ```
+/// use numalab::pagecache::unflushed_pages;
+/// let path = std::env::temp_dir().join(format!("numalab-dirty-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![1u8; 1 << 20])?;
+/// let file = std::fs::File::open(&path)?;
+/// file.sync_all()?;
+/// let after_sync = unflushed_pages(&file);
+/// std::fs::remove_file(&path)?;
+/// if let Some(pages) = after_sync {
+///     assert_eq!(pages, 0, "written to disk");
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn unflushed_pages(file: &File) -> Option<u64> {
+    linux::cache_stat(file.as_fd())
+        .ok()
+        .map(|s| s.dirty + s.writeback)
+}
+
+/// Asks the kernel to drop `file`'s pages from the page cache
+/// (`POSIX_FADV_DONTNEED` over the whole file): clean pages no process
+/// maps leave it; dirty pages are queued for writeback and stay, as do
+/// pages mapped by a process. Nothing is written by numalab.
+///
+/// ```
+/// use numalab::pagecache::{drop_cache, file_cache};
+/// let path = std::env::temp_dir().join(format!("numalab-drop-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![1u8; 1 << 20])?;
+/// let file = std::fs::File::open(&path)?;
+/// file.sync_all()?; // clean, so droppable
+/// drop_cache(&file)?;
+/// let left = file_cache(&file)?.cached;
+/// std::fs::remove_file(&path)?;
+/// assert!(left < 256, "{left} of 256 pages stayed");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn drop_cache(file: &File) -> Result<(), PageCacheError> {
+    let stat = linux::stat_fd(file)?;
+    if !stat.regular {
+        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
+    }
+    linux::drop_file_cache(file.as_fd())?;
+    Ok(())
+}
+
+/// Reads all of `file` on a thread of its own whose memory policy
+/// prefers `node` (`MPOL_PREFERRED`: another node when `node` is full),
+/// so the pages the read brings into the page cache are allocated on
+/// `node` — the kernel places a page-cache page by the policy of the task
+/// that reads it in. Pages already cached stay where they are. The
+/// caller's own policy is untouched. Reads as far as the file's size when
+/// it began; returns the bytes read.
+///
+/// ```
+/// use numalab::pagecache::{file_cache, load_on};
+/// let path = std::env::temp_dir().join(format!("numalab-load-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![1u8; 1 << 20])?;
+/// let read = load_on(&std::fs::File::open(&path)?, 0);
+/// let cache = file_cache(&std::fs::File::open(&path)?);
+/// std::fs::remove_file(&path)?;
+/// assert_eq!(read?, 1 << 20);
+/// assert_eq!(cache?.cached, 256);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load_on(file: &File, node: u32) -> Result<u64, PageCacheError> {
+    use std::os::unix::fs::FileExt;
+    let stat = linux::stat_fd(file)?;
+    if !stat.regular {
+        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> Result<u64, PageCacheError> {
+                crate::MemPolicy::Preferred(node)
+                    .apply_to_thread()
+                    .map_err(|err| PageCacheError::Os(io::Error::other(err)))?;
+                let mut buffer = vec![0u8; 1 << 20];
+                let mut offset = 0u64;
+                // The size it had: a file that keeps growing is read
+                // as far as it was.
+                while offset < stat.size {
+                    let want = (stat.size - offset).min(buffer.len() as u64) as usize;
+                    let n = file.read_at(&mut buffer[..want], offset)?;
+                    if n == 0 {
+                        break;
+                    }
+                    offset += n as u64;
+                }
+                Ok(offset)
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(PageCacheError::Os(io::Error::other(
+                    "the reading thread panicked",
+                )))
+            })
+    })
+}

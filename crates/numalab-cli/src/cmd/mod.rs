@@ -26,6 +26,7 @@ pub mod exec;
 pub mod fill;
 pub mod fincore;
 pub mod matrix;
+pub mod pagecache;
 pub mod plot;
 pub mod report;
 pub mod ring;

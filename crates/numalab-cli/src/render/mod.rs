@@ -14,6 +14,7 @@ pub mod figures;
 pub mod fill;
 pub mod fincore;
 pub mod matrix;
+pub mod pagecache;
 pub mod report;
 pub mod ring;
 pub mod topo;

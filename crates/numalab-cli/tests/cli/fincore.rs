@@ -1,4 +1,5 @@
-//! `numalab fincore` against util-linux `fincore` on the same files.
+//! `numalab fincore` and `numalab pagecache` against util-linux `fincore`
+//! on the same files.
 
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -123,4 +124,44 @@ fn fincore_names_what_it_cannot_count_counts_the_rest_and_exits_1() {
         text.contains(&a),
         "the readable file is still counted: {text}"
     );
+}
+
+#[test]
+fn pagecache_drop_and_load_move_a_files_cache_as_fincore_sees_it() {
+    let scratch = Scratch::new("pagecache");
+    let path = scratch.path("data");
+    fs::write(&path, vec![7u8; 4 << 20]).unwrap();
+    fs::File::open(&path).unwrap().sync_all().unwrap();
+    let pages = (4 << 20) / 4096;
+    let drop = numalab(&["pagecache", "drop", "--json", &path]);
+    assert!(drop.status.success(), "{}", stderr(&drop));
+    let doc: Value = serde_json::from_slice(&drop.stdout).unwrap();
+    assert_eq!(doc["schema"], "numalab.pagecache");
+    assert_eq!(doc["action"]["kind"], "drop");
+    let Some(after_drop) = fincore_pages(&path) else {
+        return;
+    };
+    assert_eq!(doc["files"][0]["after"]["cached"], after_drop);
+    assert_eq!(after_drop, 0, "a clean file no one maps leaves the cache");
+    let node = sysfs_nodes()[0].to_string();
+    let load = numalab(&["pagecache", "load", "--json", "--node", &node, &path]);
+    assert!(load.status.success(), "{}", stderr(&load));
+    let doc: Value = serde_json::from_slice(&load.stdout).unwrap();
+    let file = &doc["files"][0];
+    assert_eq!(file["before"]["cached"], 0);
+    assert_eq!(file["read_bytes"], 4 << 20);
+    assert_eq!(fincore_pages(&path), Some(pages));
+    assert_eq!(file["after"]["cached"], pages);
+    assert_eq!(file["after"]["per_node"][&node], pages, "{file}");
+    // A node without memory is refused before the file is touched.
+    let drop = numalab(&["pagecache", "drop", &path]);
+    assert!(drop.status.success());
+    let refused = numalab(&["pagecache", "load", "--node", "4096", &path]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("node 4096 has no memory here"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(fincore_pages(&path), Some(0), "nothing was read");
 }

@@ -14,6 +14,8 @@ fn help_explains_every_command() {
         vec!["report", "--help"],
         vec!["fill", "--help"],
         vec!["fincore", "--help"],
+        vec!["pagecache", "--help"],
+        vec!["pagecache", "load", "--help"],
     ] {
         let out = numalab(&cmd);
         assert!(out.status.success(), "{cmd:?}");

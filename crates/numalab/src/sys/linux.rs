@@ -1024,6 +1024,72 @@ impl Drop for FileWindow {
     }
 }
 
+/// `posix_fadvise(POSIX_FADV_DONTNEED)` over the whole file: its clean,
+/// unmapped pages leave the page cache; dirty ones are queued for
+/// writeback and stay.
+pub fn drop_file_cache(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: the advice concerns only the kernel's cache of the file.
+    match unsafe { libc::posix_fadvise(fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) } {
+        0 => Ok(()),
+        err => Err(io::Error::from_raw_os_error(err)),
+    }
+}
+
+/// What `cachestat(2)` (Linux 6.5) counts for a whole file, in pages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStat {
+    pub cached: u64,
+    pub dirty: u64,
+    pub writeback: u64,
+    pub evicted: u64,
+    pub recently_evicted: u64,
+}
+
+/// `cachestat(2)` over the whole file; `ENOSYS` before Linux 6.5.
+pub fn cache_stat(fd: BorrowedFd<'_>) -> io::Result<CacheStat> {
+    // The same number on every architecture (the unified table of system
+    // calls from 424 on); the libc crate does not name it on x86-64.
+    const SYS_CACHESTAT: libc::c_long = 451;
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    // Length 0: to the end of the file.
+    let range = Range { off: 0, len: 0 };
+    let mut stat = Stat::default();
+    // SAFETY: range and stat are valid for the call, laid out as the
+    // kernel's struct cachestat_range and struct cachestat.
+    let ret = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_raw_fd(),
+            &range as *const Range,
+            &mut stat as *mut Stat,
+            0u32,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(CacheStat {
+        cached: stat.nr_cache,
+        dirty: stat.nr_dirty,
+        writeback: stat.nr_writeback,
+        evicted: stat.nr_evicted,
+        recently_evicted: stat.nr_recently_evicted,
+    })
+}
+
 /// Kind of an open-file-description lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockKind {
