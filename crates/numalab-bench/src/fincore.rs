@@ -34,6 +34,12 @@ pub const MAX_FILES: usize = 10_000_000;
 /// assert_eq!(report.files.len(), 2, "directories are walked");
 /// assert_eq!(report.total.size, 8192 + 4096);
 /// assert!(report.failed.is_empty());
+/// // What --json writes reads back as it was.
+/// let json = numalab_bench::document::Document::new(&report).to_json()?;
+/// let back = numalab_bench::document::Document::<numalab_bench::fincore::FincoreReport>::from_value(
+///     serde_json::from_str(&json)?,
+/// )?;
+/// assert_eq!(back, report);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,8 +72,8 @@ pub struct FincoreReport {
 pub struct CachedFile {
     /// As given, or under the directory given.
     pub path: String,
-    /// Its pages in the cache, per node.
-    #[serde(flatten)]
+    /// Its pages in the cache, per node. (Not flattened into the file's
+    /// object: serde cannot read a flattened map with number keys back.)
     pub cache: FileCache,
 }
 

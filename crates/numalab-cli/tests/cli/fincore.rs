@@ -76,17 +76,21 @@ fn fincore_counts_as_util_linux_fincore_does_and_walks_directories() {
         let Some(expected) = fincore_pages(path) else {
             return;
         };
-        assert_eq!(file["cached"], expected, "{path}: {file}");
-        let on_nodes: u64 = file["per_node"]
+        let cache = &file["cache"];
+        assert_eq!(cache["cached"], expected, "{path}: {file}");
+        let on_nodes: u64 = cache["per_node"]
             .as_object()
             .unwrap()
             .values()
             .map(|v| v.as_u64().unwrap())
             .sum();
-        assert_eq!(on_nodes + file["unknown"].as_u64().unwrap(), expected);
+        assert_eq!(on_nodes + cache["unknown"].as_u64().unwrap(), expected);
     }
-    assert_eq!(files[1]["cached"], 1, "one page of the sparse file written");
-    assert_eq!(files[1]["size"], 10 << 20);
+    assert_eq!(
+        files[1]["cache"]["cached"], 1,
+        "one page of the sparse file written"
+    );
+    assert_eq!(files[1]["cache"]["size"], 10 << 20);
     // Every node with memory has its page cache beside the files.
     assert_eq!(doc["nodes"].as_array().unwrap().len(), sysfs_nodes().len());
     // The table: fincore's columns with one per node, and a total.

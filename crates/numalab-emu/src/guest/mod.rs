@@ -27,6 +27,7 @@ pub mod buffer;
 pub mod exec;
 pub mod fill;
 pub mod matrix;
+pub mod pagecache;
 pub mod replicated;
 pub mod ring;
 pub mod run;
@@ -161,6 +162,11 @@ pub const CHECKS: &[Check] = &[
         name: "fill.bind-refused",
         about: "numalab fill --membind beyond the node's free memory is refused before allocating",
         run: fill::bind_refused,
+    },
+    Check {
+        name: "pagecache.fincore",
+        about: "numalab fincore on a file written under bind:N, for every node: its pages found on N, and N's FilePages grew by the file",
+        run: pagecache::nodes,
     },
     Check {
         name: "run.placement",
