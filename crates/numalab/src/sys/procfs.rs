@@ -671,6 +671,26 @@ impl PagemapEntry {
     }
 }
 
+/// The pagemap entries of `pages` consecutive pages of this process from
+/// `start` (page-aligned), read in one go from `pagemap` (an open
+/// `/proc/self/pagemap`) into `raw` (reused between calls).
+pub fn pagemap_run(
+    pagemap: &fs::File,
+    start: usize,
+    pages: usize,
+    page_size: usize,
+    raw: &mut Vec<u8>,
+) -> io::Result<Vec<PagemapEntry>> {
+    use std::os::unix::fs::FileExt;
+    raw.clear();
+    raw.resize(pages * 8, 0);
+    pagemap.read_exact_at(raw, (start / page_size) as u64 * 8)?;
+    Ok(raw
+        .chunks_exact(8)
+        .map(|b| PagemapEntry::from_raw(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))))
+        .collect())
+}
+
 /// The pagemap entries of this process's pages at `addresses` (each the
 /// start of a page of `page_size` bytes), one `pread` per address.
 pub fn pagemap_of_self(addresses: &[usize], page_size: usize) -> io::Result<Vec<PagemapEntry>> {
