@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use numalab_bench::fincore::fincore;
+use numalab_bench::fincore::{fincore, Unreadable};
 
 use crate::output::{Format, OutputArgs};
 use crate::render;
@@ -39,15 +39,20 @@ pub fn run(args: &FincoreArgs) -> Result<i32> {
     args.output.check()?;
     let report = fincore(&args.paths)?;
     render::emit(&report, &args.output)?;
-    // What could not be counted goes to standard error, as fincore's
-    // (emit already repeats it there for every other output).
-    if args.output.format() == Format::Table && args.output.output.is_none() {
-        for failed in &report.failed {
+    say_failures(&args.output, &report.failed);
+    Ok(i32::from(!report.failed.is_empty()))
+}
+
+/// Paths that could not be counted or changed, on standard error, as
+/// fincore's; `emit` already repeats them there for every output but a
+/// table on standard output.
+pub fn say_failures(output: &OutputArgs, failed: &[Unreadable]) {
+    if output.format() == Format::Table && output.output.is_none() {
+        for failed in failed {
             eprintln!(
                 "numalab: {}",
                 crate::output::printable(&format!("{}: {}", failed.path, failed.error))
             );
         }
     }
-    Ok(i32::from(!report.failed.is_empty()))
 }

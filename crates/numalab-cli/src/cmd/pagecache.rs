@@ -9,7 +9,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use numalab_bench::fincore::{change_cache, CacheAction};
 
-use crate::output::{Format, OutputArgs};
+use crate::output::OutputArgs;
 use crate::render;
 
 /// Place a file's page cache on a node, or drop it; shows each file's
@@ -76,13 +76,6 @@ pub fn run(args: &PagecacheArgs) -> Result<i32> {
         Action::Drop { .. } => change_cache(files, CacheAction::Drop)?,
     };
     render::emit(&change, output)?;
-    if output.format() == Format::Table && output.output.is_none() {
-        for failed in &change.failed {
-            eprintln!(
-                "numalab: {}",
-                crate::output::printable(&format!("{}: {}", failed.path, failed.error))
-            );
-        }
-    }
+    super::fincore::say_failures(output, &change.failed);
     Ok(i32::from(!change.failed.is_empty()))
 }
