@@ -64,7 +64,7 @@ done
 large=$(printf '%s\n' "${large_ratios[@]}" | median)
 small=$(printf '%s\n' "${small_ratios[@]}" | median)
 verdict() { awk -v r="$1" 'BEGIN { print (r >= 0.9 ? "met" : "missed") }'; }
-printf 'TARGET\tnumalab fincore / util-linux fincore, one %s GiB cached file (speed)\t%.2f (medians %.3f s / %.3f s)\t>= 0.9\t%s\n' \
+printf 'TARGET\tnumalab fincore / util-linux fincore, one %s GiB cached file (speed)\t%.3f (medians %.3f s / %.3f s)\t>= 0.9\t%s\n' \
     "$gib" "$large" "$(printf '%s\n' "${large_f[@]}" | median)" "$(printf '%s\n' "${large_n[@]}" | median)" "$(verdict "$large")"
-printf 'TARGET\tnumalab fincore / util-linux fincore, %s cached 4 KiB files (speed)\t%.2f (medians %.3f s / %.3f s)\t>= 0.9\t%s\n' \
+printf 'TARGET\tnumalab fincore / util-linux fincore, %s cached 4 KiB files (speed)\t%.3f (medians %.3f s / %.3f s)\t>= 0.9\t%s\n' \
     "$files" "$small" "$(printf '%s\n' "${small_f[@]}" | median)" "$(printf '%s\n' "${small_n[@]}" | median)" "$(verdict "$small")"

@@ -199,7 +199,8 @@ pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
     // As root, the frames the pagemap shows say each page's node much
     // faster than move_pages(2), which looks the mapping up again for
     // every page.
-    let mut frames = Frames::open();
+    let frames = Frames::get();
+    let mut raw = Vec::new();
     let mut offset = 0;
     while offset < stat.size {
         let len = (stat.size - offset).min(WINDOW);
@@ -220,11 +221,12 @@ pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
                     let from = start * page as usize;
                     let to = (i * page as usize).min(len as usize);
                     let _ = window.populate(from, to - from);
-                    let counted = frames.as_mut().is_some_and(|f| {
+                    let counted = frames.is_some_and(|f| {
                         f.count(
                             window.at(from) as usize,
                             i - start,
                             page as usize,
+                            &mut raw,
                             &mut cache,
                         )
                     });
@@ -255,23 +257,29 @@ struct Frames {
     block_size: u64,
     /// Memory block → node.
     blocks: BTreeMap<u64, u32>,
-    raw: Vec<u8>,
 }
 
 impl Frames {
-    /// `None` without root (no frame numbers) or without memory blocks in
-    /// sysfs.
-    fn open() -> Option<Frames> {
-        if linux::effective_uid() != 0 {
-            return None;
-        }
-        let (block_size, blocks) = crate::sys::procfs::memory_block_nodes()?;
-        Some(Frames {
-            pagemap: File::open("/proc/self/pagemap").ok()?,
-            block_size,
-            blocks,
-            raw: Vec::new(),
-        })
+    /// The table, read once per process (reading every node's memory
+    /// blocks costs more than counting a small file); `None` without root
+    /// (no frame numbers) or without memory blocks in sysfs. A block
+    /// hot-plugged later is in no known block: its pages are asked of
+    /// `move_pages(2)`.
+    fn get() -> Option<&'static Frames> {
+        static FRAMES: std::sync::OnceLock<Option<Frames>> = std::sync::OnceLock::new();
+        FRAMES
+            .get_or_init(|| {
+                if linux::effective_uid() != 0 {
+                    return None;
+                }
+                let (block_size, blocks) = crate::sys::procfs::memory_block_nodes()?;
+                Some(Frames {
+                    pagemap: File::open("/proc/self/pagemap").ok()?,
+                    block_size,
+                    blocks,
+                })
+            })
+            .as_ref()
     }
 
     /// Counts the nodes of `pages` mapped pages from `start` into `cache`;
@@ -279,9 +287,15 @@ impl Frames {
     /// number or a frame in no known block, so the caller asks
     /// `move_pages(2)` instead. A page not present (evicted before it
     /// was mapped) is unknown.
-    fn count(&mut self, start: usize, pages: usize, page: usize, cache: &mut FileCache) -> bool {
-        let Ok(entries) =
-            crate::sys::procfs::pagemap_run(&self.pagemap, start, pages, page, &mut self.raw)
+    fn count(
+        &self,
+        start: usize,
+        pages: usize,
+        page: usize,
+        raw: &mut Vec<u8>,
+        cache: &mut FileCache,
+    ) -> bool {
+        let Ok(entries) = crate::sys::procfs::pagemap_run(&self.pagemap, start, pages, page, raw)
         else {
             return false;
         };
