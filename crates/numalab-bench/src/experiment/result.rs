@@ -849,16 +849,9 @@ fn times(run: &RunResult) -> Vec<f64> {
 /// ([`repeated_confidence`]), so that it holds wherever the sweep stopped.
 pub fn compare_with_local(cells: &[SweepCell], looks: u32) -> Vec<Comparison> {
     const POLICY: &str = "memory.policy";
-    let others = |cell: &SweepCell| -> Vec<(String, String)> {
-        cell.settings
-            .iter()
-            .filter(|(k, _)| k != POLICY)
-            .cloned()
-            .collect()
-    };
-    let time = |cell: &SweepCell| cell.result.as_ref().and_then(RunResult::time_to_last);
+    let others = |cell: &SweepCell| settings_but(cell, POLICY);
     let mut out = Vec::new();
-    let mut pairs = Vec::new();
+    let mut samples = Vec::new();
     for cell in cells {
         let Some(policy) = cell
             .setting(POLICY)
@@ -875,11 +868,9 @@ pub fn compare_with_local(cells: &[SweepCell], looks: u32) -> Vec<Comparison> {
                 && c.setting(POLICY).and_then(|p| p.parse().ok()) == Some(PolicySpec::Local)
                 && others(c) == key
         });
-        if let (Some(t), Some(local_t)) = (time(cell), local.and_then(time)) {
+        if let (Some(t), Some(local_t)) = (time_of(cell), local.and_then(time_of)) {
             if local_t > 0.0 {
-                let local = local.and_then(|l| l.result.as_ref()).map(times);
-                let this = cell.result.as_ref().map(times);
-                pairs.push((local.zip(this), out.len()));
+                samples.push(repeats_of(local, cell));
                 out.push(Comparison {
                     settings: key,
                     policy,
@@ -892,11 +883,49 @@ pub fn compare_with_local(cells: &[SweepCell], looks: u32) -> Vec<Comparison> {
             }
         }
     }
-    let each = repeated_confidence(looks, 1.0 - (1.0 - CONFIDENCE) / pairs.len().max(1) as f64);
-    for (samples, i) in pairs {
-        out[i].difference = samples.and_then(|(l, c)| difference(&l, &c, each));
+    for (line, interval) in out.iter_mut().zip(intervals(samples, looks)) {
+        line.difference = interval;
     }
     out
+}
+
+/// A cell's settings but `key`'s.
+fn settings_but(cell: &SweepCell, key: &str) -> Vec<(String, String)> {
+    cell.settings
+        .iter()
+        .filter(|(k, _)| k != key)
+        .cloned()
+        .collect()
+}
+
+/// A cell's median time to the last thread.
+fn time_of(cell: &SweepCell) -> Option<f64> {
+    cell.result.as_ref().and_then(RunResult::time_to_last)
+}
+
+/// The completed repeats' times of a baseline cell and of the cell
+/// compared with it, where both ran.
+fn repeats_of(baseline: Option<&SweepCell>, cell: &SweepCell) -> Option<(Vec<f64>, Vec<f64>)> {
+    let baseline = baseline.and_then(|b| b.result.as_ref()).map(times);
+    baseline.zip(cell.result.as_ref().map(times))
+}
+
+/// The intervals of one table's differences, one per pair of repeats
+/// (baseline, other), holding together at [`CONFIDENCE`]: each at
+/// 1 − 0.05 / k for k differences (Bonferroni), made for `looks` looks
+/// ([`repeated_confidence`]). `None` where a side has fewer than two
+/// repeats.
+fn intervals(
+    samples: Vec<Option<(Vec<f64>, Vec<f64>)>>,
+    looks: u32,
+) -> impl Iterator<Item = Option<Difference>> {
+    let each = repeated_confidence(
+        looks,
+        1.0 - (1.0 - CONFIDENCE) / samples.len().max(1) as f64,
+    );
+    samples
+        .into_iter()
+        .map(move |pair| pair.and_then(|(base, other)| difference(&base, &other, each)))
 }
 
 /// A sweep that runs more rounds while its differences are not all told
@@ -1010,16 +1039,9 @@ pub fn compare_with_first(
         return Vec::new();
     };
     let baseline = &values[0];
-    let others = |cell: &SweepCell| -> Vec<(String, String)> {
-        cell.settings
-            .iter()
-            .filter(|(k, _)| k != axis)
-            .cloned()
-            .collect()
-    };
-    let time = |cell: &SweepCell| cell.result.as_ref().and_then(RunResult::time_to_last);
+    let others = |cell: &SweepCell| settings_but(cell, axis);
     let mut out = Vec::new();
-    let mut pairs = Vec::new();
+    let mut samples = Vec::new();
     for cell in cells.iter().filter(|c| !c.control) {
         let Some(value) = cell.setting(axis) else {
             continue;
@@ -1031,17 +1053,13 @@ pub fn compare_with_first(
         let base = cells
             .iter()
             .find(|c| !c.control && c.setting(axis) == Some(baseline) && others(c) == key);
-        let (Some(t), Some(base_t)) = (time(cell), base.and_then(time)) else {
+        let (Some(t), Some(base_t)) = (time_of(cell), base.and_then(time_of)) else {
             continue;
         };
         if base_t <= 0.0 {
             continue;
         }
-        let samples = base
-            .and_then(|b| b.result.as_ref())
-            .map(times)
-            .zip(cell.result.as_ref().map(times));
-        pairs.push((samples, out.len()));
+        samples.push(repeats_of(base, cell));
         out.push(AxisDifference {
             axis: axis.clone(),
             value: value.to_owned(),
@@ -1053,9 +1071,8 @@ pub fn compare_with_first(
             difference: None,
         });
     }
-    let each = repeated_confidence(looks, 1.0 - (1.0 - CONFIDENCE) / pairs.len().max(1) as f64);
-    for (samples, i) in pairs {
-        out[i].difference = samples.and_then(|(b, c)| difference(&b, &c, each));
+    for (line, interval) in out.iter_mut().zip(intervals(samples, looks)) {
+        line.difference = interval;
     }
     out
 }
