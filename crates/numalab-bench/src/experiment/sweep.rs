@@ -199,7 +199,7 @@ fn run_cells(
 }
 
 /// The swept keys with their values as text, in file order.
-fn axes_of(exp: &Experiment) -> Vec<(String, Vec<String>)> {
+pub fn axes_of(exp: &Experiment) -> Vec<(String, Vec<String>)> {
     exp.sweep
         .axes
         .iter()

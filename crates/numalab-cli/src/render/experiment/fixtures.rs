@@ -13,7 +13,7 @@ use numalab_bench::experiment::result::{
     RunResult, SweepCell, SweepResult, ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
     SWEEP_SCHEMA,
 };
-use numalab_bench::experiment::sweep::value_text;
+use numalab_bench::experiment::sweep::{axes_of, value_text};
 use numalab_bench::experiment::{Experiment, Plan, PolicySpec};
 
 fn topology() -> Topology {
@@ -193,12 +193,7 @@ pub fn sweep(text: &str) -> SweepResult {
             control: false,
         })
         .collect();
-    let axes: Vec<(String, Vec<String>)> = exp
-        .sweep
-        .axes
-        .iter()
-        .map(|(k, v)| (k.clone(), v.iter().map(value_text).collect()))
-        .collect();
+    let axes = axes_of(&exp);
     let (comparison, differences) = compare(&axes, &cells, 1);
     SweepResult {
         schema: SWEEP_SCHEMA.into(),
