@@ -296,10 +296,10 @@ fn count_absent(histogram: &mut PageHistogram, absent: &[usize]) {
         }
         let node = (entry.pfn != 0)
             .then(|| {
-                let (block_size, nodes) = blocks
+                blocks
                     .get_or_insert_with(procfs::memory_block_nodes)
-                    .as_ref()?;
-                nodes.get(&(entry.pfn * page / block_size)).copied()
+                    .as_ref()?
+                    .node_of_frame(entry.pfn, page)
             })
             .flatten();
         match node {

@@ -38,7 +38,8 @@ use std::os::fd::AsFd;
 use serde::{Deserialize, Serialize};
 
 use crate::locate::{locate_pages, LocateError};
-use crate::sys::linux;
+use crate::sys::linux::{self, FileStat};
+use crate::sys::procfs::{self, MemoryBlocks};
 
 /// The most bytes of a file mapped at once: 1 GiB (the `mincore` vector
 /// of one window is 256 KiB with 4 KiB pages).
@@ -151,6 +152,16 @@ fn kind_of(mode: u32) -> &'static str {
     }
 }
 
+/// `file`'s status, or why it has no cached pages to count: only a
+/// regular file does.
+fn regular(file: &File) -> Result<FileStat, PageCacheError> {
+    let stat = linux::stat_fd(file)?;
+    if !stat.regular {
+        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
+    }
+    Ok(stat)
+}
+
 /// Opens `path` to ask about its cache: read-only, without waiting (a
 /// FIFO does not block for a writer), without touching its access time
 /// where the caller may ask that (its owner, or root), and, unless
@@ -184,10 +195,7 @@ pub fn open_for_cache(path: &std::path::Path, follow: bool) -> io::Result<File> 
 /// (see the [module](self)). Nothing is read from the file.
 pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
     let fd = file.as_fd();
-    let stat = linux::stat_fd(fd)?;
-    if !stat.regular {
-        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
-    }
+    let stat = regular(file)?;
     let page = linux::page_size() as u64;
     let mut cache = FileCache {
         size: stat.size,
@@ -200,7 +208,6 @@ pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
     // faster than move_pages(2), which looks the mapping up again for
     // every page.
     let frames = Frames::get();
-    let mut raw = Vec::new();
     let mut offset = 0;
     while offset < stat.size {
         let len = (stat.size - offset).min(WINDOW);
@@ -226,7 +233,6 @@ pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
                             window.at(from) as usize,
                             i - start,
                             page as usize,
-                            &mut raw,
                             &mut cache,
                         )
                     });
@@ -254,9 +260,7 @@ pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
 /// block (`/sys/devices/system/node/nodeN/memoryM`).
 struct Frames {
     pagemap: File,
-    block_size: u64,
-    /// Memory block → node.
-    blocks: BTreeMap<u64, u32>,
+    blocks: MemoryBlocks,
 }
 
 impl Frames {
@@ -272,10 +276,9 @@ impl Frames {
                 if linux::effective_uid() != 0 {
                     return None;
                 }
-                let (block_size, blocks) = crate::sys::procfs::memory_block_nodes()?;
+                let blocks = procfs::memory_block_nodes()?;
                 Some(Frames {
                     pagemap: File::open("/proc/self/pagemap").ok()?,
-                    block_size,
                     blocks,
                 })
             })
@@ -287,16 +290,8 @@ impl Frames {
     /// number or a frame in no known block, so the caller asks
     /// `move_pages(2)` instead. A page not present (evicted before it
     /// was mapped) is unknown.
-    fn count(
-        &self,
-        start: usize,
-        pages: usize,
-        page: usize,
-        raw: &mut Vec<u8>,
-        cache: &mut FileCache,
-    ) -> bool {
-        let Ok(entries) = crate::sys::procfs::pagemap_run(&self.pagemap, start, pages, page, raw)
-        else {
+    fn count(&self, start: usize, pages: usize, page: usize, cache: &mut FileCache) -> bool {
+        let Ok(entries) = procfs::pagemap_run(&self.pagemap, start, pages, page) else {
             return false;
         };
         let mut found: BTreeMap<u32, u64> = BTreeMap::new();
@@ -310,10 +305,11 @@ impl Frames {
             if entry.pfn == 0 {
                 return false;
             }
-            let block = entry.pfn * page as u64 / self.block_size;
+            // Runs of pages mostly sit in one block: look it up once.
+            let block = self.blocks.block_of(entry.pfn, page as u64);
             let node = match last {
                 Some((b, node)) if b == block => node,
-                _ => match self.blocks.get(&block) {
+                _ => match self.blocks.nodes.get(&block) {
                     Some(&node) => {
                         last = Some((block, node));
                         node
@@ -372,10 +368,7 @@ pub fn unflushed_pages(file: &File) -> Option<u64> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn drop_cache(file: &File) -> Result<(), PageCacheError> {
-    let stat = linux::stat_fd(file)?;
-    if !stat.regular {
-        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
-    }
+    regular(file)?;
     linux::drop_file_cache(file.as_fd())?;
     Ok(())
 }
@@ -401,10 +394,7 @@ pub fn drop_cache(file: &File) -> Result<(), PageCacheError> {
 /// ```
 pub fn load_on(file: &File, node: u32) -> Result<u64, PageCacheError> {
     use std::os::unix::fs::FileExt;
-    let stat = linux::stat_fd(file)?;
-    if !stat.regular {
-        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
-    }
+    let stat = regular(file)?;
     std::thread::scope(|scope| {
         scope
             .spawn(|| -> Result<u64, PageCacheError> {

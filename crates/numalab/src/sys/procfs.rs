@@ -673,18 +673,16 @@ impl PagemapEntry {
 
 /// The pagemap entries of `pages` consecutive pages of this process from
 /// `start` (page-aligned), read in one go from `pagemap` (an open
-/// `/proc/self/pagemap`) into `raw` (reused between calls).
+/// `/proc/self/pagemap`).
 pub fn pagemap_run(
     pagemap: &fs::File,
     start: usize,
     pages: usize,
     page_size: usize,
-    raw: &mut Vec<u8>,
 ) -> io::Result<Vec<PagemapEntry>> {
     use std::os::unix::fs::FileExt;
-    raw.clear();
-    raw.resize(pages * 8, 0);
-    pagemap.read_exact_at(raw, (start / page_size) as u64 * 8)?;
+    let mut raw = vec![0u8; pages * 8];
+    pagemap.read_exact_at(&mut raw, (start / page_size) as u64 * 8)?;
     Ok(raw
         .chunks_exact(8)
         .map(|b| PagemapEntry::from_raw(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))))
@@ -707,10 +705,30 @@ pub fn pagemap_of_self(addresses: &[usize], page_size: usize) -> io::Result<Vec<
 }
 
 /// The node of every memory block (`/sys/devices/system/node/nodeN/memoryM`)
-/// and the block size in bytes: page frame `pfn` of `page_size` bytes is in
-/// block `pfn * page_size / block_size`. `None` where the kernel has no
-/// memory blocks in sysfs (no memory hotplug support).
-pub fn memory_block_nodes() -> Option<(u64, BTreeMap<u64, u32>)> {
+/// and the block size, to tell the node of a page frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryBlocks {
+    /// Bytes per block.
+    pub block_size: u64,
+    /// Block → node.
+    pub nodes: BTreeMap<u64, u32>,
+}
+
+impl MemoryBlocks {
+    /// The block holding page frame `pfn` of `page_size` bytes.
+    pub fn block_of(&self, pfn: u64, page_size: u64) -> u64 {
+        pfn * page_size / self.block_size
+    }
+
+    /// The node of page frame `pfn`, `None` in no known block.
+    pub fn node_of_frame(&self, pfn: u64, page_size: u64) -> Option<u32> {
+        self.nodes.get(&self.block_of(pfn, page_size)).copied()
+    }
+}
+
+/// Every memory block's node ([`MemoryBlocks`]); `None` where the kernel
+/// has no memory blocks in sysfs (no memory hotplug support).
+pub fn memory_block_nodes() -> Option<MemoryBlocks> {
     let text = read_trimmed("/sys/devices/system/memory/block_size_bytes").ok()?;
     let block_size = u64::from_str_radix(&text, 16).ok().filter(|&b| b > 0)?;
     let mut blocks = BTreeMap::new();
@@ -724,7 +742,10 @@ pub fn memory_block_nodes() -> Option<(u64, BTreeMap<u64, u32>)> {
             }
         }
     }
-    (!blocks.is_empty()).then_some((block_size, blocks))
+    (!blocks.is_empty()).then_some(MemoryBlocks {
+        block_size,
+        nodes: blocks,
+    })
 }
 
 /// One CPU data or unified cache as sysfs describes it
