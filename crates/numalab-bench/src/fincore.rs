@@ -158,19 +158,36 @@ pub fn fincore(paths: &[PathBuf]) -> Result<FincoreReport, FincoreError> {
             Err(err) => fail(&mut report, path, &err.to_string()),
         }
     }
-    for node in numalab::NodeInventory::live().with_memory.iter() {
-        report
-            .nodes
-            .push(NodeMemory::read(node).map_err(|source| FincoreError::Node { node, source })?);
-    }
+    report.nodes = node_memory(&numalab::NodeInventory::live().with_memory)?;
     Ok(report)
 }
 
+/// Each node's memory now, for the table beside the files.
+fn node_memory(nodes: &numalab::NodeSet) -> Result<Vec<NodeMemory>, FincoreError> {
+    nodes
+        .iter()
+        .map(|node| NodeMemory::read(node).map_err(|source| FincoreError::Node { node, source }))
+        .collect()
+}
+
+/// `path: why`, as util-linux tools name a file they could not use.
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.error)
+    }
+}
+
+impl Unreadable {
+    fn new(path: &Path, error: String) -> Unreadable {
+        Unreadable {
+            path: path.display().to_string(),
+            error,
+        }
+    }
+}
+
 fn fail(report: &mut FincoreReport, path: &Path, error: &str) {
-    report.failed.push(Unreadable {
-        path: path.display().to_string(),
-        error: error.to_owned(),
-    });
+    report.failed.push(Unreadable::new(path, error.to_owned()));
 }
 
 /// Counts one file; `inside` when it was found in a directory (then a
@@ -393,17 +410,10 @@ pub fn change_cache(paths: &[PathBuf], action: CacheAction) -> Result<CacheChang
             .and_then(|file| one_change(&file, path, action).map_err(|err| err.to_string()));
         match result {
             Ok(changed) => change.files.push(changed),
-            Err(error) => change.failed.push(Unreadable {
-                path: path.display().to_string(),
-                error,
-            }),
+            Err(error) => change.failed.push(Unreadable::new(path, error)),
         }
     }
-    for node in inventory.with_memory.iter() {
-        change
-            .nodes
-            .push(NodeMemory::read(node).map_err(|source| FincoreError::Node { node, source })?);
-    }
+    change.nodes = node_memory(&inventory.with_memory)?;
     Ok(change)
 }
 

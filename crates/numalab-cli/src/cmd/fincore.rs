@@ -49,10 +49,7 @@ pub fn run(args: &FincoreArgs) -> Result<i32> {
 pub fn say_failures(output: &OutputArgs, failed: &[Unreadable]) {
     if output.format() == Format::Table && output.output.is_none() {
         for failed in failed {
-            eprintln!(
-                "numalab: {}",
-                crate::output::printable(&format!("{}: {}", failed.path, failed.error))
-            );
+            eprintln!("numalab: {}", crate::output::printable(&failed.to_string()));
         }
     }
 }

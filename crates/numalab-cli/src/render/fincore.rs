@@ -18,10 +18,7 @@ impl Render for FincoreReport {
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.failed
-            .iter()
-            .map(|f| format!("{}: {}", f.path, f.error))
-            .collect()
+        self.failed.iter().map(ToString::to_string).collect()
     }
 }
 

@@ -18,11 +18,7 @@ impl Render for CacheChange {
     }
 
     fn warnings(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .failed
-            .iter()
-            .map(|f| format!("{}: {}", f.path, f.error))
-            .collect();
+        let mut out: Vec<String> = self.failed.iter().map(ToString::to_string).collect();
         out.extend(notes(self));
         out
     }
