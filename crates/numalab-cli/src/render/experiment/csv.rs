@@ -118,16 +118,12 @@ pub fn sweep(s: &SweepResult) -> String {
                     == Some(&c.policy)
                 && c.settings == others
         });
-        let difference = vs_local.and_then(|c| c.difference.as_ref());
-        let interval = (
-            opt(difference.map(|d| d.low * 100.0)),
-            opt(difference.map(|d| d.high * 100.0)),
-            difference.map_or(String::new(), |d| verdict_word(d.verdict).into()),
-        );
+        let local_difference = vs_local.and_then(|c| c.difference.as_ref());
         let vs_local = vs_local.map(|c| c.vs_local_percent).or_else(|| {
             let policy = cell.setting("memory.policy").and_then(|p| p.parse().ok());
             (policy == Some(PolicySpec::Local)).then_some(0.0)
         });
+        let against_local = difference_columns(vs_local, local_difference);
         // Against the first value of the first axis, where the sweep
         // compares with that instead of local.
         let vs_baseline = s.differences.iter().find(|d| {
@@ -145,12 +141,7 @@ pub fn sweep(s: &SweepResult) -> String {
             (!cell.control && cell.setting(&first.axis) == Some(first.baseline.as_str()))
                 .then_some(0.0)
         });
-        let against_baseline = [
-            opt(vs_baseline),
-            opt(baseline_difference.map(|d| d.low * 100.0)),
-            opt(baseline_difference.map(|d| d.high * 100.0)),
-            baseline_difference.map_or(String::new(), |d| verdict_word(d.verdict).into()),
-        ];
+        let against_baseline = difference_columns(vs_baseline, baseline_difference);
         match cell.result.as_ref() {
             Some(r) => {
                 let f = r.figures.as_ref();
@@ -164,11 +155,8 @@ pub fn sweep(s: &SweepResult) -> String {
                     opt(f.map(|f| f.mops_per_s.median)),
                     opt(f.and_then(|f| f.read_p50_ns.as_ref().map(|s| s.median))),
                     opt(f.and_then(|f| f.read_p99_ns.as_ref().map(|s| s.median))),
-                    opt(vs_local),
-                    interval.0,
-                    interval.1,
-                    interval.2,
                 ]);
+                row.extend(against_local);
                 row.extend(against_baseline);
                 row.extend([
                     cell.control.to_string(),
@@ -192,6 +180,20 @@ pub fn sweep(s: &SweepResult) -> String {
         csv.row(row);
     }
     csv.finish()
+}
+
+/// A difference's four columns: percent, interval's low and high ends
+/// in percent, verdict; empty where there is none.
+fn difference_columns(
+    percent: Option<f64>,
+    difference: Option<&numalab_bench::stats::Difference>,
+) -> [String; 4] {
+    [
+        opt(percent),
+        opt(difference.map(|d| d.low * 100.0)),
+        opt(difference.map(|d| d.high * 100.0)),
+        difference.map_or(String::new(), |d| verdict_word(d.verdict).into()),
+    ]
 }
 
 /// Of a time: `slower`, `faster` or `same` (within noise).
