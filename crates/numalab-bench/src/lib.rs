@@ -9,6 +9,7 @@ pub mod fill;
 pub mod fincore;
 pub mod kernels;
 pub mod matrix;
+pub mod pagecache;
 pub mod report;
 pub mod ring;
 pub mod stats;

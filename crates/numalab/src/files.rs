@@ -548,6 +548,63 @@ fn fill(mut file: &File, target: &OutputTarget, bytes: &[u8]) -> io::Result<()> 
     file.sync_all()
 }
 
+/// Bytes an unprivileged process can still write on the file system
+/// holding `path` (`statvfs(2)`).
+///
+/// ```
+/// assert!(numalab::files::available_bytes(&std::env::temp_dir())? > 0);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn available_bytes(path: &Path) -> io::Result<u64> {
+    linux::fs_available_bytes(path)
+}
+
+/// A new, empty file in `dir` that no name reaches, readable and
+/// writable, for data a command makes and measures (a file to read
+/// through the page cache): an unnamed file (`O_TMPFILE`, mode 0600), or,
+/// where the file system cannot make one, a file created exclusively
+/// under an unpredictable name without following links and unlinked at
+/// once. Either way the kernel frees it when the last descriptor closes,
+/// however numalab ends (Ctrl-C, a panic, `kill -9`): nothing is left in
+/// `dir`.
+///
+/// ```
+/// use std::io::{Read, Seek, Write};
+/// use std::os::unix::fs::MetadataExt;
+/// let dir = std::env::temp_dir();
+/// let mut file = numalab::files::scratch_file(&dir)?;
+/// file.write_all(b"cached")?;
+/// file.rewind()?;
+/// let mut back = String::new();
+/// file.read_to_string(&mut back)?;
+/// assert_eq!(back, "cached");
+/// assert_eq!(file.metadata()?.nlink(), 0, "no name reaches it");
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn scratch_file(dir: &Path) -> io::Result<File> {
+    match linux::open_unnamed_mode(dir, 0o600) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(e) if linux::unnamed_unsupported(&e) => {
+            let mut tries = 0;
+            loop {
+                let name = random_name(dir)?;
+                match linux::create_new(&name, 0o600) {
+                    Ok(fd) => {
+                        let file = File::from(fd);
+                        linux::unlink(&name)?;
+                        return Ok(file);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < NAME_TRIES => {
+                        tries += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// `DIR/.numalab-XXXXXXXXXXXXXXXX.tmp`, from the kernel's random generator.
 fn random_name(dir: &Path) -> io::Result<PathBuf> {
     Ok(dir.join(format!(".numalab-{:016x}.tmp", linux::random_u64()?)))

@@ -162,6 +162,20 @@ fn regular(file: &File) -> Result<FileStat, PageCacheError> {
     Ok(stat)
 }
 
+/// The size of `file`, which must be a regular file (the only kind with
+/// pages in the page cache).
+///
+/// ```
+/// use numalab::pagecache::{file_size, PageCacheError};
+/// let err = file_size(&std::fs::File::open("/dev/null")?).unwrap_err();
+/// assert!(matches!(err, PageCacheError::NotRegular(_)), "{err}");
+/// assert_eq!(file_size(&std::fs::File::open("/proc/self/exe")?)?, std::fs::metadata("/proc/self/exe")?.len());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn file_size(file: &File) -> Result<u64, PageCacheError> {
+    Ok(regular(file)?.size)
+}
+
 /// Opens `path` to ask about its cache: read-only, without waiting (a
 /// FIFO does not block for a writer), without touching its access time
 /// where the caller may ask that (its owner, or root), and, unless
@@ -395,31 +409,169 @@ pub fn drop_cache(file: &File) -> Result<(), PageCacheError> {
 pub fn load_on(file: &File, node: u32) -> Result<u64, PageCacheError> {
     use std::os::unix::fs::FileExt;
     let stat = regular(file)?;
+    on_node(node, || {
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut offset = 0u64;
+        // The size it had: a file that keeps growing is read as far as
+        // it was.
+        while offset < stat.size {
+            let want = (stat.size - offset).min(buffer.len() as u64) as usize;
+            let n = file.read_at(&mut buffer[..want], offset)?;
+            if n == 0 {
+                break;
+            }
+            offset += n as u64;
+        }
+        Ok(offset)
+    })
+}
+
+/// Writes `size` bytes (a pattern that no file system stores as a hole)
+/// to the empty regular `file` on a thread whose memory policy prefers
+/// `node`, so the page cache holds them there (or, on tmpfs, the file's
+/// memory is there), and flushes them to disk so they are clean: a later
+/// [`drop_cache`] can evict them. For making a file to measure the page
+/// cache with ([`crate::files::scratch_file`]).
+///
+/// ```
+/// use numalab::pagecache::{file_cache, fill_on};
+/// let file = numalab::files::scratch_file(&std::env::temp_dir())?;
+/// fill_on(&file, 1 << 20, 0)?;
+/// let cache = file_cache(&file)?;
+/// assert_eq!(cache.size, 1 << 20);
+/// assert_eq!(cache.cached, cache.pages, "what was written is cached");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn fill_on(file: &File, size: u64, node: u32) -> Result<(), PageCacheError> {
+    use std::os::unix::fs::FileExt;
+    regular(file)?;
+    on_node(node, || {
+        let mut block = vec![0u8; 1 << 20];
+        for (i, byte) in block.iter_mut().enumerate() {
+            *byte = (i % 251) as u8 + 1;
+        }
+        let mut offset = 0u64;
+        while offset < size {
+            let n = (size - offset).min(block.len() as u64) as usize;
+            file.write_all_at(&block[..n], offset)?;
+            offset += n as u64;
+        }
+        file.sync_data()?;
+        Ok(())
+    })
+}
+
+/// Runs `work` on a thread of its own whose memory policy prefers `node`
+/// (the caller's policy is untouched).
+fn on_node<T: Send>(
+    node: u32,
+    work: impl FnOnce() -> Result<T, PageCacheError> + Send,
+) -> Result<T, PageCacheError> {
     std::thread::scope(|scope| {
         scope
-            .spawn(|| -> Result<u64, PageCacheError> {
+            .spawn(|| {
                 crate::MemPolicy::Preferred(node)
                     .apply_to_thread()
                     .map_err(|err| PageCacheError::Os(io::Error::other(err)))?;
-                let mut buffer = vec![0u8; 1 << 20];
-                let mut offset = 0u64;
-                // The size it had: a file that keeps growing is read
-                // as far as it was.
-                while offset < stat.size {
-                    let want = (stat.size - offset).min(buffer.len() as u64) as usize;
-                    let n = file.read_at(&mut buffer[..want], offset)?;
-                    if n == 0 {
-                        break;
-                    }
-                    offset += n as u64;
-                }
-                Ok(offset)
+                work()
             })
             .join()
             .unwrap_or_else(|_| {
                 Err(PageCacheError::Os(io::Error::other(
-                    "the reading thread panicked",
+                    "the page-cache thread panicked",
                 )))
             })
     })
+}
+
+/// A whole regular file mapped shared and read-only, for reading it
+/// through the page cache without `read(2)`: each page is mapped on first
+/// touch (the kernel maps a few cached neighbours with it). Unmapped when
+/// dropped.
+///
+/// A file truncated under the mapping makes the next touch of a page past
+/// its new end raise `SIGBUS`; [`BusErrorExit`] turns that into a
+/// sentence and an exit.
+///
+/// ```
+/// use numalab::pagecache::{fill_on, MappedFile};
+/// let file = numalab::files::scratch_file(&std::env::temp_dir())?;
+/// fill_on(&file, 10_000, 0)?;
+/// let mapped = MappedFile::map(&file)?;
+/// assert_eq!(mapped.len(), 10_000);
+/// let mut block = [0u8; 8192];
+/// assert_eq!(mapped.copy_to(0, &mut block), 8192);
+/// assert_eq!(mapped.copy_to(8192, &mut block), 10_000 - 8192, "up to the end");
+/// assert_eq!(block[0], 1 + (8192 % 251) as u8);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct MappedFile {
+    window: Option<linux::FileWindow>,
+    len: usize,
+}
+
+impl MappedFile {
+    /// Maps `file` as long as it is now (an empty file maps to nothing).
+    pub fn map(file: &File) -> Result<MappedFile, PageCacheError> {
+        let stat = regular(file)?;
+        let len = usize::try_from(stat.size)
+            .map_err(|_| PageCacheError::Os(io::Error::from_raw_os_error(libc::EFBIG)))?;
+        let window = if len == 0 {
+            None
+        } else {
+            Some(linux::FileWindow::map(file.as_fd(), 0, len)?)
+        };
+        Ok(MappedFile { window, len })
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is mapped (an empty file).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the file's bytes from `offset` into `dst`, as many as fit
+    /// and the file has; returns how many (0 at or past the end).
+    pub fn copy_to(&self, offset: usize, dst: &mut [u8]) -> usize {
+        self.window
+            .as_ref()
+            .map_or(0, |window| window.copy_to(offset, dst))
+    }
+}
+
+/// While it lives, a `SIGBUS` (a page of a mapped file past its end: the
+/// file was truncated while mapped) writes its message to standard error
+/// and ends the process with status 1, where it would otherwise die of
+/// "Bus error" with nothing said; dropped, the signal's former handling is
+/// back.
+///
+/// ```
+/// use numalab::pagecache::BusErrorExit;
+/// let guard = BusErrorExit::install("numalab: data.bin was truncated while being read\n")?;
+/// drop(guard); // SIGBUS is handled as before
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct BusErrorExit {
+    saved: linux::SavedAction,
+}
+
+impl BusErrorExit {
+    /// Installs the handler with `message` (end it with a newline).
+    pub fn install(message: &str) -> io::Result<BusErrorExit> {
+        Ok(BusErrorExit {
+            saved: linux::exit_on_bus_error(message)?,
+        })
+    }
+}
+
+impl Drop for BusErrorExit {
+    fn drop(&mut self) {
+        linux::restore_signal(&self.saved);
+    }
 }

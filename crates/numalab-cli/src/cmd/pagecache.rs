@@ -1,16 +1,24 @@
 //! `numalab pagecache load|drop`: put a file's page cache on a node, or
 //! drop it, and show where its pages are before and after
-//! ([`numalab_bench::fincore::change_cache`]); tables in
-//! `render/pagecache.rs`.
+//! ([`numalab_bench::fincore::change_cache`]); `numalab pagecache bench`:
+//! the mailing-list post's concurrent readers of a cached file
+//! ([`numalab_bench::pagecache`]). Tables in `render/pagecache.rs`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
 
 use anyhow::Result;
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
+use numalab::Topology;
+use numalab_bench::experiment::values::Seconds;
 use numalab_bench::fincore::{change_cache, CacheAction};
+use numalab_bench::pagecache::{self as bench, BenchConfig, FileSource, Method, ReaderPlace};
 
 use crate::output::OutputArgs;
 use crate::render;
+use crate::signals::Interrupts;
 
 /// Place a file's page cache on a node, or drop it; shows each file's
 /// cached pages per node before and after
@@ -18,7 +26,9 @@ use crate::render;
 #[command(after_help = "Examples:\n  \
     numalab pagecache load /data/table.bin --node 1             read it so its pages are cached on node 1\n  \
     numalab pagecache load /data/table.bin --node 1 --drop-first  move a cache that sits elsewhere\n  \
-    numalab pagecache drop /data/table.bin                       evict its clean pages\n\n\
+    numalab pagecache drop /data/table.bin                       evict its clean pages\n  \
+    numalab pagecache bench --readers 1,5 --stagger 1s           readers of a cached file, same node and other\n  \
+    numalab pagecache bench --layout post                        the mailing-list post's table\n\n\
 load reads each file from a thread whose memory policy prefers the node (another node when it is \
 full), so the pages the read brings in are cached there; pages already cached elsewhere stay \
 there (the kernel does not move cached pages): the table shows them, and --drop-first drops \
@@ -55,6 +65,94 @@ pub enum Action {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Concurrent readers of a cached file, on the cache's node and on
+    /// another: time to the last reader, GB/s, remote/local beside SLIT
+    Bench(BenchArgs),
+}
+
+/// `numalab pagecache bench`'s flags.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    numalab pagecache bench                                  1 GiB file, 1 reader on the cache's node and on another\n  \
+    numalab pagecache bench --readers 1,5,10 --stagger 1s --group 5\n  \
+    numalab pagecache bench /data/table.bin --cache-node 1 --reader-node 0,1\n  \
+    numalab pagecache bench --mmap --block-size 1M\n  \
+    numalab pagecache bench --layout post --json > post.json\n\n\
+Without FILE, numalab writes an unnamed file of --size bytes in --dir from a thread on the \
+cache's node, flushes it and reads that; no name ever reaches it, so nothing is left behind \
+however the run ends. A FILE is only read: its cache is dropped and read in again on the \
+cache node when it is not all there already. Each reader is a thread pinned to its own CPU \
+(as `taskset -c CPU dd if=FILE of=/dev/null bs=8K`), with its buffer on its node; groups of \
+--group readers start --stagger apart; the figure is the time from the first start until the \
+last reader finished (the median of --repeats runs). remote/local divides the other node's \
+time by the cache node's, beside SLIT/10 and the ratio of plain memory reads from one CPU \
+(numalab matrix's read kernel). The cache's pages are counted per node before and after each \
+cell: mapped reads under NUMA balancing can move them. Ctrl-C stops at the next block, writes \
+the cells that finished and exits 130.")]
+pub struct BenchArgs {
+    /// The file to read (default: a new unnamed one of --size bytes)
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Size of the file numalab writes (binary units; at most 1 TiB)
+    #[arg(long, default_value = "1G", value_name = "BYTES", value_parser = crate::args::size, conflicts_with = "file")]
+    pub size: u64,
+    /// Directory of the file numalab writes (its file system matters: on
+    /// tmpfs the file's memory is the cache)
+    #[arg(long, value_name = "DIR", default_value_os_t = std::env::temp_dir(), conflicts_with = "file")]
+    pub dir: PathBuf,
+    /// The node whose memory holds the file's cache (default: the first
+    /// node with memory and CPUs)
+    #[arg(long, value_name = "NODE")]
+    pub cache_node: Option<u32>,
+    /// Reader counts, a row each (1 to 1024)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1",
+        value_name = "N[,N…]"
+    )]
+    pub readers: Vec<usize>,
+    /// Where readers run: same (the cache's node), other (the nearest
+    /// other node with CPUs) or a node number; a column each (default:
+    /// same, and other where there is one)
+    #[arg(long, value_delimiter = ',', value_name = "same|other|NODE[,…]")]
+    pub reader_node: Vec<ReaderPlace>,
+    /// Between the starts of two groups of readers (`1s`, `250ms`; at most
+    /// 60s; default: all start together)
+    #[arg(long, value_name = "DURATION")]
+    pub stagger: Option<Seconds>,
+    /// Readers per group
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub group: usize,
+    /// Bytes per read (`8K` as the post's dd; 1 byte to 1 GiB)
+    #[arg(long, default_value = "8K", value_name = "BYTES", value_parser = crate::args::size)]
+    pub block_size: u64,
+    /// Read through a shared read-only mapping instead of read(2)
+    #[arg(long)]
+    pub mmap: bool,
+    /// Timed runs per cell; figures are medians (1 to 100)
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub repeats: usize,
+    /// Allow more readers than the node has CPUs (they share CPUs)
+    #[arg(long)]
+    pub oversubscribe: bool,
+    /// Skip measuring plain memory's remote/local read bandwidth
+    #[arg(long)]
+    pub no_matrix: bool,
+    /// `post`: the mailing-list post's table (1, 5, 10, 15, 30 readers on
+    /// the cache's node and another, 8 KiB reads, groups of 5 started 1 s
+    /// apart); cells this machine cannot run are shown with why
+    #[arg(long, value_enum, conflicts_with_all = ["readers", "reader_node", "stagger", "group", "block_size", "mmap"])]
+    pub layout: Option<LayoutArg>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Preset tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LayoutArg {
+    /// The cluster mailing-list post's readers.
+    Post,
 }
 
 /// Runs `numalab pagecache`; exit status 1 when a file could not be
@@ -62,6 +160,7 @@ pub enum Action {
 pub fn run(args: &PagecacheArgs) -> Result<i32> {
     let (files, output) = match &args.action {
         Action::Load { files, output, .. } | Action::Drop { files, output } => (files, output),
+        Action::Bench(bench) => return run_bench(bench),
     };
     output.check()?;
     let change = match args.action {
@@ -73,9 +172,75 @@ pub fn run(args: &PagecacheArgs) -> Result<i32> {
             }
             change_cache(files, CacheAction::Load { node })?
         }
-        Action::Drop { .. } => change_cache(files, CacheAction::Drop)?,
+        _ => change_cache(files, CacheAction::Drop)?,
     };
     render::emit(&change, output)?;
     super::fincore::say_failures(output, &change.failed);
     Ok(i32::from(!change.failed.is_empty()))
+}
+
+/// The bench's configuration from its flags.
+fn bench_config(args: &BenchArgs) -> BenchConfig {
+    let config = BenchConfig {
+        file: match &args.file {
+            Some(path) => FileSource::Given(path.clone()),
+            None => FileSource::Create {
+                dir: args.dir.clone(),
+                size: args.size,
+            },
+        },
+        cache_node: args.cache_node,
+        readers: args.readers.clone(),
+        places: args.reader_node.clone(),
+        stagger: args.stagger.map_or(std::time::Duration::ZERO, |s| s.0),
+        group: args.group,
+        block_size: args.block_size,
+        method: if args.mmap {
+            Method::Mmap
+        } else {
+            Method::Read
+        },
+        repeats: args.repeats,
+        oversubscribe: args.oversubscribe,
+        skip_impossible: false,
+        compare_matrix: !args.no_matrix,
+    };
+    match args.layout {
+        Some(LayoutArg::Post) => BenchConfig::post(config),
+        None => config,
+    }
+}
+
+/// Runs `numalab pagecache bench`: 0, or 128 + the signal that stopped
+/// it after writing the cells that finished.
+fn run_bench(args: &BenchArgs) -> Result<i32> {
+    args.output.check()?;
+    let topology = Topology::system()?;
+    // Every setting, node, CPU and the file are checked here, before
+    // anything is written or read.
+    let plan = bench::plan(&bench_config(args), &topology)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let arrived = Arc::new(AtomicI32::new(0));
+    let (flag, first) = (Arc::clone(&stop), Arc::clone(&arrived));
+    let _interrupts = Interrupts::catch_with(move |signal| {
+        first.store(signal, Ordering::SeqCst);
+        flag.store(true, Ordering::SeqCst);
+    })?;
+    let show_progress = std::io::stderr().is_terminal();
+    let mut progress = |line: &str| {
+        if show_progress {
+            eprintln!("{line}");
+        }
+    };
+    let report = bench::run(&plan, &topology, &mut progress, &stop)?;
+    render::emit(&report, &args.output)?;
+    if report.interrupted {
+        let signal = match arrived.load(Ordering::SeqCst) {
+            0 => signal_hook::consts::SIGINT,
+            signal => signal,
+        };
+        eprintln!("numalab: interrupted: the cells that finished were written");
+        return Ok(128 + signal);
+    }
+    Ok(0)
 }

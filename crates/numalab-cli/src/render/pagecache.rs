@@ -1,9 +1,14 @@
 //! `numalab pagecache load` and `drop` for people: each file's cached
-//! pages per node before and after, and why pages stayed where they are.
+//! pages per node before and after, and why pages stayed where they are;
+//! `numalab pagecache bench`: the readers' table and remote/local ratios.
 
 use numalab::pagecache::FileCache;
 use numalab::units::Size;
 use numalab_bench::fincore::{CacheAction, CacheChange};
+use numalab_bench::pagecache::{BenchCell, PagecacheBench, ReaderPlace};
+use numalab_bench::ring::CellStatus;
+
+use super::experiment::text::{num, time};
 
 use super::{Render, Style};
 use crate::output::Csv;
@@ -152,6 +157,283 @@ fn csv(change: &CacheChange) -> String {
             );
         }
         csv.row(row);
+    }
+    csv.finish()
+}
+
+// ---------------------------------------------------------------------------
+// `numalab pagecache bench`
+// ---------------------------------------------------------------------------
+
+impl Render for PagecacheBench {
+    fn text(&self, style: Style) -> String {
+        bench_human(self, style)
+    }
+
+    fn csv(&self) -> String {
+        bench_csv(self)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        bench_notes(self)
+    }
+}
+
+/// `same (node 0)`, `other (node 1)`, `node 2`.
+fn place(cell: &BenchCell) -> String {
+    match (cell.place, cell.reader_node) {
+        (ReaderPlace::Node(n), _) => format!("node {n}"),
+        (place, Some(n)) => format!("{place} (node {n})"),
+        (place, None) => place.to_string(),
+    }
+}
+
+fn gbps(value: Option<f64>) -> String {
+    value.map_or("-".into(), |v| format!("{} GB/s", num(v)))
+}
+
+fn times(value: Option<f64>) -> String {
+    value.map_or("-".into(), |v| format!("{v:.2}x"))
+}
+
+fn bench_human<'a>(report: &'a PagecacheBench, style: Style) -> String {
+    let s = &report.settings;
+    let mut out = style.heading(&format!(
+        "numalab pagecache bench: {}, {}, cached on node {}",
+        s.file,
+        Size(s.size),
+        s.cache_node
+    ));
+    let stagger = if s.stagger_s > 0.0 {
+        format!(
+            "; groups of {} reader(s) started {} apart",
+            s.group,
+            time(s.stagger_s)
+        )
+    } else {
+        String::new()
+    };
+    out.push_str(&style.line(&format!(
+        "{} of {} blocks{stagger}; median of {} run(s) per cell",
+        s.method,
+        Size(s.block_size),
+        s.repeats
+    )));
+    let mut table = style.table(vec![
+        "READERS",
+        "ON",
+        "TIME TO LAST",
+        "PER READER",
+        "ALL READERS",
+        "CACHE BEFORE",
+        "CACHE AFTER",
+    ]);
+    // Why cells did not run: each reason once, numbered under the table.
+    let mut reasons: Vec<&str> = Vec::new();
+    let mut status_of = |cell: &'a BenchCell| -> String {
+        match &cell.reason {
+            Some(reason) => {
+                let i = reasons.iter().position(|r| r == reason).unwrap_or_else(|| {
+                    reasons.push(reason);
+                    reasons.len() - 1
+                });
+                format!("{} ({})", cell.status.as_str(), i + 1)
+            }
+            None => cell.status.as_str().to_string(),
+        }
+    };
+    let mut statuses = Vec::new();
+    for cell in &report.cells {
+        let status = status_of(cell);
+        let mut row = vec![cell.readers.to_string(), place(cell)];
+        if cell.status == CellStatus::Ran {
+            row.extend([
+                cell.time_to_last_s.map_or("-".into(), time),
+                gbps(cell.reader_gbps),
+                gbps(cell.aggregate_gbps),
+                cell.cache_before.as_ref().map_or("-".into(), per_node),
+                cell.cache_after.as_ref().map_or("-".into(), per_node),
+            ]);
+        } else {
+            row.push(status.clone());
+        }
+        statuses.push(status);
+        table.add_row(row);
+    }
+    out.push_str(&style.render(&table));
+    out.push('\n');
+    for (i, reason) in reasons.iter().enumerate() {
+        out.push_str(&style.line(&format!("({}) {reason}", i + 1)));
+    }
+    out.push_str(&pivot(report, &statuses, style));
+    for note in bench_notes(report) {
+        out.push_str(&style.warning(&note));
+    }
+    out
+}
+
+/// The post's table: time to the last reader, a row per reader count, a
+/// column per placement, then remote/local beside SLIT/10 and memory
+/// reads (printed when there is more than one placement).
+fn pivot(report: &PagecacheBench, statuses: &[String], style: Style) -> String {
+    let mut columns: Vec<(ReaderPlace, Option<u32>)> = Vec::new();
+    let mut rows: Vec<usize> = Vec::new();
+    for cell in &report.cells {
+        if !columns.iter().any(|c| c.0 == cell.place) {
+            columns.push((cell.place, cell.reader_node));
+        }
+        if !rows.contains(&cell.readers) {
+            rows.push(cell.readers);
+        }
+    }
+    if columns.len() < 2 {
+        return String::new();
+    }
+    let mut header = vec!["READERS".to_string()];
+    header.extend(columns.iter().map(|&(place, node)| match (place, node) {
+        (ReaderPlace::Node(n), _) => format!("node {n}"),
+        (place, Some(n)) => format!("{place} (node {n})"),
+        (place, None) => place.to_string(),
+    }));
+    let with_ratios = !report.ratios.is_empty();
+    if with_ratios {
+        header.extend([
+            "REMOTE/LOCAL".into(),
+            "SLIT/10".into(),
+            "MEMORY READS".into(),
+        ]);
+    }
+    let mut table = style.table(header);
+    for &readers in &rows {
+        let mut row = vec![readers.to_string()];
+        for &(place, _) in &columns {
+            let found = report
+                .cells
+                .iter()
+                .zip(statuses)
+                .find(|(c, _)| c.readers == readers && c.place == place);
+            row.push(match found {
+                Some((cell, _)) if cell.status == CellStatus::Ran => {
+                    cell.time_to_last_s.map_or("-".into(), time)
+                }
+                Some((_, status)) => status.clone(),
+                None => "-".into(),
+            });
+        }
+        if with_ratios {
+            match report.ratios.iter().find(|r| r.readers == readers) {
+                Some(r) => row.extend([
+                    times(Some(r.time_ratio)),
+                    times(r.slit_ratio),
+                    times(r.matrix_ratio),
+                ]),
+                None => row.extend(["-".into(), "-".into(), "-".into()]),
+            }
+        }
+        table.add_row(row);
+    }
+    let mut out = String::from("\n");
+    out.push_str(&style.line(if with_ratios {
+        "time to the last reader (remote/local 1.40x = the other node takes 40% longer; \
+         MEMORY READS: one CPU's plain memory reads, local over remote):"
+    } else {
+        "time to the last reader:"
+    }));
+    out.push_str(&style.render(&table));
+    out.push('\n');
+    if report
+        .ratios
+        .iter()
+        .any(|r| (r.reader_ratio / r.time_ratio - 1.0).abs() > 0.1)
+    {
+        let per_reader: Vec<String> = report
+            .ratios
+            .iter()
+            .map(|r| format!("{}: {:.2}x", r.readers, r.reader_ratio))
+            .collect();
+        out.push_str(&style.line(&format!(
+            "median reader's read time, remote/local: {}",
+            per_reader.join(", ")
+        )));
+    }
+    out
+}
+
+/// Cells whose cache moved or had to be placed again.
+fn bench_notes(report: &PagecacheBench) -> Vec<String> {
+    let node = report.settings.cache_node;
+    let mut out = Vec::new();
+    for cell in &report.cells {
+        let moved = cell.moved_pages(node);
+        if moved > 0 {
+            out.push(format!(
+                "{} reader(s) on {}: {moved} cached pages left node {node} while they read (NUMA balancing migrates mapped page-cache pages; numalab topo shows whether it is on)",
+                cell.readers,
+                place(cell)
+            ));
+        }
+        let off = cell.cache_before.as_ref().map_or(0, |c| {
+            c.cached - c.per_node.get(&node).copied().unwrap_or(0)
+        });
+        if off > 0 {
+            out.push(format!(
+                "{} reader(s) on {}: {off} of the file's cached pages were off node {node} when they started (node {node} full, or pages that could not be dropped: mapped, dirty, or on tmpfs)",
+                cell.readers,
+                place(cell)
+            ));
+        }
+    }
+    out
+}
+
+fn bench_csv(report: &PagecacheBench) -> String {
+    let mut csv = Csv::new(&[
+        "readers",
+        "place",
+        "reader_node",
+        "cpus",
+        "status",
+        "reason",
+        "time_to_last_s",
+        "reader_gbps",
+        "aggregate_gbps",
+        "cache_node_pages_before",
+        "cache_node_pages_after",
+        "remote_local_time_ratio",
+        "remote_local_reader_ratio",
+        "slit_ratio",
+        "memory_read_ratio",
+    ]);
+    let node = report.settings.cache_node;
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
+    let on_node = |c: &Option<FileCache>| {
+        c.as_ref().map_or(String::new(), |c| {
+            c.per_node.get(&node).copied().unwrap_or(0).to_string()
+        })
+    };
+    for cell in &report.cells {
+        let ratio = report
+            .ratios
+            .iter()
+            .find(|r| r.readers == cell.readers && Some(r.reader_node) == cell.reader_node);
+        let cpus: Vec<String> = cell.cpus.iter().map(u32::to_string).collect();
+        csv.row([
+            cell.readers.to_string(),
+            cell.place.to_string(),
+            cell.reader_node.map_or(String::new(), |n| n.to_string()),
+            cpus.join(" "),
+            cell.status.as_str().to_string(),
+            cell.reason.clone().unwrap_or_default(),
+            opt(cell.time_to_last_s),
+            opt(cell.reader_gbps),
+            opt(cell.aggregate_gbps),
+            on_node(&cell.cache_before),
+            on_node(&cell.cache_after),
+            opt(ratio.map(|r| r.time_ratio)),
+            opt(ratio.map(|r| r.reader_ratio)),
+            opt(ratio.and_then(|r| r.slit_ratio)),
+            opt(ratio.and_then(|r| r.matrix_ratio)),
+        ]);
     }
     csv.finish()
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 /// util-linux `fincore`'s count of a file's cached pages; `None` (said
 /// why) where it cannot run, which fails under CI.
-fn fincore_pages(path: &str) -> Option<u64> {
+pub fn fincore_pages(path: &str) -> Option<u64> {
     match Command::new("fincore")
         .args([
             "--bytes",

@@ -9,6 +9,7 @@ mod fill;
 mod fincore;
 mod help;
 mod matrix;
+mod pagecache_bench;
 mod report;
 mod ring;
 mod signals;

@@ -9,7 +9,7 @@
 use std::ffi::c_void;
 use std::io;
 use std::ptr;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 // Memory policy modes (include/uapi/linux/mempolicy.h).
 pub const MPOL_DEFAULT: i32 = 0;
@@ -686,6 +686,49 @@ pub fn restore_signal(saved: &SavedAction) {
     }
 }
 
+/// The message [`exit_on_bus_error`]'s handler writes: a leaked buffer
+/// and its length (null: none).
+static BUS_MESSAGE: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
+static BUS_MESSAGE_LEN: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn bus_error_exit(_: libc::c_int) {
+    let message = BUS_MESSAGE.load(Ordering::SeqCst);
+    let len = BUS_MESSAGE_LEN.load(Ordering::SeqCst);
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; the message is
+    // a leaked buffer of `len` bytes that is never freed.
+    unsafe {
+        if !message.is_null() {
+            libc::write(2, message.cast(), len);
+        }
+        libc::_exit(1);
+    }
+}
+
+/// Catches `SIGBUS` (a mapped file's page past its end, after the file
+/// was truncated under the mapping) to write `message` to standard error
+/// and end the process with status 1, instead of dying of "Bus error"
+/// with nothing said. Returns the disposition to put back with
+/// [`restore_signal`].
+pub fn exit_on_bus_error(message: &str) -> io::Result<SavedAction> {
+    let text: &'static mut [u8] = Box::leak(message.as_bytes().to_vec().into_boxed_slice());
+    BUS_MESSAGE_LEN.store(text.len(), Ordering::SeqCst);
+    BUS_MESSAGE.store(text.as_mut_ptr(), Ordering::SeqCst);
+    // SAFETY: a zeroed sigaction is a valid value to fill in.
+    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+    new.sa_sigaction = bus_error_exit as *const () as libc::sighandler_t;
+    // SAFETY: sa_mask is a valid sigset to empty.
+    unsafe { libc::sigemptyset(&mut new.sa_mask) };
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: `new` is complete and its handler only makes
+    // async-signal-safe calls; `old` is valid for writes.
+    check(unsafe { libc::sigaction(libc::SIGBUS, &new, &mut old) }.into())?;
+    Ok(SavedAction {
+        signal: libc::SIGBUS,
+        action: old,
+    })
+}
+
 /// Names the process relayed signals go to (0: none, they are only
 /// recorded).
 pub fn relay_to(pid: i32) {
@@ -941,8 +984,8 @@ pub fn map_shared(fd: &OwnedFd, len: usize, read_only: bool) -> io::Result<*mut 
 }
 
 /// A read-only shared mapping of part of a file, unmapped when dropped:
-/// for asking which of its pages are cached and where, never for reading
-/// them.
+/// for asking which of its pages are cached and where, and for copying
+/// out of it ([`FileWindow::copy_to`]).
 #[derive(Debug)]
 pub struct FileWindow {
     addr: *mut u8,
@@ -1007,12 +1050,34 @@ impl FileWindow {
         Ok(())
     }
 
+    /// Copies the window's bytes from `offset` into `dst` (as many as
+    /// fit and the window has); returns how many. Touching a page past the
+    /// file's end (a file truncated under the window) raises `SIGBUS`.
+    pub fn copy_to(&self, offset: usize, dst: &mut [u8]) -> usize {
+        let n = self.len.saturating_sub(offset).min(dst.len());
+        if n > 0 {
+            // SAFETY: [offset, offset + n) lies in the mapping, which is
+            // readable, and `dst` is a distinct Rust buffer of at least n
+            // bytes; bytes another process changes meanwhile are copied
+            // as they are, never referenced.
+            unsafe { ptr::copy_nonoverlapping(self.addr.add(offset), dst.as_mut_ptr(), n) };
+        }
+        n
+    }
+
     /// The address of byte `offset` of the window (for `move_pages`;
     /// never dereferenced here).
     pub fn at(&self, offset: usize) -> *const u8 {
         self.addr.wrapping_add(offset)
     }
 }
+
+// SAFETY: the mapping belongs to the value alone and is only read (by
+// the kernel or by copying out), so it may move to and be shared by
+// other threads.
+unsafe impl Send for FileWindow {}
+// SAFETY: as above.
+unsafe impl Sync for FileWindow {}
 
 impl Drop for FileWindow {
     fn drop(&mut self) {

@@ -1,0 +1,1046 @@
+//! `numalab pagecache bench`: the cluster mailing-list post's experiment,
+//! generalised. A file's page cache is placed on one node; 1…N readers,
+//! each pinned to a CPU of that node or of another, read the whole file
+//! (`read(2)` at a block size, as `dd bs=8192` did, or through `mmap`),
+//! started in groups with an offset; the figure is the time until the
+//! last reader finished, beside each reader's and the readers' combined
+//! GB/s, the remote/local ratio beside SLIT/10 and the measured read
+//! bandwidth's ratio, and where the cache was before and after each cell.
+//!
+//! The run is planned first ([`plan`]): every count, size, node and CPU
+//! is checked, and each cell either has its CPUs or a reason it cannot
+//! run here, before a byte is written or read. A file numalab creates is
+//! unnamed ([`numalab::files::scratch_file`]): nothing is left behind,
+//! however the run ends.
+//!
+//! ```
+//! use numalab::Topology;
+//! use numalab_bench::pagecache::{plan, run, BenchConfig, FileSource};
+//! use std::sync::atomic::AtomicBool;
+//!
+//! let topology = Topology::system()?;
+//! let config = BenchConfig {
+//!     file: FileSource::Create { dir: std::env::temp_dir(), size: 8 << 20 },
+//!     repeats: 1,
+//!     compare_matrix: false,
+//!     ..BenchConfig::default()
+//! };
+//! let plan = plan(&config, &topology)?;
+//! let report = run(&plan, &topology, &mut |_| {}, &AtomicBool::new(false))?;
+//! let cell = &report.cells[0];
+//! assert_eq!(cell.repeats[0].readers[0].bytes, 8 << 20);
+//! assert!(cell.time_to_last_s.unwrap() > 0.0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use numalab::pagecache::{self as cache, BusErrorExit, FileCache, MappedFile, PageCacheError};
+use numalab::system::Environment;
+use numalab::{HugePages, NodeInventory, Topology};
+use serde::{Deserialize, Serialize};
+
+use crate::document::Schema;
+use crate::matrix::bandwidth::{self, Kernel, StreamTiming};
+use crate::matrix::shape::spread_cpus;
+use crate::ring::CellStatus;
+use crate::stats::Summary;
+use crate::workers::{run_pinned, WorkerError};
+
+/// The most readers in one cell.
+pub const MAX_READERS: usize = 1024;
+/// The largest block one `read(2)` asks for: 1 GiB.
+pub const MAX_BLOCK: u64 = 1 << 30;
+/// The most repeats of a cell.
+pub const MAX_REPEATS: usize = 100;
+/// The longest offset between two groups of readers.
+pub const MAX_STAGGER: Duration = Duration::from_secs(60);
+/// The largest file numalab creates: 1 TiB.
+pub const MAX_SIZE: u64 = 1 << 40;
+
+/// How readers read the file.
+///
+/// ```
+/// use numalab_bench::pagecache::Method;
+/// assert_eq!(Method::Read.to_string(), "read(2)");
+/// assert_eq!(serde_json::to_value(Method::Mmap)?, "mmap");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// `pread(2)` of one block at a time into the reader's own buffer, as
+    /// `dd` does.
+    #[default]
+    Read,
+    /// The file mapped shared and read-only by each reader, copied out a
+    /// block at a time (pages are mapped on first touch).
+    Mmap,
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Method::Read => "read(2)",
+            Method::Mmap => "mmap",
+        })
+    }
+}
+
+/// Where a cell's readers run, relative to the cache's node.
+///
+/// ```
+/// use numalab_bench::pagecache::ReaderPlace;
+/// assert_eq!("other".parse::<ReaderPlace>(), Ok(ReaderPlace::Other));
+/// assert_eq!("3".parse::<ReaderPlace>(), Ok(ReaderPlace::Node(3)));
+/// assert!("far".parse::<ReaderPlace>().unwrap_err().contains("same, other or a node"));
+/// assert_eq!(ReaderPlace::Same.to_string(), "same");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReaderPlace {
+    /// CPUs of the node holding the cache.
+    Same,
+    /// CPUs of the nearest other node that has CPUs (by SLIT).
+    Other,
+    /// CPUs of this node.
+    Node(u32),
+}
+
+impl fmt::Display for ReaderPlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReaderPlace::Same => f.write_str("same"),
+            ReaderPlace::Other => f.write_str("other"),
+            ReaderPlace::Node(n) => write!(f, "node {n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for ReaderPlace {
+    type Err = String;
+    fn from_str(text: &str) -> Result<ReaderPlace, String> {
+        match text.trim() {
+            "same" => Ok(ReaderPlace::Same),
+            "other" => Ok(ReaderPlace::Other),
+            node => node.parse().map(ReaderPlace::Node).map_err(|_| {
+                format!("invalid reader node {text:?}: expected same, other or a node number")
+            }),
+        }
+    }
+}
+
+/// The file the readers read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileSource {
+    /// A new unnamed file of `size` bytes in `dir`, written on the
+    /// cache's node (and flushed, so its pages are clean).
+    Create {
+        /// Where to make it (its file system decides what "cached" is:
+        /// on tmpfs the file's memory is the cache and cannot be dropped).
+        dir: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// The user's file, read and never written.
+    Given(PathBuf),
+}
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchConfig {
+    /// The file.
+    pub file: FileSource,
+    /// The node to cache it on (default: the first node with memory and
+    /// CPUs this process may use).
+    pub cache_node: Option<u32>,
+    /// Reader counts, one row each.
+    pub readers: Vec<usize>,
+    /// Reader placements, one column each (default: `same`, and `other`
+    /// where the machine has another node with CPUs).
+    pub places: Vec<ReaderPlace>,
+    /// Between the starts of two groups of readers.
+    pub stagger: Duration,
+    /// Readers per group.
+    pub group: usize,
+    /// Bytes per read.
+    pub block_size: u64,
+    /// `read(2)` or `mmap`.
+    pub method: Method,
+    /// Timed runs per cell (the figures are medians).
+    pub repeats: usize,
+    /// Allow more readers than the node has CPUs (they share CPUs).
+    pub oversubscribe: bool,
+    /// A cell this machine cannot run is kept, with why, instead of
+    /// refusing the whole run (`--layout post`).
+    pub skip_impossible: bool,
+    /// Measure single-thread read bandwidth from each reader node to the
+    /// cache's node, for the remote/local ratio of plain memory.
+    pub compare_matrix: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> BenchConfig {
+        BenchConfig {
+            file: FileSource::Create {
+                dir: std::env::temp_dir(),
+                size: 1 << 30,
+            },
+            cache_node: None,
+            readers: vec![1],
+            places: Vec::new(),
+            stagger: Duration::ZERO,
+            group: 1,
+            block_size: 8192,
+            method: Method::Read,
+            repeats: 3,
+            oversubscribe: false,
+            skip_impossible: false,
+            compare_matrix: true,
+        }
+    }
+}
+
+impl BenchConfig {
+    /// The post's table: 1, 5, 10, 15 and 30 readers on the cache's node
+    /// and on another, `dd bs=8192`, groups of five started 1 s apart;
+    /// cells the machine cannot run are kept with why.
+    ///
+    /// ```
+    /// use numalab_bench::pagecache::BenchConfig;
+    /// let post = BenchConfig::post(BenchConfig::default());
+    /// assert_eq!(post.readers, [1, 5, 10, 15, 30]);
+    /// assert_eq!(post.block_size, 8192);
+    /// assert!(post.skip_impossible);
+    /// ```
+    pub fn post(base: BenchConfig) -> BenchConfig {
+        BenchConfig {
+            readers: vec![1, 5, 10, 15, 30],
+            places: vec![ReaderPlace::Same, ReaderPlace::Other],
+            stagger: Duration::from_secs(1),
+            group: 5,
+            block_size: 8192,
+            method: Method::Read,
+            skip_impossible: true,
+            ..base
+        }
+    }
+}
+
+/// Why the bench cannot run, said before anything is written or read.
+///
+/// ```
+/// use numalab_bench::pagecache::{plan, BenchConfig, BenchError};
+/// let topology = numalab::Topology::system()?;
+/// let config = BenchConfig { block_size: 0, ..BenchConfig::default() };
+/// let err = plan(&config, &topology).unwrap_err();
+/// assert!(matches!(err, BenchError::Invalid(_)));
+/// assert!(err.to_string().contains("--block-size"), "{err}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// A setting is out of range or impossible on this machine.
+    #[error("{0}")]
+    Invalid(String),
+    /// The file cannot be read, made or placed.
+    #[error("{path}: {source}")]
+    File {
+        /// The file (or the directory a new one goes in).
+        path: String,
+        /// What went wrong.
+        source: PageCacheError,
+    },
+    /// The readers could not be started.
+    #[error(transparent)]
+    Workers(#[from] WorkerError),
+    /// A reader got less than the whole file: it shrank while being read.
+    #[error(
+        "{path} was truncated while being read: a reader on CPU {cpu} got {got} of {size} bytes"
+    )]
+    Truncated {
+        /// The file.
+        path: String,
+        /// The reader's CPU.
+        cpu: u32,
+        /// Bytes it got.
+        got: u64,
+        /// Bytes the file had.
+        size: u64,
+    },
+}
+
+/// One cell of the plan: its readers' CPUs, or why it cannot run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedCell {
+    /// Readers.
+    pub readers: usize,
+    /// Where they were asked to run.
+    pub place: ReaderPlace,
+    /// The node that means here.
+    pub reader_node: Option<u32>,
+    /// One CPU per reader (repeated when oversubscribed).
+    pub cpus: Vec<u32>,
+    /// Why it cannot run here.
+    pub skip: Option<String>,
+}
+
+/// A checked configuration ([`plan`]).
+#[derive(Debug)]
+pub struct Plan {
+    /// What was asked.
+    pub config: BenchConfig,
+    /// The node the cache goes on.
+    pub cache_node: u32,
+    /// The user's file, opened; `None`: [`run`] makes one as
+    /// [`BenchConfig::file`] says.
+    pub given: Option<(PathBuf, File)>,
+    /// Its size, or the size to create.
+    pub size: u64,
+    /// The cells, readers-major.
+    pub cells: Vec<PlannedCell>,
+}
+
+/// Checks `config` against the machine and names each cell's CPUs;
+/// nothing is written or read.
+pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchError> {
+    let invalid = |text: String| Err(BenchError::Invalid(text));
+    if config.block_size == 0 || config.block_size > MAX_BLOCK {
+        return invalid(format!(
+            "--block-size must be 1 byte to 1 GiB, not {}",
+            config.block_size
+        ));
+    }
+    if config.repeats == 0 || config.repeats > MAX_REPEATS {
+        return invalid(format!(
+            "--repeats must be 1 to {MAX_REPEATS}, not {}",
+            config.repeats
+        ));
+    }
+    if config.group == 0 || config.group > MAX_READERS {
+        return invalid(format!(
+            "--group must be 1 to {MAX_READERS} readers, not {}",
+            config.group
+        ));
+    }
+    if config.stagger > MAX_STAGGER {
+        return invalid(format!(
+            "--stagger must be at most {}s, not {:?}",
+            MAX_STAGGER.as_secs(),
+            config.stagger
+        ));
+    }
+    if config.readers.is_empty() || config.readers.len() > 64 {
+        return invalid("--readers takes 1 to 64 counts".into());
+    }
+    if let Some(&bad) = config.readers.iter().find(|&&n| n == 0 || n > MAX_READERS) {
+        return invalid(format!(
+            "--readers: each count must be 1 to {MAX_READERS}, not {bad}"
+        ));
+    }
+    if config.places.len() > 64 {
+        return invalid("--reader-node takes at most 64 placements".into());
+    }
+    let inventory = NodeInventory::live();
+    let with_cpus: Vec<u32> = topology
+        .nodes
+        .iter()
+        .map(|n| n.id)
+        .filter(|&n| !spread_cpus(topology, n, 1).is_empty())
+        .collect();
+    let cache_node = match config.cache_node {
+        Some(node) => node,
+        None => match with_cpus
+            .iter()
+            .copied()
+            .find(|&n| inventory.with_memory.contains(n))
+            .or_else(|| inventory.with_memory.iter().next())
+        {
+            Some(node) => node,
+            None => return invalid("this machine reports no node with memory".into()),
+        },
+    };
+    if !inventory.with_memory.contains(cache_node) {
+        return invalid(format!(
+            "--cache-node {cache_node}: node {cache_node} has no memory this process may use (nodes with memory: {})",
+            inventory.with_memory
+        ));
+    }
+    let (given, size) = match &config.file {
+        FileSource::Given(path) => {
+            let file = open_given(path)?;
+            let size = cache::file_size(&file).map_err(|source| BenchError::File {
+                path: path.display().to_string(),
+                source,
+            })?;
+            if size == 0 {
+                return invalid(format!(
+                    "{} is empty: there is nothing to read",
+                    path.display()
+                ));
+            }
+            (Some((path.clone(), file)), size)
+        }
+        FileSource::Create { dir, size } => {
+            check_new_file(dir, *size, cache_node)?;
+            (None, *size)
+        }
+    };
+    let other = topology
+        .nodes_by_distance(cache_node)
+        .into_iter()
+        .find(|&n| with_cpus.contains(&n))
+        .or_else(|| with_cpus.iter().copied().find(|&n| n != cache_node));
+    let places = if config.places.is_empty() {
+        let mut places = vec![ReaderPlace::Same];
+        if other.is_some() {
+            places.push(ReaderPlace::Other);
+        }
+        places
+    } else {
+        config.places.clone()
+    };
+    let mut cells = Vec::new();
+    for &readers in &config.readers {
+        for &place in &places {
+            let reader_node = match place {
+                ReaderPlace::Same => Some(cache_node),
+                ReaderPlace::Other => other,
+                ReaderPlace::Node(n) => Some(n),
+            };
+            let (cpus, skip) = match reader_node {
+                None => (
+                    Vec::new(),
+                    Some(format!(
+                        "this machine has no node with CPUs other than node {cache_node}"
+                    )),
+                ),
+                Some(node) => reader_cpus(topology, node, readers, config.oversubscribe),
+            };
+            if let (Some(why), false) = (&skip, config.skip_impossible) {
+                return invalid(format!("{readers} reader(s) on {place}: {why}"));
+            }
+            cells.push(PlannedCell {
+                readers,
+                place,
+                reader_node,
+                cpus,
+                skip,
+            });
+        }
+    }
+    Ok(Plan {
+        config: BenchConfig {
+            places,
+            ..config.clone()
+        },
+        cache_node,
+        given,
+        size,
+        cells,
+    })
+}
+
+/// Opens the user's file: it must be a regular file numalab may read.
+fn open_given(path: &std::path::Path) -> Result<File, BenchError> {
+    let wrap = |source| BenchError::File {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = cache::open_for_cache(path, true).map_err(|e| wrap(PageCacheError::Os(e)))?;
+    cache::file_size(&file).map_err(wrap)?;
+    Ok(file)
+}
+
+/// A new file of `size` bytes must fit on its file system and in the
+/// cache node's memory (or its cache would spill to other nodes).
+fn check_new_file(dir: &std::path::Path, size: u64, node: u32) -> Result<(), BenchError> {
+    let wrap = |source| BenchError::File {
+        path: dir.display().to_string(),
+        source,
+    };
+    if size == 0 || size > MAX_SIZE {
+        return Err(BenchError::Invalid(format!(
+            "--size must be 1 byte to 1 TiB, not {}",
+            numalab::units::format_size(size)
+        )));
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| wrap(PageCacheError::Os(e)))?;
+    if !meta.is_dir() {
+        return Err(BenchError::Invalid(format!(
+            "--dir {}: not a directory",
+            dir.display()
+        )));
+    }
+    let available =
+        numalab::files::available_bytes(dir).map_err(|e| wrap(PageCacheError::Os(e)))?;
+    if size > available {
+        return Err(BenchError::Invalid(format!(
+            "--size {}: {} has only {} free",
+            numalab::units::format_size(size),
+            dir.display(),
+            numalab::units::format_size(available)
+        )));
+    }
+    let memory =
+        numalab::system::NodeMemory::read(node).map_err(|e| wrap(PageCacheError::Os(e)))?;
+    // Free memory and the page cache reclaim can give back.
+    let room = memory.free_bytes + memory.file_lru_bytes;
+    if size > room / 10 * 9 {
+        return Err(BenchError::Invalid(format!(
+            "--size {}: node {node} has {} free or reclaimable; a file that large cannot be cached on it (give a smaller --size or another --cache-node)",
+            numalab::units::format_size(size),
+            numalab::units::format_size(room)
+        )));
+    }
+    Ok(())
+}
+
+/// `count` CPUs of `node` (cycled when oversubscribed), or why not.
+fn reader_cpus(
+    topology: &Topology,
+    node: u32,
+    count: usize,
+    oversubscribe: bool,
+) -> (Vec<u32>, Option<String>) {
+    if topology.node(node).is_none() {
+        return (Vec::new(), Some(format!("this machine has no node {node}")));
+    }
+    let cpus = spread_cpus(topology, node, usize::MAX);
+    if cpus.is_empty() {
+        return (
+            Vec::new(),
+            Some(format!("node {node} has no CPUs this process may use")),
+        );
+    }
+    if count > cpus.len() && !oversubscribe {
+        return (
+            Vec::new(),
+            Some(format!(
+                "more readers than node {node}'s {} CPU(s) this process may use (--oversubscribe lets readers share CPUs)",
+                cpus.len()
+            )),
+        );
+    }
+    (cpus.iter().copied().cycle().take(count).collect(), None)
+}
+
+/// The settings every cell shared.
+///
+/// ```
+/// use numalab_bench::pagecache::{BenchSettings, Method};
+/// let settings = BenchSettings { file: "(created)".into(), created: true, size: 1 << 30,
+///     block_size: 8192, method: Method::Read, stagger_s: 1.0, group: 5, repeats: 3,
+///     cache_node: 0 };
+/// assert_eq!(serde_json::to_value(&settings)?["method"], "read");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchSettings {
+    /// The file's path, or where an unnamed one was made.
+    pub file: String,
+    /// numalab made it (and it is gone now).
+    pub created: bool,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Bytes per read.
+    pub block_size: u64,
+    /// How readers read.
+    pub method: Method,
+    /// Seconds between the starts of two groups.
+    pub stagger_s: f64,
+    /// Readers per group.
+    pub group: usize,
+    /// Timed runs per cell.
+    pub repeats: usize,
+    /// Where the cache was placed.
+    pub cache_node: u32,
+}
+
+/// One reader of one repeat.
+///
+/// ```
+/// use numalab_bench::pagecache::ReaderRun;
+/// let reader = ReaderRun { cpu: 1, node: 0, started_s: 1.0, read_s: 0.5, bytes: 1 << 30 };
+/// assert!((reader.gbps() - 2.147).abs() < 0.001);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReaderRun {
+    /// Its CPU.
+    pub cpu: u32,
+    /// The node it ran on, as the kernel said after it read.
+    pub node: u32,
+    /// Seconds from the common start to its first read (its group's
+    /// offset).
+    pub started_s: f64,
+    /// Seconds it took to read the file.
+    pub read_s: f64,
+    /// Bytes it read.
+    pub bytes: u64,
+}
+
+impl ReaderRun {
+    /// Its read rate, GB/s (10^9 bytes).
+    pub fn gbps(&self) -> f64 {
+        self.bytes as f64 / self.read_s.max(1e-9) / 1e9
+    }
+}
+
+/// One timed run of a cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchRepeat {
+    /// Seconds from the common start until the last reader finished.
+    pub time_to_last_s: f64,
+    /// Each reader.
+    pub readers: Vec<ReaderRun>,
+}
+
+/// One cell: a reader count at a placement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchCell {
+    /// Readers.
+    pub readers: usize,
+    /// Where they were asked to run.
+    pub place: ReaderPlace,
+    /// The node that meant.
+    pub reader_node: Option<u32>,
+    /// Their CPUs.
+    pub cpus: Vec<u32>,
+    /// Whether it ran.
+    pub status: CellStatus,
+    /// Why it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The cache was (re)placed on the cache node before this cell.
+    pub placed: bool,
+    /// Where the file's cached pages were before the first repeat.
+    pub cache_before: Option<FileCache>,
+    /// And after the last.
+    pub cache_after: Option<FileCache>,
+    /// Each repeat.
+    pub repeats: Vec<BenchRepeat>,
+    /// Median time to the last reader, seconds.
+    pub time_to_last_s: Option<f64>,
+    /// Median of every reader's GB/s over the repeats.
+    pub reader_gbps: Option<f64>,
+    /// Median over the repeats of all bytes read / time to the last reader.
+    pub aggregate_gbps: Option<f64>,
+}
+
+impl BenchCell {
+    /// Cached pages that moved off the cache's node while the cell ran.
+    pub fn moved_pages(&self, cache_node: u32) -> u64 {
+        let on = |c: &Option<FileCache>| {
+            c.as_ref()
+                .and_then(|c| c.per_node.get(&cache_node).copied())
+                .unwrap_or(0)
+        };
+        on(&self.cache_before).saturating_sub(on(&self.cache_after))
+    }
+}
+
+/// Reading remotely against reading on the cache's node, for one reader
+/// count: the measured ratio beside what SLIT and plain memory predict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteRatio {
+    /// Readers.
+    pub readers: usize,
+    /// The remote readers' node.
+    pub reader_node: u32,
+    /// Time to the last reader, remote / local.
+    pub time_ratio: f64,
+    /// Median reader's read time, remote / local.
+    pub reader_ratio: f64,
+    /// SLIT distance(reader node, cache node) / distance(cache node, itself).
+    pub slit_ratio: Option<f64>,
+    /// Single-thread read bandwidth of the cache node's memory, local /
+    /// from the reader node (numalab matrix's read kernel).
+    pub matrix_ratio: Option<f64>,
+}
+
+/// The whole result (schema `numalab.pagecache-bench`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PagecacheBench {
+    /// Where it was measured.
+    pub environment: Environment,
+    /// What every cell shared.
+    pub settings: BenchSettings,
+    /// Readers-major, placements in the order given.
+    pub cells: Vec<BenchCell>,
+    /// Remote against local, per reader count that ran both.
+    pub ratios: Vec<RemoteRatio>,
+    /// A signal stopped the run.
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+impl Schema for PagecacheBench {
+    const NAME: &'static str = "numalab.pagecache-bench";
+    const VERSION: u32 = 1;
+}
+
+/// Runs the plan: makes (or places) the file's cache, then each cell's
+/// repeats; `stop` (Ctrl-C) ends the run at the next block, the
+/// unfinished cells marked interrupted.
+pub fn run(
+    plan: &Plan,
+    topology: &Topology,
+    progress: &mut dyn FnMut(&str),
+    stop: &AtomicBool,
+) -> Result<PagecacheBench, BenchError> {
+    let config = &plan.config;
+    let (label, file, created) = match (&plan.given, &config.file) {
+        (Some((path, file)), _) => {
+            let file = file.try_clone().map_err(|e| BenchError::File {
+                path: path.display().to_string(),
+                source: PageCacheError::Os(e),
+            })?;
+            (path.display().to_string(), file, false)
+        }
+        (None, FileSource::Create { dir, size }) => {
+            progress(&format!(
+                "writing {} to an unnamed file in {} on node {}",
+                numalab::units::format_size(*size),
+                dir.display(),
+                plan.cache_node
+            ));
+            let file = make_file(dir, *size, plan.cache_node)?;
+            (format!("{} (unnamed)", dir.display()), file, true)
+        }
+        (None, FileSource::Given(path)) => (path.display().to_string(), open_given(path)?, false),
+    };
+    let wrap = |source| BenchError::File {
+        path: label.clone(),
+        source,
+    };
+    let mut cells = Vec::new();
+    let mut interrupted = false;
+    for planned in &plan.cells {
+        let mut cell = BenchCell {
+            readers: planned.readers,
+            place: planned.place,
+            reader_node: planned.reader_node,
+            cpus: planned.cpus.clone(),
+            status: CellStatus::Skipped,
+            reason: planned.skip.clone(),
+            placed: false,
+            cache_before: None,
+            cache_after: None,
+            repeats: Vec::new(),
+            time_to_last_s: None,
+            reader_gbps: None,
+            aggregate_gbps: None,
+        };
+        if planned.skip.is_some() {
+            cells.push(cell);
+            continue;
+        }
+        if interrupted || stop.load(Ordering::SeqCst) {
+            interrupted = true;
+            cell.status = CellStatus::Interrupted;
+            cells.push(cell);
+            continue;
+        }
+        progress(&format!(
+            "{} reader(s) on {} (node {})",
+            planned.readers,
+            planned.place,
+            planned.reader_node.unwrap_or(0)
+        ));
+        let mut before = cache::file_cache(&file).map_err(wrap)?;
+        if before.per_node.get(&plan.cache_node).copied().unwrap_or(0) < before.pages {
+            cache::drop_cache(&file).map_err(wrap)?;
+            cache::load_on(&file, plan.cache_node).map_err(wrap)?;
+            before = cache::file_cache(&file).map_err(wrap)?;
+            cell.placed = true;
+        }
+        cell.cache_before = Some(before);
+        for _ in 0..config.repeats {
+            match one_repeat(plan, &file, &label, &planned.cpus, stop)? {
+                Some(repeat) => cell.repeats.push(repeat),
+                None => {
+                    interrupted = true;
+                    break;
+                }
+            }
+        }
+        cell.cache_after = Some(cache::file_cache(&file).map_err(wrap)?);
+        cell.status = if interrupted {
+            CellStatus::Interrupted
+        } else {
+            CellStatus::Ran
+        };
+        summarise(&mut cell, plan.size);
+        cells.push(cell);
+    }
+    let ratios = ratios(plan, topology, &cells);
+    Ok(PagecacheBench {
+        environment: Environment::current(topology),
+        settings: BenchSettings {
+            file: label,
+            created,
+            size: plan.size,
+            block_size: config.block_size,
+            method: config.method,
+            stagger_s: config.stagger.as_secs_f64(),
+            group: config.group,
+            repeats: config.repeats,
+            cache_node: plan.cache_node,
+        },
+        cells,
+        ratios,
+        interrupted,
+    })
+}
+
+/// An unnamed file of `size` bytes in `dir`, written on `node`.
+fn make_file(dir: &std::path::Path, size: u64, node: u32) -> Result<File, BenchError> {
+    let wrap = |source| BenchError::File {
+        path: dir.display().to_string(),
+        source,
+    };
+    let file = numalab::files::scratch_file(dir).map_err(|e| wrap(PageCacheError::Os(e)))?;
+    cache::fill_on(&file, size, node).map_err(wrap)?;
+    Ok(file)
+}
+
+/// A reader's state, made on its CPU: its buffer (first touched there)
+/// and, for `mmap`, its own mapping of the file.
+struct Reader {
+    buffer: Vec<u8>,
+    mapping: Option<MappedFile>,
+}
+
+/// What a reader's work returns.
+struct Outcome {
+    read: Duration,
+    bytes: u64,
+    stopped: bool,
+}
+
+/// One timed run of the cell's readers; `None` when `stop` ended it.
+fn one_repeat(
+    plan: &Plan,
+    file: &File,
+    label: &str,
+    cpus: &[u32],
+    stop: &AtomicBool,
+) -> Result<Option<BenchRepeat>, BenchError> {
+    let config = &plan.config;
+    let block = config.block_size as usize;
+    let size = plan.size;
+    let _bus = match config.method {
+        Method::Mmap => Some(
+            BusErrorExit::install(&format!(
+                "numalab: {label} was truncated while readers had it mapped (SIGBUS); stopped\n"
+            ))
+            .map_err(|e| BenchError::File {
+                path: label.to_string(),
+                source: PageCacheError::Os(e),
+            })?,
+        ),
+        Method::Read => None,
+    };
+    let mapping_failed = AtomicBool::new(false);
+    let run = run_pinned(
+        cpus,
+        |_| {
+            let mut buffer = vec![0u8; block];
+            // First touch on the reader's CPU puts the buffer on its node.
+            buffer.iter_mut().step_by(4096).for_each(|b| *b = 1);
+            let mapping = match config.method {
+                Method::Mmap => MappedFile::map(file)
+                    .map_err(|_| mapping_failed.store(true, Ordering::SeqCst))
+                    .ok(),
+                Method::Read => None,
+            };
+            Reader { buffer, mapping }
+        },
+        |i, reader| {
+            let group = (i / config.group) as u32;
+            let offset = config.stagger * group;
+            if !offset.is_zero() {
+                wait(offset, stop);
+            }
+            let start = Instant::now();
+            let mut done = 0u64;
+            let mut stopped = false;
+            while done < size {
+                if stop.load(Ordering::Relaxed) {
+                    stopped = true;
+                    break;
+                }
+                let want = (size - done).min(block as u64) as usize;
+                let n = match &reader.mapping {
+                    Some(mapping) => {
+                        let n = mapping.copy_to(done as usize, &mut reader.buffer[..want]);
+                        std::hint::black_box(&reader.buffer);
+                        n
+                    }
+                    None if config.method == Method::Mmap => 0,
+                    None => file.read_at(&mut reader.buffer[..want], done).unwrap_or(0),
+                };
+                if n == 0 {
+                    break;
+                }
+                done += n as u64;
+            }
+            Outcome {
+                read: start.elapsed(),
+                bytes: done,
+                stopped,
+            }
+        },
+    )?;
+    if mapping_failed.load(Ordering::SeqCst) {
+        return Err(BenchError::File {
+            path: label.to_string(),
+            source: PageCacheError::Os(std::io::Error::other("a reader could not map the file")),
+        });
+    }
+    if run.workers.iter().any(|w| w.output.stopped) {
+        return Ok(None);
+    }
+    if let Some(short) = run.workers.iter().find(|w| w.output.bytes < size) {
+        return Err(BenchError::Truncated {
+            path: label.to_string(),
+            cpu: short.cpu,
+            got: short.output.bytes,
+            size,
+        });
+    }
+    Ok(Some(BenchRepeat {
+        time_to_last_s: run.wall.as_secs_f64(),
+        readers: run
+            .workers
+            .iter()
+            .map(|w| ReaderRun {
+                cpu: w.cpu,
+                node: w.node,
+                started_s: w.busy.saturating_sub(w.output.read).as_secs_f64(),
+                read_s: w.output.read.as_secs_f64(),
+                bytes: w.output.bytes,
+            })
+            .collect(),
+    }))
+}
+
+/// Sleeps `span`, waking early when `stop` is set.
+fn wait(span: Duration, stop: &AtomicBool) {
+    let end = Instant::now() + span;
+    while !stop.load(Ordering::Relaxed) {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    }
+}
+
+fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let values: Vec<f64> = values.into_iter().collect();
+    Summary::of(&values).map(|s| s.median)
+}
+
+/// The cell's medians from its repeats.
+fn summarise(cell: &mut BenchCell, size: u64) {
+    cell.time_to_last_s = median(cell.repeats.iter().map(|r| r.time_to_last_s));
+    cell.reader_gbps = median(
+        cell.repeats
+            .iter()
+            .flat_map(|r| r.readers.iter().map(ReaderRun::gbps)),
+    );
+    cell.aggregate_gbps = median(
+        cell.repeats
+            .iter()
+            .map(|r| (size * r.readers.len() as u64) as f64 / r.time_to_last_s.max(1e-9) / 1e9),
+    );
+}
+
+/// Remote against local for each reader count that ran on both the
+/// cache's node and another.
+fn ratios(plan: &Plan, topology: &Topology, cells: &[BenchCell]) -> Vec<RemoteRatio> {
+    let ran = |c: &&BenchCell| c.status == CellStatus::Ran;
+    let mut matrix: Vec<(u32, Option<f64>)> = Vec::new();
+    let mut out = Vec::new();
+    for local in cells
+        .iter()
+        .filter(ran)
+        .filter(|c| c.reader_node == Some(plan.cache_node))
+    {
+        for remote in cells.iter().filter(ran).filter(|c| {
+            c.readers == local.readers && c.reader_node.is_some_and(|n| n != plan.cache_node)
+        }) {
+            let node = remote.reader_node.unwrap_or_default();
+            let reader_time = |c: &BenchCell| {
+                median(
+                    c.repeats
+                        .iter()
+                        .flat_map(|r| r.readers.iter().map(|x| x.read_s)),
+                )
+            };
+            let (Some(lt), Some(rt), Some(lr), Some(rr)) = (
+                local.time_to_last_s,
+                remote.time_to_last_s,
+                reader_time(local),
+                reader_time(remote),
+            ) else {
+                continue;
+            };
+            let matrix_ratio = match matrix.iter().find(|(n, _)| *n == node) {
+                Some((_, ratio)) => *ratio,
+                None => {
+                    let ratio = plan
+                        .config
+                        .compare_matrix
+                        .then(|| read_ratio(topology, plan.cache_node, node))
+                        .flatten();
+                    matrix.push((node, ratio));
+                    ratio
+                }
+            };
+            let slit = |from| topology.distance(from, plan.cache_node);
+            out.push(RemoteRatio {
+                readers: local.readers,
+                reader_node: node,
+                time_ratio: rt / lt,
+                reader_ratio: rr / lr,
+                slit_ratio: match (slit(node), slit(plan.cache_node)) {
+                    (Some(far), Some(near)) if near > 0 => Some(far as f64 / near as f64),
+                    _ => None,
+                },
+                matrix_ratio,
+            });
+        }
+    }
+    out
+}
+
+/// Single-thread read bandwidth of `memory`'s memory from a CPU of
+/// `memory` over that from a CPU of `reader`.
+fn read_ratio(topology: &Topology, memory: u32, reader: u32) -> Option<f64> {
+    let timing = StreamTiming {
+        repeats: 3,
+        sample: Duration::from_millis(100),
+    };
+    let gbps = |node| -> Option<f64> {
+        let cpu = *spread_cpus(topology, node, 1).first()?;
+        let run = bandwidth::measure(
+            &[cpu],
+            memory,
+            256 << 20,
+            HugePages::None,
+            &[Kernel::Read],
+            timing,
+        )
+        .ok()?;
+        median(run.samples.first()?.1.iter().copied())
+    };
+    Some(gbps(memory)? / gbps(reader)?)
+}

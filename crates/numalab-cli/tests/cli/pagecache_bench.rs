@@ -1,0 +1,284 @@
+//! `numalab pagecache bench`: readers where the kernel says their CPUs
+//! are, the whole file read, the cache where util-linux `fincore` counts
+//! it, groups started apart by the clock, bad input refused before
+//! anything is written, and nothing left behind.
+
+use std::fs;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use crate::fincore::fincore_pages;
+use serde_json::Value;
+
+/// The first node with CPUs and memory, and its CPUs, as sysfs lists them.
+fn first_node() -> (u32, Vec<u32>) {
+    let (with_cpus, with_memory) = sysfs_roles();
+    let node = *with_cpus
+        .iter()
+        .find(|n| with_memory.contains(n))
+        .expect("a node with CPUs and memory");
+    (
+        node,
+        sysfs_list(&format!("/sys/devices/system/node/node{node}/cpulist")),
+    )
+}
+
+#[test]
+fn readers_run_on_the_nodes_cpus_read_the_whole_file_and_start_in_groups() {
+    let scratch = Scratch::new("pcbench");
+    let path = scratch.path("data");
+    fs::write(&path, vec![3u8; 16 << 20]).unwrap();
+    fs::File::open(&path).unwrap().sync_all().unwrap();
+    let (node, cpus) = first_node();
+    let readers = cpus.len().min(2);
+    let out = numalab(&[
+        "pagecache",
+        "bench",
+        &path,
+        "--cache-node",
+        &node.to_string(),
+        "--reader-node",
+        "same",
+        "--readers",
+        &readers.to_string(),
+        "--group",
+        "1",
+        "--stagger",
+        "150ms",
+        "--repeats",
+        "2",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["schema"], "numalab.pagecache-bench");
+    let cell = &doc["cells"][0];
+    assert_eq!(cell["status"], "ran");
+    assert_eq!(cell["repeats"].as_array().unwrap().len(), 2);
+    for repeat in cell["repeats"].as_array().unwrap() {
+        let last = repeat["time_to_last_s"].as_f64().unwrap();
+        for (i, reader) in repeat["readers"].as_array().unwrap().iter().enumerate() {
+            let cpu = reader["cpu"].as_u64().unwrap() as u32;
+            assert!(cpus.contains(&cpu), "CPU {cpu} is not on node {node}");
+            assert_eq!(
+                reader["node"], node,
+                "the kernel's node of the CPU it ran on"
+            );
+            assert_eq!(reader["bytes"], 16 << 20, "the whole file");
+            let started = reader["started_s"].as_f64().unwrap();
+            // Reader i of a group of one starts i × 150 ms after the first.
+            assert!(
+                started >= 0.15 * i as f64 - 0.001,
+                "reader {i} started at {started} s"
+            );
+            assert!(started + reader["read_s"].as_f64().unwrap() <= last + 1e-6);
+        }
+    }
+    // The cache the bench says it left is what util-linux counts.
+    if let Some(pages) = fincore_pages(&path) {
+        assert_eq!(cell["cache_after"]["cached"], pages);
+        assert_eq!(cell["cache_after"]["per_node"][node.to_string()], pages);
+    }
+    assert_eq!(doc["settings"]["created"], false);
+}
+
+#[test]
+fn a_dropped_file_is_read_in_again_on_the_cache_node_first() {
+    let scratch = Scratch::new("pcbench-drop");
+    let path = scratch.path("data");
+    fs::write(&path, vec![3u8; 8 << 20]).unwrap();
+    fs::File::open(&path).unwrap().sync_all().unwrap();
+    let dropped = numalab(&["pagecache", "drop", &path]);
+    assert!(dropped.status.success(), "{}", stderr(&dropped));
+    let Some(0) = fincore_pages(&path) else {
+        return; // said why, or the kernel kept pages: nothing to test
+    };
+    let (node, _) = first_node();
+    let out = numalab(&[
+        "pagecache",
+        "bench",
+        &path,
+        "--repeats",
+        "1",
+        "--reader-node",
+        "same",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cell = &doc["cells"][0];
+    assert_eq!(cell["placed"], true);
+    assert_eq!(cell["cache_before"]["per_node"][node.to_string()], 2048);
+    assert_eq!(fincore_pages(&path), Some(2048));
+}
+
+#[test]
+fn a_file_numalab_makes_is_gone_when_it_ends_also_on_ctrl_c() {
+    let scratch = Scratch::new("pcbench-made");
+    let dir = scratch.0.to_str().unwrap();
+    let out = numalab(&[
+        "pagecache",
+        "bench",
+        "--size",
+        "8M",
+        "--dir",
+        dir,
+        "--repeats",
+        "1",
+        "--reader-node",
+        "same",
+        "--csv",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("readers,place,"));
+    assert_eq!(scratch.files(), Vec::<String>::new(), "nothing left behind");
+    // Readers waiting for their group's start when Ctrl-C comes.
+    let child = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args([
+            "pagecache",
+            "bench",
+            "--size",
+            "8M",
+            "--dir",
+            dir,
+            "--readers",
+            "2",
+            "--oversubscribe",
+            "--group",
+            "1",
+            "--stagger",
+            "30s",
+            "--reader-node",
+            "same",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    wait_for_worker(child.id());
+    std::thread::sleep(Duration::from_millis(300));
+    let out = ctrl_c(child);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "it stopped at once"
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["interrupted"], true);
+    assert_eq!(doc["cells"][0]["status"], "interrupted");
+    assert_eq!(scratch.files(), Vec::<String>::new(), "nothing left behind");
+}
+
+#[test]
+fn bad_input_is_one_sentence_before_anything_is_written() {
+    let scratch = Scratch::new("pcbench-bad");
+    let dir = scratch.0.to_str().unwrap();
+    fs::write(scratch.path("empty"), b"").unwrap();
+    Command::new("mkfifo")
+        .arg(scratch.path("fifo"))
+        .status()
+        .unwrap();
+    let (node, cpus) = first_node();
+    let too_many = (cpus.len() + 1).to_string();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--block-size".into(), "0".into()], "at least one byte"),
+        (vec![scratch.path("missing")], "No such file"),
+        (vec![scratch.path("fifo")], "FIFO"),
+        (vec!["/dev/null".into()], "character device"),
+        (vec![dir.into()], "directory"),
+        (vec![scratch.path("empty")], "is empty"),
+        (
+            vec!["--cache-node".into(), "4096".into()],
+            "node 4096 has no memory",
+        ),
+        (
+            vec![
+                "--readers".into(),
+                too_many,
+                "--reader-node".into(),
+                "same".into(),
+            ],
+            "--oversubscribe",
+        ),
+        (vec!["--readers".into(), "0".into()], "1 to 1024"),
+        (vec!["--repeats".into(), "0".into()], "--repeats"),
+        (vec!["--stagger".into(), "2m".into()], "--stagger"),
+        (vec!["--size".into(), "2T".into()], "--size"),
+        (vec!["--reader-node".into(), "4096".into()], "no node 4096"),
+        (
+            vec!["--reader-node".into(), "far".into()],
+            "same, other or a node",
+        ),
+    ];
+    for (args, says) in cases {
+        let mut all = vec!["pagecache", "bench", "--dir", dir];
+        let given = args.iter().any(|a| a.starts_with('/'));
+        if given {
+            all = vec!["pagecache", "bench"];
+        }
+        all.extend(args.iter().map(String::as_str));
+        let out = numalab(&all);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?} ran");
+        assert!(err.contains(says), "{args:?}: {err}");
+        let said: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("For more information"))
+            .collect();
+        assert_eq!(said.len(), 1, "{args:?}: one sentence: {err}");
+    }
+    let mut left = scratch.files();
+    left.retain(|f| f != "empty" && f != "fifo");
+    assert!(left.is_empty(), "{left:?}");
+    let _ = node;
+}
+
+#[test]
+fn a_file_truncated_while_read_is_named() {
+    let scratch = Scratch::new("pcbench-trunc");
+    let path = scratch.path("data");
+    for mmap in [false, true] {
+        fs::write(&path, vec![3u8; 8 << 20]).unwrap();
+        let mut args = vec![
+            "pagecache",
+            "bench",
+            &path,
+            "--readers",
+            "2",
+            "--oversubscribe",
+            "--group",
+            "1",
+            "--stagger",
+            "2s",
+            "--repeats",
+            "1",
+            "--reader-node",
+            "same",
+        ];
+        if mmap {
+            args.push("--mmap");
+        }
+        let child = Command::new(env!("CARGO_BIN_EXE_numalab"))
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The first reader has read it; the second starts 2 s in.
+        std::thread::sleep(Duration::from_millis(1000));
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(4096)
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "mmap {mmap}: {err}");
+        assert!(err.contains("was truncated while"), "mmap {mmap}: {err}");
+        assert!(err.contains(path.as_str()), "{err}");
+    }
+}
