@@ -169,6 +169,11 @@ pub const CHECKS: &[Check] = &[
         run: pagecache::nodes,
     },
     Check {
+        name: "pagecache.bench",
+        about: "numalab pagecache bench, cache on a memory-only (else the last) node, 2 readers per CPU node: readers on the preset's CPUs and nodes, whole file read, cache on its node before and after, SLIT ratio the preset's",
+        run: pagecache::bench,
+    },
+    Check {
         name: "run.placement",
         about: "numalab run --json: threads on their planned nodes; local, remote, interleave, first-touch pages where asked",
         run: run::placement,

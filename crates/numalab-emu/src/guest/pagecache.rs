@@ -2,7 +2,9 @@
 //! guest's memory file system by a thread bound to each node in turn has
 //! its pages on that node (the kernel allocates a tmpfs page by the
 //! policy of the task that writes it), and the node's own page-cache
-//! count (`FilePages`) grew by the file.
+//! count (`FilePages`) grew by the file. `numalab pagecache bench` puts
+//! its readers on the CPUs the preset gives each node and its file's
+//! cache on the node asked, and its SLIT ratio is the preset's.
 
 use std::fs;
 
@@ -10,6 +12,7 @@ use anyhow::Result;
 use numalab::system::NodeMemory;
 use numalab::{MemPolicy, NodeSet};
 use numalab_bench::fincore::FincoreReport;
+use numalab_bench::pagecache::PagecacheBench;
 
 use super::{Guest, Outcome};
 
@@ -65,6 +68,100 @@ pub fn nodes(guest: &Guest, out: &mut Outcome) -> Result<()> {
             format!("{:.1} MiB", grew as f64 / (1 << 20) as f64),
             grew.abs_diff(BYTES as u64) <= 1 << 20,
         );
+    }
+    Ok(())
+}
+
+/// `numalab pagecache bench` with its cache on a memory-only node where
+/// the preset has one (else the last node), two readers on every node
+/// with CPUs: each reader on a CPU the preset gives that node and on
+/// that node by the kernel, the whole file read, every cached page on the
+/// cache node before and after, and remote/local SLIT as the preset's.
+pub fn bench(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let preset = &guest.preset;
+    let cache = preset
+        .memory_only_nodes()
+        .iter()
+        .next()
+        .or_else(|| preset.node_ids().iter().last())
+        .unwrap_or(0);
+    let cpu_nodes: Vec<String> = preset.cpu_nodes().iter().map(|n| n.to_string()).collect();
+    let dir = std::env::temp_dir();
+    let report: PagecacheBench = guest.numalab_result(&[
+        "pagecache",
+        "bench",
+        "--json",
+        "--size",
+        "4M",
+        "--dir",
+        dir.to_str().unwrap_or("/tmp"),
+        "--cache-node",
+        &cache.to_string(),
+        "--reader-node",
+        &cpu_nodes.join(","),
+        "--readers",
+        "2",
+        "--oversubscribe",
+        "--repeats",
+        "1",
+        "--no-matrix",
+    ])?;
+    out.same("cells", cpu_nodes.len(), report.cells.len());
+    for cell in &report.cells {
+        let node = cell.reader_node.unwrap_or(u32::MAX);
+        let cpus = preset.cpus_of(node);
+        let readers: Vec<_> = cell.repeats.iter().flat_map(|r| &r.readers).collect();
+        out.same(format!("readers on node {node}: ran"), 2, readers.len());
+        for reader in readers {
+            out.check(
+                format!("readers on node {node}: CPU {}", reader.cpu),
+                format!("in {cpus}"),
+                reader.cpu,
+                cpus.contains(reader.cpu),
+            );
+            out.same(
+                format!("readers on node {node}: the kernel's node"),
+                node,
+                reader.node,
+            );
+            out.same(
+                format!("readers on node {node}: bytes read"),
+                4 << 20,
+                reader.bytes,
+            );
+        }
+        for (when, found) in [("before", &cell.cache_before), ("after", &cell.cache_after)] {
+            let on_cache = found
+                .as_ref()
+                .and_then(|c| c.per_node.get(&cache).copied())
+                .unwrap_or(0);
+            out.same(
+                format!("readers on node {node}: pages on node {cache} {when}"),
+                1024,
+                on_cache,
+            );
+        }
+    }
+    for ratio in &report.ratios {
+        let expected = match (
+            preset.distance(ratio.reader_node, cache),
+            preset.distance(cache, cache),
+        ) {
+            (Some(far), Some(near)) => format!("{:.2}", far as f64 / near as f64),
+            _ => "none".into(),
+        };
+        out.same(
+            format!("remote/local SLIT, readers on node {}", ratio.reader_node),
+            expected,
+            ratio
+                .slit_ratio
+                .map_or("none".into(), |r| format!("{r:.2}")),
+        );
+    }
+    if report.ratios.is_empty() && preset.cpus_of(cache).is_empty() {
+        out.note(format!(
+            "node {cache} has no CPUs: no local readers, so no remote/local ratio"
+        ));
     }
     Ok(())
 }
