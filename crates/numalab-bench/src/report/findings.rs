@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use numalab::system::NodeMemory;
 use numalab::units::Size;
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +46,9 @@ pub enum FindingKind {
     PlacementMismatch,
     /// Automatic NUMA balancing was on.
     NumaBalancing,
+    /// One node holds far more of the page cache, for its size, than
+    /// another.
+    PageCache,
     /// Figures varied between repeats.
     Noise,
     /// A finding from a report written before findings had kinds.
@@ -397,6 +401,9 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
             );
         }
     }
+    if let Some(finding) = topo.memory_now.as_deref().and_then(page_cache) {
+        found.push(finding);
+    }
     let noisy = matrix.warnings.iter().filter(|w| w.is_noise()).count()
         + sweep
             .cells
@@ -416,6 +423,45 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
         );
     }
     found
+}
+
+/// Page cache under this on every node is not worth a line.
+const PAGE_CACHE_WORTH: u64 = 256 << 20;
+
+/// One line when the page cache is lopsided: the node holding the most
+/// file pages for its size holds at least twice the share of its memory
+/// that the node holding the least does, and at least 256 MiB. Programs
+/// reading those files from the other node read them remotely.
+fn page_cache(memory: &[NodeMemory]) -> Option<Finding> {
+    let nodes: Vec<&NodeMemory> = memory.iter().filter(|m| m.total_bytes > 0).collect();
+    if nodes.len() < 2 {
+        return None;
+    }
+    let share = |m: &NodeMemory| m.file_bytes as f64 / m.total_bytes as f64;
+    let most = nodes.iter().max_by(|a, b| share(a).total_cmp(&share(b)))?;
+    let least = nodes.iter().min_by(|a, b| share(a).total_cmp(&share(b)))?;
+    if most.file_bytes < PAGE_CACHE_WORTH || share(most) < 2.0 * share(least) {
+        return None;
+    }
+    let mut finding = Finding::new(
+        FindingKind::PageCache,
+        format!(
+            "The page cache is lopsided: node {} holds {} of file pages ({:.0}% of its memory), node {} {} ({:.0}%); programs on node {} read those files remotely (numalab fincore shows which files sit where, numalab pagecache bench what reading them remotely costs).",
+            most.node,
+            Size(most.file_bytes),
+            100.0 * share(most),
+            least.node,
+            Size(least.file_bytes),
+            100.0 * share(least),
+            least.node,
+        ),
+    )
+    .with("most_node", most.node)
+    .with("least_node", least.node);
+    for m in &nodes {
+        finding = finding.with(&format!("node{}_file_bytes", m.node), m.file_bytes as f64);
+    }
+    Some(finding)
 }
 
 #[cfg(test)]
@@ -469,5 +515,36 @@ mod tests {
         let once = policy_cost(&comparison(&[1.0], &[1.3]), 2);
         assert!(once.text.contains("too few to tell"), "{}", once.text);
         assert_eq!(once.figure("significant"), None);
+    }
+
+    #[test]
+    fn a_lopsided_page_cache_is_one_line_and_an_even_one_none() {
+        let node = |node, total_gib: u64, file_mib: u64| NodeMemory {
+            node,
+            total_bytes: total_gib << 30,
+            free_bytes: 1 << 30,
+            file_bytes: file_mib << 20,
+            file_lru_bytes: file_mib << 20,
+            huge_pages: Vec::new(),
+        };
+        let lopsided = page_cache(&[node(0, 16, 6144), node(1, 16, 512)]).unwrap();
+        assert_eq!(lopsided.kind, FindingKind::PageCache);
+        assert!(
+            lopsided.text.starts_with("The page cache is lopsided: node 0 holds 6 GiB of file pages (38% of its memory), node 1 512 MiB (3%)"),
+            "{}",
+            lopsided.text
+        );
+        assert_eq!(
+            lopsided.figure("node1_file_bytes"),
+            Some((512u64 << 20) as f64)
+        );
+        // Shares of each node's memory, not bytes: a node twice the size
+        // with twice the cache is even.
+        assert!(page_cache(&[node(0, 32, 4096), node(1, 16, 2048)]).is_none());
+        // Under 256 MiB it is not worth a line; one node has nothing to compare.
+        assert!(page_cache(&[node(0, 16, 200), node(1, 16, 1)]).is_none());
+        assert!(page_cache(&[node(0, 16, 8192)]).is_none());
+        // A memory-less node is left out rather than divided by.
+        assert!(page_cache(&[node(0, 16, 8192), node(1, 0, 0)]).is_none());
     }
 }
