@@ -136,6 +136,13 @@ impl std::str::FromStr for ReaderPlace {
 }
 
 /// The file the readers read.
+///
+/// ```
+/// use numalab_bench::pagecache::FileSource;
+/// let made = FileSource::Create { dir: "/var/tmp".into(), size: 1 << 30 };
+/// let yours = FileSource::Given("/data/table.bin".into());
+/// assert_ne!(made, yours);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileSource {
     /// A new unnamed file of `size` bytes in `dir`, written on the
@@ -152,6 +159,21 @@ pub enum FileSource {
 }
 
 /// What to run.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab_bench::pagecache::{BenchConfig, ReaderPlace};
+/// // 1 and 5 readers on the cache's node and on another, groups of
+/// // five started 1 s apart, 8 KiB reads (the defaults' block size).
+/// let config = BenchConfig {
+///     readers: vec![1, 5],
+///     places: vec![ReaderPlace::Same, ReaderPlace::Other],
+///     stagger: Duration::from_secs(1),
+///     group: 5,
+///     ..BenchConfig::default()
+/// };
+/// assert_eq!(config.block_size, 8192);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchConfig {
     /// The file.
@@ -277,6 +299,22 @@ pub enum BenchError {
 }
 
 /// One cell of the plan: its readers' CPUs, or why it cannot run.
+///
+/// ```
+/// use numalab_bench::pagecache::{plan, BenchConfig, FileSource, ReaderPlace};
+/// let topology = numalab::Topology::system()?;
+/// let config = BenchConfig {
+///     file: FileSource::Create { dir: std::env::temp_dir(), size: 1 << 20 },
+///     readers: vec![1, 1024],
+///     places: vec![ReaderPlace::Same],
+///     skip_impossible: true,
+///     ..BenchConfig::default()
+/// };
+/// let plan = plan(&config, &topology)?;
+/// assert_eq!(plan.cells[0].cpus.len(), 1);
+/// assert!(plan.cells[1].skip.as_deref().unwrap().contains("--oversubscribe"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedCell {
     /// Readers.
@@ -292,6 +330,20 @@ pub struct PlannedCell {
 }
 
 /// A checked configuration ([`plan`]).
+///
+/// ```
+/// use numalab_bench::pagecache::{plan, BenchConfig, FileSource};
+/// let topology = numalab::Topology::system()?;
+/// let config = BenchConfig {
+///     file: FileSource::Create { dir: std::env::temp_dir(), size: 1 << 20 },
+///     ..BenchConfig::default()
+/// };
+/// let plan = plan(&config, &topology)?;
+/// assert_eq!(plan.size, 1 << 20);
+/// assert!(plan.given.is_none(), "run makes the file");
+/// assert!(!plan.config.places.is_empty(), "the default placements, resolved");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct Plan {
     /// What was asked.
@@ -593,6 +645,17 @@ impl ReaderRun {
 }
 
 /// One timed run of a cell.
+///
+/// ```
+/// use numalab_bench::pagecache::{BenchRepeat, ReaderRun};
+/// let repeat = BenchRepeat { time_to_last_s: 1.2, readers: vec![
+///     ReaderRun { cpu: 0, node: 0, started_s: 0.0, read_s: 0.2, bytes: 1 << 30 },
+///     ReaderRun { cpu: 1, node: 0, started_s: 1.0, read_s: 0.2, bytes: 1 << 30 },
+/// ] };
+/// let json = serde_json::to_value(&repeat)?;
+/// assert_eq!(json["readers"][1]["started_s"], 1.0);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchRepeat {
     /// Seconds from the common start until the last reader finished.
@@ -602,6 +665,20 @@ pub struct BenchRepeat {
 }
 
 /// One cell: a reader count at a placement.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use numalab::pagecache::FileCache;
+/// use numalab_bench::pagecache::{BenchCell, ReaderPlace};
+/// use numalab_bench::ring::CellStatus;
+/// let on = |node: u32, pages| FileCache { pages: 100, cached: 100,
+///     per_node: BTreeMap::from([(node, pages)]), ..FileCache::default() };
+/// let cell = BenchCell { readers: 1, place: ReaderPlace::Other, reader_node: Some(1),
+///     cpus: vec![2], status: CellStatus::Ran, reason: None, placed: false,
+///     cache_before: Some(on(0, 100)), cache_after: Some(on(0, 90)), repeats: vec![],
+///     time_to_last_s: None, reader_gbps: None, aggregate_gbps: None };
+/// assert_eq!(cell.moved_pages(0), 10, "10 pages left node 0 while it ran");
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BenchCell {
     /// Readers.
@@ -647,6 +724,14 @@ impl BenchCell {
 
 /// Reading remotely against reading on the cache's node, for one reader
 /// count: the measured ratio beside what SLIT and plain memory predict.
+///
+/// ```
+/// use numalab_bench::pagecache::RemoteRatio;
+/// // The post: SLIT said 2x, reading measured about 1.4x.
+/// let ratio = RemoteRatio { readers: 5, reader_node: 1, time_ratio: 1.4,
+///     reader_ratio: 1.45, slit_ratio: Some(2.0), matrix_ratio: Some(1.6) };
+/// assert!(ratio.time_ratio < ratio.slit_ratio.unwrap());
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RemoteRatio {
     /// Readers.
@@ -665,6 +750,25 @@ pub struct RemoteRatio {
 }
 
 /// The whole result (schema `numalab.pagecache-bench`).
+///
+/// ```
+/// use numalab_bench::document::Document;
+/// use numalab_bench::pagecache::{plan, run, BenchConfig, FileSource, PagecacheBench};
+/// use std::sync::atomic::AtomicBool;
+/// let topology = numalab::Topology::system()?;
+/// let config = BenchConfig {
+///     file: FileSource::Create { dir: std::env::temp_dir(), size: 1 << 20 },
+///     repeats: 1,
+///     compare_matrix: false,
+///     ..BenchConfig::default()
+/// };
+/// let report = run(&plan(&config, &topology)?, &topology, &mut |_| {}, &AtomicBool::new(false))?;
+/// let text = Document::new(&report).to_json()?;
+/// let back: PagecacheBench = Document::parse(&text)?;
+/// assert_eq!(back.settings.size, 1 << 20);
+/// assert!(back.settings.created);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PagecacheBench {
     /// Where it was measured.

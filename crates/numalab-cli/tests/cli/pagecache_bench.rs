@@ -24,17 +24,29 @@ fn first_node() -> (u32, Vec<u32>) {
     )
 }
 
+/// `numalab pagecache bench ARGS --json`, which must succeed, as JSON.
+fn bench_json(args: &[&str]) -> Value {
+    let mut all = vec!["pagecache", "bench", "--json"];
+    all.extend_from_slice(args);
+    let out = numalab(&all);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A file of `mib` MiB at `path`, flushed so its pages are clean.
+fn clean_file(path: &str, mib: usize) {
+    fs::write(path, vec![3u8; mib << 20]).unwrap();
+    fs::File::open(path).unwrap().sync_all().unwrap();
+}
+
 #[test]
 fn readers_run_on_the_nodes_cpus_read_the_whole_file_and_start_in_groups() {
     let scratch = Scratch::new("pcbench");
     let path = scratch.path("data");
-    fs::write(&path, vec![3u8; 16 << 20]).unwrap();
-    fs::File::open(&path).unwrap().sync_all().unwrap();
+    clean_file(&path, 16);
     let (node, cpus) = first_node();
     let readers = cpus.len().min(2);
-    let out = numalab(&[
-        "pagecache",
-        "bench",
+    let doc = bench_json(&[
         &path,
         "--cache-node",
         &node.to_string(),
@@ -48,10 +60,7 @@ fn readers_run_on_the_nodes_cpus_read_the_whole_file_and_start_in_groups() {
         "150ms",
         "--repeats",
         "2",
-        "--json",
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["schema"], "numalab.pagecache-bench");
     let cell = &doc["cells"][0];
     assert_eq!(cell["status"], "ran");
@@ -87,26 +96,14 @@ fn readers_run_on_the_nodes_cpus_read_the_whole_file_and_start_in_groups() {
 fn a_dropped_file_is_read_in_again_on_the_cache_node_first() {
     let scratch = Scratch::new("pcbench-drop");
     let path = scratch.path("data");
-    fs::write(&path, vec![3u8; 8 << 20]).unwrap();
-    fs::File::open(&path).unwrap().sync_all().unwrap();
+    clean_file(&path, 8);
     let dropped = numalab(&["pagecache", "drop", &path]);
     assert!(dropped.status.success(), "{}", stderr(&dropped));
     let Some(0) = fincore_pages(&path) else {
         return; // said why, or the kernel kept pages: nothing to test
     };
     let (node, _) = first_node();
-    let out = numalab(&[
-        "pagecache",
-        "bench",
-        &path,
-        "--repeats",
-        "1",
-        "--reader-node",
-        "same",
-        "--json",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let doc = bench_json(&[&path, "--repeats", "1", "--reader-node", "same"]);
     let cell = &doc["cells"][0];
     assert_eq!(cell["placed"], true);
     assert_eq!(cell["cache_before"]["per_node"][node.to_string()], 2048);
