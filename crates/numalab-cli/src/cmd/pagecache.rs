@@ -20,8 +20,9 @@ use crate::output::OutputArgs;
 use crate::render;
 use crate::signals::Interrupts;
 
-/// Place a file's page cache on a node, or drop it; shows each file's
-/// cached pages per node before and after
+/// Place a file's page cache on a node, or drop it, showing its cached
+/// pages per node before and after; or time concurrent readers of a
+/// cached file on its node and on another (bench)
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
     numalab pagecache load /data/table.bin --node 1             read it so its pages are cached on node 1\n  \
