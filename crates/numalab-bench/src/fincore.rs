@@ -358,7 +358,7 @@ impl ChangedFile {
     /// Pages cached after on nodes other than `node` (or of unknown
     /// node).
     pub fn elsewhere(&self, node: u32) -> u64 {
-        self.after.cached - self.after.per_node.get(&node).copied().unwrap_or(0)
+        self.after.off_node(node)
     }
 }
 

@@ -713,11 +713,7 @@ pub struct BenchCell {
 impl BenchCell {
     /// Cached pages that moved off the cache's node while the cell ran.
     pub fn moved_pages(&self, cache_node: u32) -> u64 {
-        let on = |c: &Option<FileCache>| {
-            c.as_ref()
-                .and_then(|c| c.per_node.get(&cache_node).copied())
-                .unwrap_or(0)
-        };
+        let on = |c: &Option<FileCache>| c.as_ref().map_or(0, |c| c.on_node(cache_node));
         on(&self.cache_before).saturating_sub(on(&self.cache_after))
     }
 }
@@ -858,7 +854,7 @@ pub fn run(
             planned.reader_node.unwrap_or(0)
         ));
         let mut before = cache::file_cache(&file).map_err(wrap)?;
-        if before.per_node.get(&plan.cache_node).copied().unwrap_or(0) < before.pages {
+        if before.on_node(plan.cache_node) < before.pages {
             cache::drop_cache(&file).map_err(wrap)?;
             cache::load_on(&file, plan.cache_node).map_err(wrap)?;
             before = cache::file_cache(&file).map_err(wrap)?;

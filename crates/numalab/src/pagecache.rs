@@ -77,6 +77,24 @@ impl FileCache {
         self.cached * self.page_size
     }
 
+    /// Cached pages on `node`.
+    ///
+    /// ```
+    /// use numalab::pagecache::FileCache;
+    /// let cache = FileCache { cached: 5, per_node: [(1, 3)].into(), unknown: 2, ..FileCache::default() };
+    /// assert_eq!((cache.on_node(1), cache.on_node(0)), (3, 0));
+    /// assert_eq!(cache.off_node(1), 2, "the unknown ones are not on node 1 either");
+    /// ```
+    pub fn on_node(&self, node: u32) -> u64 {
+        self.per_node.get(&node).copied().unwrap_or(0)
+    }
+
+    /// Cached pages not known to be on `node`: on other nodes or of
+    /// unknown node.
+    pub fn off_node(&self, node: u32) -> u64 {
+        self.cached - self.on_node(node)
+    }
+
     /// Adds another file's counts (for totals).
     pub fn add(&mut self, other: &FileCache) {
         self.size += other.size;

@@ -54,8 +54,7 @@ fn notes(change: &CacheChange) -> Vec<String> {
                 if elsewhere == 0 {
                     continue;
                 }
-                let before =
-                    file.before.cached - file.before.per_node.get(&node).copied().unwrap_or(0);
+                let before = file.before.off_node(node);
                 if before > 0 {
                     out.push(format!(
                         "{}: {elsewhere} pages stay cached off node {node}: {before} were cached elsewhere before the load, and the kernel does not move cached pages; run `numalab pagecache drop {}` first (or load with --drop-first)",
@@ -372,9 +371,7 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
                 place(cell)
             ));
         }
-        let off = cell.cache_before.as_ref().map_or(0, |c| {
-            c.cached - c.per_node.get(&node).copied().unwrap_or(0)
-        });
+        let off = cell.cache_before.as_ref().map_or(0, |c| c.off_node(node));
         if off > 0 {
             out.push(format!(
                 "{} reader(s) on {}: {off} of the file's cached pages were off node {node} when they started (node {node} full, or pages that could not be dropped: mapped, dirty, or on tmpfs)",
@@ -407,9 +404,8 @@ fn bench_csv(report: &PagecacheBench) -> String {
     let node = report.settings.cache_node;
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
     let on_node = |c: &Option<FileCache>| {
-        c.as_ref().map_or(String::new(), |c| {
-            c.per_node.get(&node).copied().unwrap_or(0).to_string()
-        })
+        c.as_ref()
+            .map_or(String::new(), |c| c.on_node(node).to_string())
     };
     for cell in &report.cells {
         let ratio = report

@@ -58,7 +58,7 @@ pub fn nodes(guest: &Guest, out: &mut Outcome) -> Result<()> {
         out.same(
             format!("node {node}: pages on node {node}"),
             PAGES,
-            file.cache.per_node.get(&node).copied().unwrap_or(0),
+            file.cache.on_node(node),
         );
         // The kernel's own count, independent of numalab's: within 1 MiB
         // of the file (other activity in the guest is small).
@@ -131,10 +131,7 @@ pub fn bench(guest: &Guest, out: &mut Outcome) -> Result<()> {
             );
         }
         for (when, found) in [("before", &cell.cache_before), ("after", &cell.cache_after)] {
-            let on_cache = found
-                .as_ref()
-                .and_then(|c| c.per_node.get(&cache).copied())
-                .unwrap_or(0);
+            let on_cache = found.as_ref().map_or(0, |c| c.on_node(cache));
             out.same(
                 format!("readers on node {node}: pages on node {cache} {when}"),
                 1024,
