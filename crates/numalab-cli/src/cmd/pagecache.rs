@@ -6,7 +6,7 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -221,12 +221,7 @@ fn run_bench(args: &BenchArgs) -> Result<i32> {
     // anything is written or read.
     let plan = bench::plan(&bench_config(args), &topology)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let arrived = Arc::new(AtomicI32::new(0));
-    let (flag, first) = (Arc::clone(&stop), Arc::clone(&arrived));
-    let _interrupts = Interrupts::catch_with(move |signal| {
-        first.store(signal, Ordering::SeqCst);
-        flag.store(true, Ordering::SeqCst);
-    })?;
+    let interrupts = Interrupts::catch(&stop)?;
     let show_progress = std::io::stderr().is_terminal();
     let mut progress = |line: &str| {
         if show_progress {
@@ -236,12 +231,10 @@ fn run_bench(args: &BenchArgs) -> Result<i32> {
     let report = bench::run(&plan, &topology, &mut progress, &stop)?;
     render::emit(&report, &args.output)?;
     if report.interrupted {
-        let signal = match arrived.load(Ordering::SeqCst) {
-            0 => signal_hook::consts::SIGINT,
-            signal => signal,
-        };
         eprintln!("numalab: interrupted: the cells that finished were written");
-        return Ok(128 + signal);
+        return Ok(interrupts
+            .exit_status()
+            .unwrap_or(128 + signal_hook::consts::SIGINT));
     }
     Ok(0)
 }

@@ -178,9 +178,14 @@ impl Render for PagecacheBench {
     }
 }
 
-/// `same (node 0)`, `other (node 1)`, `node 2`.
+/// `same (node 0)`, `other (node 1)`, `node 2`: where a cell's readers
+/// were asked to run and the node that meant.
 fn place(cell: &BenchCell) -> String {
-    match (cell.place, cell.reader_node) {
+    place_label(cell.place, cell.reader_node)
+}
+
+fn place_label(place: ReaderPlace, node: Option<u32>) -> String {
+    match (place, node) {
         (ReaderPlace::Node(n), _) => format!("node {n}"),
         (place, Some(n)) => format!("{place} (node {n})"),
         (place, None) => place.to_string(),
@@ -289,11 +294,11 @@ fn pivot(report: &PagecacheBench, statuses: &[String], style: Style) -> String {
         return String::new();
     }
     let mut header = vec!["READERS".to_string()];
-    header.extend(columns.iter().map(|&(place, node)| match (place, node) {
-        (ReaderPlace::Node(n), _) => format!("node {n}"),
-        (place, Some(n)) => format!("{place} (node {n})"),
-        (place, None) => place.to_string(),
-    }));
+    header.extend(
+        columns
+            .iter()
+            .map(|&(place, node)| place_label(place, node)),
+    );
     let with_ratios = !report.ratios.is_empty();
     if with_ratios {
         header.extend([
