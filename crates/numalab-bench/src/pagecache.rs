@@ -426,11 +426,7 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
     }
     let (given, size) = match &config.file {
         FileSource::Given(path) => {
-            let file = open_given(path)?;
-            let size = cache::file_size(&file).map_err(|source| BenchError::File {
-                path: path.display().to_string(),
-                source,
-            })?;
+            let (file, size) = open_given(path)?;
             if size == 0 {
                 return invalid(format!(
                     "{} is empty: there is nothing to read",
@@ -499,15 +495,16 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
     })
 }
 
-/// Opens the user's file: it must be a regular file numalab may read.
-fn open_given(path: &std::path::Path) -> Result<File, BenchError> {
+/// Opens the user's file, which must be a regular file numalab may
+/// read, and says its size.
+fn open_given(path: &std::path::Path) -> Result<(File, u64), BenchError> {
     let wrap = |source| BenchError::File {
         path: path.display().to_string(),
         source,
     };
     let file = cache::open_for_cache(path, true).map_err(|e| wrap(PageCacheError::Os(e)))?;
-    cache::file_size(&file).map_err(wrap)?;
-    Ok(file)
+    let size = cache::file_size(&file).map_err(wrap)?;
+    Ok((file, size))
 }
 
 /// A new file of `size` bytes must fit on its file system and in the
@@ -813,7 +810,7 @@ pub fn run(
             let file = make_file(dir, *size, plan.cache_node)?;
             (format!("{} (unnamed)", dir.display()), file, true)
         }
-        (None, FileSource::Given(path)) => (path.display().to_string(), open_given(path)?, false),
+        (None, FileSource::Given(path)) => (path.display().to_string(), open_given(path)?.0, false),
     };
     let wrap = |source| BenchError::File {
         path: label.clone(),
