@@ -511,17 +511,7 @@ fn stage(target: &OutputTarget, bytes: &[u8]) -> io::Result<PathBuf> {
 /// under an unpredictable name, created exclusively without following
 /// links, removed again if anything fails.
 fn stage_named(target: &OutputTarget, bytes: &[u8], create_mode: u32) -> io::Result<PathBuf> {
-    let mut tries = 0;
-    let (name, file) = loop {
-        let name = random_name(&target.dir)?;
-        match linux::create_new(&name, create_mode) {
-            Ok(fd) => break (name, File::from(fd)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < NAME_TRIES => {
-                tries += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    };
+    let (name, file) = create_unpredictable(&target.dir, create_mode)?;
     match fill(&file, target, bytes) {
         Ok(()) => Ok(name),
         Err(e) => {
@@ -585,23 +575,28 @@ pub fn scratch_file(dir: &Path) -> io::Result<File> {
     match linux::open_unnamed_mode(dir, 0o600) {
         Ok(fd) => Ok(File::from(fd)),
         Err(e) if linux::unnamed_unsupported(&e) => {
-            let mut tries = 0;
-            loop {
-                let name = random_name(dir)?;
-                match linux::create_new(&name, 0o600) {
-                    Ok(fd) => {
-                        let file = File::from(fd);
-                        linux::unlink(&name)?;
-                        return Ok(file);
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < NAME_TRIES => {
-                        tries += 1;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            let (name, file) = create_unpredictable(dir, 0o600)?;
+            linux::unlink(&name)?;
+            Ok(file)
         }
         Err(e) => Err(e),
+    }
+}
+
+/// A new file in `dir` under an unpredictable name ([`random_name`]),
+/// created exclusively without following links (another name is drawn
+/// when one is taken, up to [`NAME_TRIES`] times).
+fn create_unpredictable(dir: &Path, mode: u32) -> io::Result<(PathBuf, File)> {
+    let mut tries = 0;
+    loop {
+        let name = random_name(dir)?;
+        match linux::create_new(&name, mode) {
+            Ok(fd) => return Ok((name, File::from(fd))),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < NAME_TRIES => {
+                tries += 1;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
