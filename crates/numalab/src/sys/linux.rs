@@ -663,19 +663,38 @@ pub fn relay_signal(signal: i32) -> io::Result<Option<SavedAction>> {
     if old.sa_sigaction == libc::SIG_IGN {
         return Ok(None);
     }
-    // SAFETY: as above.
+    install_handler(
+        signal,
+        relay_handler as *const () as libc::sighandler_t,
+        libc::SA_SIGINFO | libc::SA_RESTART,
+    )
+    .map(Some)
+}
+
+/// Makes `handler` (a function whose calls are all async-signal-safe)
+/// `signal`'s handler with `flags`, nothing blocked while it runs;
+/// returns the disposition it replaced.
+fn install_handler(
+    signal: i32,
+    handler: libc::sighandler_t,
+    flags: libc::c_int,
+) -> io::Result<SavedAction> {
+    // SAFETY: a zeroed sigaction is a valid value to fill in.
     let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
-    new.sa_sigaction = relay_handler as *const () as libc::sighandler_t;
-    new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    new.sa_sigaction = handler;
+    new.sa_flags = flags;
     // SAFETY: sa_mask is a valid sigset to empty.
     unsafe { libc::sigemptyset(&mut new.sa_mask) };
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: `new` is a complete action whose handler only makes
-    // async-signal-safe calls; `old` is valid for writes.
+    // async-signal-safe calls (the caller's word); `old` is valid for
+    // writes.
     check(unsafe { libc::sigaction(signal, &new, &mut old) }.into())?;
-    Ok(Some(SavedAction {
+    Ok(SavedAction {
         signal,
         action: old,
-    }))
+    })
 }
 
 /// Gives a signal back the disposition it had before [`relay_signal`].
@@ -713,20 +732,11 @@ pub fn exit_on_bus_error(message: &str) -> io::Result<SavedAction> {
     let text: &'static mut [u8] = Box::leak(message.as_bytes().to_vec().into_boxed_slice());
     BUS_MESSAGE_LEN.store(text.len(), Ordering::SeqCst);
     BUS_MESSAGE.store(text.as_mut_ptr(), Ordering::SeqCst);
-    // SAFETY: a zeroed sigaction is a valid value to fill in.
-    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
-    new.sa_sigaction = bus_error_exit as *const () as libc::sighandler_t;
-    // SAFETY: sa_mask is a valid sigset to empty.
-    unsafe { libc::sigemptyset(&mut new.sa_mask) };
-    // SAFETY: as above.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: `new` is complete and its handler only makes
-    // async-signal-safe calls; `old` is valid for writes.
-    check(unsafe { libc::sigaction(libc::SIGBUS, &new, &mut old) }.into())?;
-    Ok(SavedAction {
-        signal: libc::SIGBUS,
-        action: old,
-    })
+    install_handler(
+        libc::SIGBUS,
+        bus_error_exit as *const () as libc::sighandler_t,
+        0,
+    )
 }
 
 /// Names the process relayed signals go to (0: none, they are only
