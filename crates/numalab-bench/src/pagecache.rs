@@ -816,6 +816,17 @@ pub fn run(
         path: label.clone(),
         source,
     };
+    // Mapped readers of a file truncated meanwhile get SIGBUS: said in a
+    // sentence, for the whole run.
+    let _bus = match config.method {
+        Method::Mmap => Some(
+            BusErrorExit::install(&format!(
+                "numalab: {label} was truncated while readers had it mapped (SIGBUS); stopped\n"
+            ))
+            .map_err(|e| wrap(PageCacheError::Os(e)))?,
+        ),
+        Method::Read => None,
+    };
     let mut cells = Vec::new();
     let mut interrupted = false;
     for planned in &plan.cells {
@@ -932,18 +943,6 @@ fn one_repeat(
     let config = &plan.config;
     let block = config.block_size as usize;
     let size = plan.size;
-    let _bus = match config.method {
-        Method::Mmap => Some(
-            BusErrorExit::install(&format!(
-                "numalab: {label} was truncated while readers had it mapped (SIGBUS); stopped\n"
-            ))
-            .map_err(|e| BenchError::File {
-                path: label.to_string(),
-                source: PageCacheError::Os(e),
-            })?,
-        ),
-        Method::Read => None,
-    };
     let mapping_failed = AtomicBool::new(false);
     let run = run_pinned(
         cpus,
@@ -1064,7 +1063,17 @@ fn summarise(cell: &mut BenchCell, size: u64) {
 /// cache's node and another.
 fn ratios(plan: &Plan, topology: &Topology, cells: &[BenchCell]) -> Vec<RemoteRatio> {
     let ran = |c: &&BenchCell| c.status == CellStatus::Ran;
-    let mut matrix: Vec<(u32, Option<f64>)> = Vec::new();
+    // One CPU's read bandwidth of the cache node's memory, from each node
+    // asked (the cache node's own once, however many remote nodes).
+    let mut measured: Vec<(u32, Option<f64>)> = Vec::new();
+    let mut read_gbps = |from: u32| match measured.iter().find(|(n, _)| *n == from) {
+        Some(&(_, gbps)) => gbps,
+        None => {
+            let gbps = read_from(topology, plan.cache_node, from);
+            measured.push((from, gbps));
+            gbps
+        }
+    };
     let mut out = Vec::new();
     for local in cells
         .iter()
@@ -1090,17 +1099,12 @@ fn ratios(plan: &Plan, topology: &Topology, cells: &[BenchCell]) -> Vec<RemoteRa
             ) else {
                 continue;
             };
-            let matrix_ratio = match matrix.iter().find(|(n, _)| *n == node) {
-                Some((_, ratio)) => *ratio,
-                None => {
-                    let ratio = plan
-                        .config
-                        .compare_matrix
-                        .then(|| read_ratio(topology, plan.cache_node, node))
-                        .flatten();
-                    matrix.push((node, ratio));
-                    ratio
-                }
+            let matrix_ratio = if plan.config.compare_matrix {
+                read_gbps(plan.cache_node)
+                    .zip(read_gbps(node))
+                    .map(|(local, remote)| local / remote)
+            } else {
+                None
             };
             let slit = |from| topology.distance(from, plan.cache_node);
             out.push(RemoteRatio {
@@ -1119,25 +1123,22 @@ fn ratios(plan: &Plan, topology: &Topology, cells: &[BenchCell]) -> Vec<RemoteRa
     out
 }
 
-/// Single-thread read bandwidth of `memory`'s memory from a CPU of
-/// `memory` over that from a CPU of `reader`.
-fn read_ratio(topology: &Topology, memory: u32, reader: u32) -> Option<f64> {
+/// Single-thread read bandwidth (GB/s, median of three samples) of
+/// `memory`'s memory from a CPU of `from`.
+fn read_from(topology: &Topology, memory: u32, from: u32) -> Option<f64> {
     let timing = StreamTiming {
         repeats: 3,
         sample: Duration::from_millis(100),
     };
-    let gbps = |node| -> Option<f64> {
-        let cpu = *spread_cpus(topology, node, 1).first()?;
-        let run = bandwidth::measure(
-            &[cpu],
-            memory,
-            256 << 20,
-            HugePages::None,
-            &[Kernel::Read],
-            timing,
-        )
-        .ok()?;
-        median(run.samples.first()?.1.iter().copied())
-    };
-    Some(gbps(memory)? / gbps(reader)?)
+    let cpu = *spread_cpus(topology, from, 1).first()?;
+    let run = bandwidth::measure(
+        &[cpu],
+        memory,
+        256 << 20,
+        HugePages::None,
+        &[Kernel::Read],
+        timing,
+    )
+    .ok()?;
+    median(run.samples.first()?.1.iter().copied())
 }
