@@ -158,7 +158,7 @@ impl From<io::Error> for PageCacheError {
 }
 
 /// The kind of file a mode is, in words.
-fn kind_of(mode: u32) -> &'static str {
+pub(crate) fn kind_of(mode: u32) -> &'static str {
     match mode & libc::S_IFMT {
         libc::S_IFDIR => "directory",
         libc::S_IFIFO => "FIFO",
@@ -226,23 +226,50 @@ pub fn open_for_cache(path: &std::path::Path, follow: bool) -> io::Result<File> 
 /// How many of `file`'s pages are in the page cache, and on which nodes
 /// (see the [module](self)). Nothing is read from the file.
 pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
+    let size = regular(file)?.size;
+    range_cache(file, 0, size)
+}
+
+/// [`file_cache`] of `len` bytes of `file` from `offset` (a multiple of
+/// the page size; a range past the file's end counts as not cached):
+/// for a part of a file, such as one node's copies in a
+/// [`ReplicatedFile`](crate::replicated::ReplicatedFile)'s segment.
+///
+/// ```
+/// use numalab::pagecache::range_cache;
+/// let path = std::env::temp_dir().join(format!("numalab-range-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![7u8; 1 << 20])?;
+/// let page = numalab::pagecache::file_cache(&std::fs::File::open(&path)?)?.page_size;
+/// let half = range_cache(&std::fs::File::open(&path)?, 1 << 19, 1 << 19);
+/// std::fs::remove_file(&path)?;
+/// assert_eq!(half?.cached, (1 << 19) / page);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn range_cache(file: &File, offset: u64, len: u64) -> Result<FileCache, PageCacheError> {
     let fd = file.as_fd();
-    let stat = regular(file)?;
+    let size = regular(file)?.size;
     let page = linux::page_size() as u64;
+    if !offset.is_multiple_of(page) {
+        return Err(PageCacheError::Os(io::Error::from_raw_os_error(
+            libc::EINVAL,
+        )));
+    }
     let mut cache = FileCache {
-        size: stat.size,
+        size: len,
         page_size: page,
-        pages: stat.size.div_ceil(page),
+        pages: len.div_ceil(page),
         ..FileCache::default()
     };
+    let start = offset;
+    let end = offset.saturating_add(len).min(size);
     let mut residency = Vec::new();
     // As root, the frames the pagemap shows say each page's node much
     // faster than move_pages(2), which looks the mapping up again for
     // every page.
     let frames = Frames::get();
-    let mut offset = 0;
-    while offset < stat.size {
-        let len = (stat.size - offset).min(WINDOW);
+    let mut offset = start;
+    while offset < end {
+        let len = (end - offset).min(WINDOW);
         let window = linux::FileWindow::map(fd, offset, len as usize)?;
         residency.clear();
         residency.resize(len.div_ceil(page) as usize, 0);

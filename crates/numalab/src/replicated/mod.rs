@@ -45,6 +45,8 @@
 //! from [`Replicated::replica_pages`].
 
 mod broadcast;
+#[cfg(not(loom))]
+mod file;
 mod locality;
 mod log;
 #[cfg(not(loom))]
@@ -63,6 +65,11 @@ use crate::locate::{self, LocateError, PageHistogram, Sample};
 use crate::policy::MemPolicy;
 use crate::sets::NodeSet;
 
+#[cfg(not(loom))]
+pub use file::{
+    FileCopyError, FileCopyOptions, FileReader, NodeCopyStats, ReplicatedFile, MAX_CHUNKS,
+    MAX_COPY_NODES,
+};
 pub use locality::{set_thread_replica, ReplicaSet, ReplicaSetError, MAX_REPLICAS};
 #[cfg(not(loom))]
 pub use pages::{PagesError, PagesOptions, PagesStats, ReplicatedPages};

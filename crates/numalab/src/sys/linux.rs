@@ -895,6 +895,40 @@ pub fn unlink(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// `memfd_create(2)`: an anonymous shared-memory file (tmpfs), close-on-exec;
+/// `name` shows in `/proc/PID/fd` and `/proc/PID/maps` only.
+pub fn memfd(name: &str) -> io::Result<OwnedFd> {
+    let name = CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: name is NUL-terminated.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor this function owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fallocate(2)` with `FALLOC_FL_PUNCH_HOLE`: frees `len` bytes of `fd`'s
+/// storage from `offset` (for tmpfs, gives the memory back); the file's
+/// length stays and the range reads as zeros.
+pub fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    let offset = libc::off_t::try_from(offset).map_err(io::Error::other)?;
+    let len = libc::off_t::try_from(len).map_err(io::Error::other)?;
+    // SAFETY: fallocate takes no pointers.
+    let ret = unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `ftruncate(2)`: sets the file's length.
 pub fn set_len(fd: &OwnedFd, len: u64) -> io::Result<()> {
     let len = libc::off_t::try_from(len).map_err(io::Error::other)?;
