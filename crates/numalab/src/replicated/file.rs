@@ -1,68 +1,4 @@
-//! [`ReplicatedFile`]: a read-mostly file served from per-node copies of
-//! its pages, after the kernel page-cache replication patches (LWN): a
-//! copy of a chunk on the reader's node made on its first read there,
-//! copies invalid before a write's bytes land, and given back when the
-//! node's memory gets tight.
-//!
-//! The file itself stays the master: its page cache, wherever it is, is
-//! what writers change and what a reader reads whenever its node has no
-//! valid copy. The copies live in one shared-memory segment (a `memfd`,
-//! which other processes [`attach`](ReplicatedFile::attach) to through
-//! `/proc/PID/fd`): a page of header, a generation per chunk, and per
-//! copy node a region of metadata and one slot per chunk, placed with
-//! `mbind(MPOL_PREFERRED)` on that node (shared memory keeps the policy
-//! for every process that maps it; preferred, so a full node spills
-//! instead of invoking the OOM killer, and the audit
-//! [`copy_pages`](ReplicatedFile::copy_pages) says where copies really
-//! are).
-//!
-//! Consistency is a sequence lock per chunk, in the segment:
-//! - a writer ([`write_at`](ReplicatedFile::write_at)) makes the chunk's
-//!   generation odd (which also locks out other writers), writes the file,
-//!   then makes it even and two higher;
-//! - a reader copies from its node's slot only if the slot's tag equals
-//!   the current generation, and checks after copying that neither the
-//!   generation nor the tag moved (else it reads again); with an odd
-//!   generation it reads the file;
-//! - a copy is made by the first reader on a node to find no valid copy:
-//!   it tags the slot busy, `pread`s the chunk from the file into it, and
-//!   tags it with the generation it saw before reading. A write meanwhile
-//!   makes that tag stale at once.
-//!
-//! So once `write_at` has returned, no reader in any process gets the old
-//! bytes. Writes that do not go through `write_at` (another program
-//! writing the file) are not seen: copies stay as they were until
-//! [`drop_copies`](ReplicatedFile::drop_copies).
-//!
-//! Memory: each node has an optional budget (no new copy beyond it; reads
-//! go to the shared cache) and a free-memory watermark, checked every
-//! 16 MiB of copies made or tried: below it, no new copies, and cold
-//! copies (a clock over referenced bits, as page reclaim) are given back
-//! to the kernel (`fallocate(PUNCH_HOLE)`) until the node is 16 MiB above
-//! it or no copies are left.
-//!
-//! ```
-//! use std::io::Write;
-//! use numalab::replicated::{FileCopyOptions, ReplicatedFile};
-//!
-//! let mut file = tempfile_in_doc()?;
-//! file.write_all(&vec![42u8; 1 << 20])?;
-//! let copies = ReplicatedFile::new(file, FileCopyOptions::default())?;
-//! let node = copies.nodes()[0];
-//! let mut reader = copies.reader(node);
-//! let mut buf = [0u8; 8192];
-//! reader.read_at(&mut buf, 4096)?;          // first read: copied to the node
-//! reader.read_at(&mut buf, 4096)?;          // second: from the copy
-//! assert_eq!(buf, [42u8; 8192]);
-//! assert!(reader.from_copies > 0);
-//! copies.write_at(&[7u8; 4], 4096)?;        // the copy is stale at once
-//! reader.read_at(&mut buf[..4], 4096)?;
-//! assert_eq!(&buf[..4], &[7u8; 4]);
-//! # fn tempfile_in_doc() -> std::io::Result<std::fs::File> {
-//! #     numalab::files::scratch_file(&std::env::temp_dir())
-//! # }
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! [`ReplicatedFile`]: a read-mostly file served from per-node copies.
 
 use std::fmt;
 use std::fs::File;
@@ -327,8 +263,71 @@ impl Drop for Mapping {
     }
 }
 
-/// A file read through per-node copies of its pages (see the
-/// [module](self)).
+/// A read-mostly file served from per-node copies of
+/// its pages, after the kernel page-cache replication patches (LWN): a
+/// copy of a chunk on the reader's node made on its first read there,
+/// copies invalid before a write's bytes land, and given back when the
+/// node's memory gets tight.
+///
+/// The file itself stays the master: its page cache, wherever it is, is
+/// what writers change and what a reader reads whenever its node has no
+/// valid copy. The copies live in one shared-memory segment (a `memfd`,
+/// which other processes [`attach`](ReplicatedFile::attach) to through
+/// `/proc/PID/fd`): a page of header, a generation per chunk, and per
+/// copy node a region of metadata and one slot per chunk, placed with
+/// `mbind(MPOL_PREFERRED)` on that node (shared memory keeps the policy
+/// for every process that maps it; preferred, so a full node spills
+/// instead of invoking the OOM killer, and the audit
+/// [`copy_pages`](ReplicatedFile::copy_pages) says where copies really
+/// are).
+///
+/// Consistency is a sequence lock per chunk, in the segment:
+/// - a writer ([`write_at`](ReplicatedFile::write_at)) makes the chunk's
+///   generation odd (which also locks out other writers), writes the file,
+///   then makes it even and two higher;
+/// - a reader copies from its node's slot only if the slot's tag equals
+///   the current generation, and checks after copying that neither the
+///   generation nor the tag moved (else it reads again); with an odd
+///   generation it reads the file;
+/// - a copy is made by the first reader on a node to find no valid copy:
+///   it tags the slot busy, `pread`s the chunk from the file into it, and
+///   tags it with the generation it saw before reading. A write meanwhile
+///   makes that tag stale at once.
+///
+/// So once `write_at` has returned, no reader in any process gets the old
+/// bytes. Writes that do not go through `write_at` (another program
+/// writing the file) are not seen: copies stay as they were until
+/// [`drop_copies`](ReplicatedFile::drop_copies).
+///
+/// Memory: each node has an optional budget (no new copy beyond it; reads
+/// go to the shared cache) and a free-memory watermark, checked every
+/// 16 MiB of copies made or tried: below it, no new copies, and cold
+/// copies (a clock over referenced bits, as page reclaim) are given back
+/// to the kernel (`fallocate(PUNCH_HOLE)`) until the node is 16 MiB above
+/// it or no copies are left.
+///
+/// ```
+/// use std::io::Write;
+/// use numalab::replicated::{FileCopyOptions, ReplicatedFile};
+///
+/// let mut file = tempfile_in_doc()?;
+/// file.write_all(&vec![42u8; 1 << 20])?;
+/// let copies = ReplicatedFile::new(file, FileCopyOptions::default())?;
+/// let node = copies.nodes()[0];
+/// let mut reader = copies.reader(node);
+/// let mut buf = [0u8; 8192];
+/// reader.read_at(&mut buf, 4096)?;          // first read: copied to the node
+/// reader.read_at(&mut buf, 4096)?;          // second: from the copy
+/// assert_eq!(buf, [42u8; 8192]);
+/// assert!(reader.from_copies > 0);
+/// copies.write_at(&[7u8; 4], 4096)?;        // the copy is stale at once
+/// reader.read_at(&mut buf[..4], 4096)?;
+/// assert_eq!(&buf[..4], &[7u8; 4]);
+/// # fn tempfile_in_doc() -> std::io::Result<std::fs::File> {
+/// #     numalab::files::scratch_file(&std::env::temp_dir())
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 ///
 /// Serving a read-mostly file from per-node copies: a thread per node,
 /// bound to it, reads through that node's copies.

@@ -18,6 +18,11 @@
 //! - [`ReplicatedPages`] is a read-mostly byte region (a file or buffer)
 //!   with lazy, page-granular node-local copies, made after a few remote
 //!   reads of a page, collapsed by writes, limited by memory budgets.
+//! - [`ReplicatedFile`] serves a read-mostly file from per-node copies of
+//!   its chunks in a shared-memory segment, across processes: the file
+//!   stays the master, a write through it makes every copy stale before
+//!   its bytes land, and copies go back to the kernel when a node's
+//!   memory runs low.
 //!
 //! Replacing an `RwLock<T>`:
 //!
