@@ -33,6 +33,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -41,6 +42,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use numalab::pagecache::{self as cache, BusErrorExit, FileCache, MappedFile, PageCacheError};
+use numalab::replicated::{
+    FileCopyError, FileCopyOptions, FileReader, NodeCopyStats, ReplicatedFile,
+};
 use numalab::system::Environment;
 use numalab::{HugePages, NodeInventory, Topology};
 use serde::{Deserialize, Serialize};
@@ -158,6 +162,36 @@ pub enum FileSource {
     Given(PathBuf),
 }
 
+/// Reading through per-node copies of the file ([`ReplicatedFile`]), as
+/// a second variant of every cell.
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab_bench::pagecache::CopyConfig;
+/// let copies = CopyConfig { write_every: Some(Duration::from_millis(10)), ..CopyConfig::default() };
+/// assert_eq!(copies.chunk_size, 64 << 10);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyConfig {
+    /// Bytes per copy.
+    pub chunk_size: u64,
+    /// Most bytes of copies per node (default none).
+    pub budget_per_node: Option<u64>,
+    /// A writer changes one block of the file this often while the
+    /// readers read (only a file numalab made).
+    pub write_every: Option<Duration>,
+}
+
+impl Default for CopyConfig {
+    fn default() -> CopyConfig {
+        CopyConfig {
+            chunk_size: 64 << 10,
+            budget_per_node: None,
+            write_every: None,
+        }
+    }
+}
+
 /// What to run.
 ///
 /// ```
@@ -204,6 +238,8 @@ pub struct BenchConfig {
     /// Measure single-thread read bandwidth from each reader node to the
     /// cache's node, for the remote/local ratio of plain memory.
     pub compare_matrix: bool,
+    /// Also run every cell reading through per-node copies.
+    pub copies: Option<CopyConfig>,
 }
 
 impl Default for BenchConfig {
@@ -224,6 +260,7 @@ impl Default for BenchConfig {
             oversubscribe: false,
             skip_impossible: false,
             compare_matrix: true,
+            copies: None,
         }
     }
 }
@@ -325,6 +362,8 @@ pub struct PlannedCell {
     pub reader_node: Option<u32>,
     /// One CPU per reader (repeated when oversubscribed).
     pub cpus: Vec<u32>,
+    /// The readers read through per-node copies.
+    pub copies: bool,
     /// Why it cannot run here.
     pub skip: Option<String>,
 }
@@ -398,6 +437,36 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
     }
     if config.places.len() > 64 {
         return invalid("--reader-node takes at most 64 placements".into());
+    }
+    if let Some(copies) = &config.copies {
+        let page = numalab::system::page_size() as u64;
+        if !copies.chunk_size.is_power_of_two()
+            || copies.chunk_size < page
+            || copies.chunk_size > 1 << 30
+        {
+            return invalid(format!(
+                "--copy-chunk must be a power of two from {page} bytes to 1 GiB, not {}",
+                copies.chunk_size
+            ));
+        }
+        if config.method == Method::Mmap {
+            return invalid(
+                "--replicate reads through copies a block at a time, as read(2) does; it cannot be combined with --mmap".into(),
+            );
+        }
+        if let Some(every) = copies.write_every {
+            if matches!(config.file, FileSource::Given(_)) {
+                return invalid(
+                    "--write-every writes to the file: only to one numalab makes, never to the FILE given".into(),
+                );
+            }
+            if every < Duration::from_micros(100) || every > MAX_STAGGER {
+                return invalid(format!(
+                    "--write-every must be 100us to {}s, not {every:?}",
+                    MAX_STAGGER.as_secs()
+                ));
+            }
+        }
     }
     let inventory = NodeInventory::live();
     let with_cpus: Vec<u32> = topology
@@ -474,13 +543,34 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
             if let (Some(why), false) = (&skip, config.skip_impossible) {
                 return invalid(format!("{readers} reader(s) on {place}: {why}"));
             }
+            let copies_skip = match (&skip, reader_node) {
+                (Some(why), _) => Some(why.clone()),
+                (None, Some(node)) if !inventory.with_memory.contains(node) => Some(format!(
+                    "node {node} has no memory for copies (it reads the cache on node {cache_node} either way)"
+                )),
+                _ => None,
+            };
+            let copies = config.copies.is_some().then(|| PlannedCell {
+                readers,
+                place,
+                reader_node,
+                cpus: if copies_skip.is_some() {
+                    Vec::new()
+                } else {
+                    cpus.clone()
+                },
+                copies: true,
+                skip: copies_skip,
+            });
             cells.push(PlannedCell {
                 readers,
                 place,
                 reader_node,
                 cpus,
+                copies: false,
                 skip,
             });
+            cells.extend(copies);
         }
     }
     Ok(Plan {
@@ -586,7 +676,7 @@ fn reader_cpus(
 /// use numalab_bench::pagecache::{BenchSettings, Method};
 /// let settings = BenchSettings { file: "(created)".into(), created: true, size: 1 << 30,
 ///     block_size: 8192, method: Method::Read, stagger_s: 1.0, group: 5, repeats: 3,
-///     cache_node: 0 };
+///     cache_node: 0, copies: None };
 /// assert_eq!(serde_json::to_value(&settings)?["method"], "read");
 /// # Ok::<(), serde_json::Error>(())
 /// ```
@@ -610,13 +700,35 @@ pub struct BenchSettings {
     pub repeats: usize,
     /// Where the cache was placed.
     pub cache_node: u32,
+    /// How copies were made, when cells also read through them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<CopySettings>,
+}
+
+/// How the copies of `--replicate` were made.
+///
+/// ```
+/// use numalab_bench::pagecache::CopySettings;
+/// let copies = CopySettings { chunk_size: 65536, budget_per_node: None, write_every_s: Some(0.01) };
+/// assert_eq!(serde_json::to_value(&copies)?["write_every_s"], 0.01);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CopySettings {
+    /// Bytes per copy.
+    pub chunk_size: u64,
+    /// Most bytes of copies per node.
+    pub budget_per_node: Option<u64>,
+    /// Seconds between two writes to the file while readers read.
+    pub write_every_s: Option<f64>,
 }
 
 /// One reader of one repeat.
 ///
 /// ```
 /// use numalab_bench::pagecache::ReaderRun;
-/// let reader = ReaderRun { cpu: 1, node: 0, started_s: 1.0, read_s: 0.5, bytes: 1 << 30 };
+/// let reader = ReaderRun { cpu: 1, node: 0, started_s: 1.0, read_s: 0.5, bytes: 1 << 30,
+///     from_copies: 0, copies_made: 0 };
 /// assert!((reader.gbps() - 2.147).abs() < 0.001);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -632,6 +744,12 @@ pub struct ReaderRun {
     pub read_s: f64,
     /// Bytes it read.
     pub bytes: u64,
+    /// Of them, bytes served from its node's copies.
+    #[serde(default)]
+    pub from_copies: u64,
+    /// Copies it made.
+    #[serde(default)]
+    pub copies_made: u64,
 }
 
 impl ReaderRun {
@@ -645,10 +763,10 @@ impl ReaderRun {
 ///
 /// ```
 /// use numalab_bench::pagecache::{BenchRepeat, ReaderRun};
-/// let repeat = BenchRepeat { time_to_last_s: 1.2, readers: vec![
-///     ReaderRun { cpu: 0, node: 0, started_s: 0.0, read_s: 0.2, bytes: 1 << 30 },
-///     ReaderRun { cpu: 1, node: 0, started_s: 1.0, read_s: 0.2, bytes: 1 << 30 },
-/// ] };
+/// let reader = |cpu, started_s| ReaderRun { cpu, node: 0, started_s, read_s: 0.2,
+///     bytes: 1 << 30, from_copies: 0, copies_made: 0 };
+/// let repeat = BenchRepeat { time_to_last_s: 1.2, readers: vec![reader(0, 0.0), reader(1, 1.0)],
+///     writes: 0 };
 /// let json = serde_json::to_value(&repeat)?;
 /// assert_eq!(json["readers"][1]["started_s"], 1.0);
 /// # Ok::<(), serde_json::Error>(())
@@ -659,6 +777,9 @@ pub struct BenchRepeat {
     pub time_to_last_s: f64,
     /// Each reader.
     pub readers: Vec<ReaderRun>,
+    /// Writes to the file while they read (`--write-every`).
+    #[serde(default)]
+    pub writes: u64,
 }
 
 /// One cell: a reader count at a placement.
@@ -671,7 +792,8 @@ pub struct BenchRepeat {
 /// let on = |node: u32, pages| FileCache { pages: 100, cached: 100,
 ///     per_node: BTreeMap::from([(node, pages)]), ..FileCache::default() };
 /// let cell = BenchCell { readers: 1, place: ReaderPlace::Other, reader_node: Some(1),
-///     cpus: vec![2], status: CellStatus::Ran, reason: None, placed: false,
+///     cpus: vec![2], copies: false, copy_audit: None, status: CellStatus::Ran, reason: None,
+///     placed: false,
 ///     cache_before: Some(on(0, 100)), cache_after: Some(on(0, 90)), repeats: vec![],
 ///     time_to_last_s: None, reader_gbps: None, aggregate_gbps: None };
 /// assert_eq!(cell.moved_pages(0), 10, "10 pages left node 0 while it ran");
@@ -686,6 +808,12 @@ pub struct BenchCell {
     pub reader_node: Option<u32>,
     /// Their CPUs.
     pub cpus: Vec<u32>,
+    /// They read through per-node copies.
+    #[serde(default)]
+    pub copies: bool,
+    /// The readers' node's copies after the cell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_audit: Option<CopyAudit>,
     /// Whether it ran.
     pub status: CellStatus,
     /// Why it did not.
@@ -712,6 +840,73 @@ impl BenchCell {
     pub fn moved_pages(&self, cache_node: u32) -> u64 {
         let on = |c: &Option<FileCache>| c.as_ref().map_or(0, |c| c.on_node(cache_node));
         on(&self.cache_before).saturating_sub(on(&self.cache_after))
+    }
+}
+
+/// The copies on the readers' node after a cell read through them.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use numalab::replicated::NodeCopyStats;
+/// use numalab_bench::pagecache::CopyAudit;
+/// let audit = CopyAudit {
+///     stats: NodeCopyStats { node: 1, resident_bytes: 1 << 30, copies_made: 16384,
+///         given_back: 0, refused: 0, under_pressure: false },
+///     pages: BTreeMap::from([(1, 262144)]),
+/// };
+/// assert_eq!(audit.pages[&1] * 4096, audit.stats.resident_bytes);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CopyAudit {
+    /// Counts from the copies' segment.
+    pub stats: NodeCopyStats,
+    /// Pages of those copies per node, as the kernel says.
+    pub pages: BTreeMap<u32, u64>,
+}
+
+/// Reading through per-node copies against reading the shared cache, for
+/// one reader count and node.
+///
+/// ```
+/// use numalab_bench::pagecache::CopiesGain;
+/// let gain = CopiesGain { readers: 5, reader_node: 1, shared_s: 1.4, copies_s: 1.0,
+///     first_s: 1.6, local_shared_s: Some(1.0), memory_bytes: 1 << 30, copies_made: 16384 };
+/// assert!((gain.gain() - 1.4).abs() < 1e-9);
+/// assert_eq!(gain.vs_local(), Some(1.0), "copies took the remote penalty away");
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CopiesGain {
+    /// Readers.
+    pub readers: usize,
+    /// Their node.
+    pub reader_node: u32,
+    /// Median time to the last reader reading the shared cache, seconds.
+    pub shared_s: f64,
+    /// The same through copies (the median: after the first repeat,
+    /// copies are made).
+    pub copies_s: f64,
+    /// The first repeat through copies, which made them.
+    pub first_s: f64,
+    /// The same readers reading the shared cache on its own node.
+    pub local_shared_s: Option<f64>,
+    /// Memory the node's copies took (as the kernel counts their pages).
+    pub memory_bytes: u64,
+    /// Copies made over the cell.
+    pub copies_made: u64,
+}
+
+impl CopiesGain {
+    /// Shared time / copies time: above 1, the copies were faster.
+    pub fn gain(&self) -> f64 {
+        self.shared_s / self.copies_s.max(1e-12)
+    }
+
+    /// Copies time / the shared cache's time on its own node: 1 or
+    /// below, reading remotely through copies costs no more than reading
+    /// the cache locally.
+    pub fn vs_local(&self) -> Option<f64> {
+        self.local_shared_s
+            .map(|local| self.copies_s / local.max(1e-12))
     }
 }
 
@@ -772,6 +967,9 @@ pub struct PagecacheBench {
     pub cells: Vec<BenchCell>,
     /// Remote against local, per reader count that ran both.
     pub ratios: Vec<RemoteRatio>,
+    /// Copies against the shared cache, per cell that ran both ways.
+    #[serde(default)]
+    pub gains: Vec<CopiesGain>,
     /// A signal stopped the run.
     #[serde(default)]
     pub interrupted: bool,
@@ -827,6 +1025,10 @@ pub fn run(
         ),
         Method::Read => None,
     };
+    let copies = make_copies(plan, &file).map_err(|e| match e {
+        FileCopyError::File(source) => wrap(source),
+        other => wrap(PageCacheError::Os(std::io::Error::other(other.to_string()))),
+    })?;
     let mut cells = Vec::new();
     let mut interrupted = false;
     for planned in &plan.cells {
@@ -835,6 +1037,8 @@ pub fn run(
             place: planned.place,
             reader_node: planned.reader_node,
             cpus: planned.cpus.clone(),
+            copies: planned.copies,
+            copy_audit: None,
             status: CellStatus::Skipped,
             reason: planned.skip.clone(),
             placed: false,
@@ -856,10 +1060,15 @@ pub fn run(
             continue;
         }
         progress(&format!(
-            "{} reader(s) on {} (node {})",
+            "{} reader(s) on {} (node {}){}",
             planned.readers,
             planned.place,
-            planned.reader_node.unwrap_or(0)
+            planned.reader_node.unwrap_or(0),
+            if planned.copies {
+                ", through copies"
+            } else {
+                ""
+            }
         ));
         let mut before = cache::file_cache(&file).map_err(wrap)?;
         if before.on_node(plan.cache_node) < before.pages {
@@ -869,8 +1078,19 @@ pub fn run(
             cell.placed = true;
         }
         cell.cache_before = Some(before);
+        // Copies made by an earlier cell would hide the first repeat's
+        // cost of making them.
+        let through = copies.as_ref().filter(|_| planned.copies);
+        if let Some(copies) = through {
+            copies.drop_copies();
+        }
+        let readers = Readers {
+            cpus: &planned.cpus,
+            node: planned.reader_node.unwrap_or_default(),
+            copies: through,
+        };
         for _ in 0..config.repeats {
-            match one_repeat(plan, &file, &label, &planned.cpus, stop)? {
+            match one_repeat(plan, &file, &label, &readers, stop)? {
                 Some(repeat) => cell.repeats.push(repeat),
                 None => {
                     interrupted = true;
@@ -879,6 +1099,9 @@ pub fn run(
             }
         }
         cell.cache_after = Some(cache::file_cache(&file).map_err(wrap)?);
+        if let Some(copies) = through {
+            cell.copy_audit = copy_audit(copies, readers.node).map_err(wrap)?;
+        }
         cell.status = if interrupted {
             CellStatus::Interrupted
         } else {
@@ -888,6 +1111,7 @@ pub fn run(
         cells.push(cell);
     }
     let ratios = ratios(plan, topology, &cells);
+    let gains = gains(&cells, plan.cache_node);
     Ok(PagecacheBench {
         environment: Environment::current(topology),
         settings: BenchSettings {
@@ -900,9 +1124,15 @@ pub fn run(
             group: config.group,
             repeats: config.repeats,
             cache_node: plan.cache_node,
+            copies: config.copies.as_ref().map(|c| CopySettings {
+                chunk_size: c.chunk_size,
+                budget_per_node: c.budget_per_node,
+                write_every_s: c.write_every.map(|d| d.as_secs_f64()),
+            }),
         },
         cells,
         ratios,
+        gains,
         interrupted,
     })
 }
@@ -918,11 +1148,57 @@ fn make_file(dir: &std::path::Path, size: u64, node: u32) -> Result<File, BenchE
     Ok(file)
 }
 
+/// Per-node copies of the file, for the cells that read through them:
+/// on every node such a cell reads from.
+fn make_copies(plan: &Plan, file: &File) -> Result<Option<ReplicatedFile>, FileCopyError> {
+    let Some(config) = &plan.config.copies else {
+        return Ok(None);
+    };
+    let nodes: numalab::NodeSet = plan
+        .cells
+        .iter()
+        .filter(|c| c.copies && c.skip.is_none())
+        .filter_map(|c| c.reader_node)
+        .collect();
+    if nodes.is_empty() {
+        return Ok(None);
+    }
+    let options = FileCopyOptions::default()
+        .chunk_size(config.chunk_size)
+        .budget_per_node(config.budget_per_node)
+        .nodes(Some(nodes));
+    ReplicatedFile::new(file.try_clone()?, options).map(Some)
+}
+
+/// `node`'s copies: the segment's counts and the kernel's pages.
+fn copy_audit(copies: &ReplicatedFile, node: u32) -> Result<Option<CopyAudit>, PageCacheError> {
+    let Some(stats) = copies.stats().into_iter().find(|s| s.node == node) else {
+        return Ok(None);
+    };
+    let pages = copies
+        .copy_pages()?
+        .into_iter()
+        .find(|(n, _)| *n == node)
+        .map(|(_, cache)| cache.per_node)
+        .unwrap_or_default();
+    Ok(Some(CopyAudit { stats, pages }))
+}
+
+/// A cell's readers: their CPUs, their node, and the copies they read
+/// through (`None`: the file).
+struct Readers<'a> {
+    cpus: &'a [u32],
+    node: u32,
+    copies: Option<&'a ReplicatedFile>,
+}
+
 /// A reader's state, made on its CPU: its buffer (first touched there)
-/// and, for `mmap`, its own mapping of the file.
-struct Reader {
+/// and, for `mmap`, its own mapping of the file, or its reader of the
+/// copies.
+struct Reader<'a> {
     buffer: Vec<u8>,
     mapping: Option<MappedFile>,
+    copies: Option<FileReader<'a>>,
 }
 
 /// What a reader's work returns.
@@ -930,6 +1206,8 @@ struct Outcome {
     read: Duration,
     bytes: u64,
     stopped: bool,
+    from_copies: u64,
+    copies_made: u64,
 }
 
 /// One timed run of the cell's readers; `None` when `stop` ended it.
@@ -937,63 +1215,96 @@ fn one_repeat(
     plan: &Plan,
     file: &File,
     label: &str,
-    cpus: &[u32],
+    readers: &Readers<'_>,
     stop: &AtomicBool,
 ) -> Result<Option<BenchRepeat>, BenchError> {
     let config = &plan.config;
     let block = config.block_size as usize;
     let size = plan.size;
     let mapping_failed = AtomicBool::new(false);
-    let run = run_pinned(
-        cpus,
-        |_| {
-            let mut buffer = vec![0u8; block];
-            // First touch on the reader's CPU puts the buffer on its node.
-            buffer.iter_mut().step_by(4096).for_each(|b| *b = 1);
-            let mapping = match config.method {
-                Method::Mmap => MappedFile::map(file)
-                    .map_err(|_| mapping_failed.store(true, Ordering::SeqCst))
-                    .ok(),
-                Method::Read => None,
-            };
-            Reader { buffer, mapping }
-        },
-        |i, reader| {
-            let group = (i / config.group) as u32;
-            let offset = config.stagger * group;
-            if !offset.is_zero() {
-                wait(offset, stop);
+    let finished = AtomicBool::new(false);
+    let write_every = config.copies.as_ref().and_then(|c| c.write_every);
+    let (run, writes) = std::thread::scope(|scope| {
+        let writer = match (readers.copies, write_every) {
+            (Some(copies), Some(every)) => {
+                let finished = &finished;
+                Some(scope.spawn(move || write_while(copies, block, every, finished, stop)))
             }
-            let start = Instant::now();
-            let mut done = 0u64;
-            let mut stopped = false;
-            while done < size {
-                if stop.load(Ordering::Relaxed) {
-                    stopped = true;
-                    break;
-                }
-                let want = (size - done).min(block as u64) as usize;
-                let n = match &reader.mapping {
-                    Some(mapping) => {
-                        let n = mapping.copy_to(done as usize, &mut reader.buffer[..want]);
-                        std::hint::black_box(&reader.buffer);
-                        n
-                    }
-                    None if config.method == Method::Mmap => 0,
-                    None => file.read_at(&mut reader.buffer[..want], done).unwrap_or(0),
+            _ => None,
+        };
+        let run = run_pinned(
+            readers.cpus,
+            |_| {
+                let mut buffer = vec![0u8; block];
+                // First touch on the reader's CPU puts the buffer on its node.
+                buffer.iter_mut().step_by(4096).for_each(|b| *b = 1);
+                let mapping = match config.method {
+                    Method::Mmap => MappedFile::map(file)
+                        .map_err(|_| mapping_failed.store(true, Ordering::SeqCst))
+                        .ok(),
+                    Method::Read => None,
                 };
-                if n == 0 {
-                    break;
+                Reader {
+                    buffer,
+                    mapping,
+                    copies: readers.copies.map(|c| c.reader(readers.node)),
                 }
-                done += n as u64;
-            }
-            Outcome {
-                read: start.elapsed(),
-                bytes: done,
-                stopped,
-            }
-        },
-    )?;
+            },
+            |i, reader| {
+                let group = (i / config.group) as u32;
+                let offset = config.stagger * group;
+                if !offset.is_zero() {
+                    wait(offset, stop);
+                }
+                let start = Instant::now();
+                let mut done = 0u64;
+                let mut stopped = false;
+                while done < size {
+                    if stop.load(Ordering::Relaxed) {
+                        stopped = true;
+                        break;
+                    }
+                    let want = (size - done).min(block as u64) as usize;
+                    let buffer = &mut reader.buffer[..want];
+                    let n = match (&reader.mapping, &mut reader.copies) {
+                        (Some(mapping), _) => {
+                            let n = mapping.copy_to(done as usize, buffer);
+                            std::hint::black_box(&buffer);
+                            n
+                        }
+                        (None, _) if config.method == Method::Mmap => 0,
+                        (None, Some(copies)) => copies.read_at(buffer, done).unwrap_or(0),
+                        (None, None) => file.read_at(buffer, done).unwrap_or(0),
+                    };
+                    if n == 0 {
+                        break;
+                    }
+                    done += n as u64;
+                }
+                let (from_copies, copies_made) = reader
+                    .copies
+                    .as_ref()
+                    .map_or((0, 0), |c| (c.from_copies, c.copied));
+                Outcome {
+                    read: start.elapsed(),
+                    bytes: done,
+                    stopped,
+                    from_copies,
+                    copies_made,
+                }
+            },
+        );
+        finished.store(true, Ordering::SeqCst);
+        let writes = writer.map_or(Ok(0), |w| w.join().unwrap_or(Ok(0)));
+        (run, writes)
+    });
+    let run = run?;
+    let writes = writes.map_err(|e| BenchError::File {
+        path: label.to_string(),
+        source: PageCacheError::Os(std::io::Error::other(format!(
+            "the writer could not write: {e}"
+        ))),
+    })?;
     if mapping_failed.load(Ordering::SeqCst) {
         return Err(BenchError::File {
             path: label.to_string(),
@@ -1022,9 +1333,42 @@ fn one_repeat(
                 started_s: w.busy.saturating_sub(w.output.read).as_secs_f64(),
                 read_s: w.output.read.as_secs_f64(),
                 bytes: w.output.bytes,
+                from_copies: w.output.from_copies,
+                copies_made: w.output.copies_made,
             })
             .collect(),
+        writes,
     }))
+}
+
+/// Writes one block of the file through `copies` every `every` until the
+/// readers are `finished`: each write makes the copies of its chunk
+/// stale, as a writer process changing a read-mostly file would. Returns
+/// how many it made.
+fn write_while(
+    copies: &ReplicatedFile,
+    block: usize,
+    every: Duration,
+    finished: &AtomicBool,
+    stop: &AtomicBool,
+) -> Result<u64, FileCopyError> {
+    let len = copies.len();
+    let block = (block as u64).min(len) as usize;
+    let mut data = vec![0u8; block];
+    let mut writes = 0u64;
+    // A fixed-seed walk over the file: different chunks, no clustering.
+    let mut at = 0x9E37_79B9_7F4A_7C15u64;
+    while !finished.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+        at = at
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let offset = (at >> 16) % (len - block as u64 + 1);
+        data.fill(writes as u8);
+        copies.write_at(&data, offset)?;
+        writes += 1;
+        wait(every, finished);
+    }
+    Ok(writes)
 }
 
 /// Sleeps `span`, waking early when `stop` is set.
@@ -1057,6 +1401,55 @@ fn summarise(cell: &mut BenchCell, size: u64) {
             .iter()
             .map(|r| (size * r.readers.len() as u64) as f64 / r.time_to_last_s.max(1e-9) / 1e9),
     );
+}
+
+/// Copies against the shared cache, for each cell that ran both ways.
+fn gains(cells: &[BenchCell], cache_node: u32) -> Vec<CopiesGain> {
+    let ran = |c: &&BenchCell| c.status == CellStatus::Ran;
+    let mut out = Vec::new();
+    for through in cells.iter().filter(ran).filter(|c| c.copies) {
+        let Some(shared) = cells.iter().filter(ran).find(|c| {
+            !c.copies && c.readers == through.readers && c.reader_node == through.reader_node
+        }) else {
+            continue;
+        };
+        let (Some(shared_s), Some(copies_s), Some(first)) = (
+            shared.time_to_last_s,
+            through.time_to_last_s,
+            through.repeats.first(),
+        ) else {
+            continue;
+        };
+        let node = through.reader_node.unwrap_or_default();
+        let page = through
+            .cache_before
+            .as_ref()
+            .map_or(4096, |c| c.page_size.max(1));
+        out.push(CopiesGain {
+            readers: through.readers,
+            reader_node: node,
+            shared_s,
+            copies_s,
+            first_s: first.time_to_last_s,
+            local_shared_s: cells
+                .iter()
+                .filter(ran)
+                .find(|c| {
+                    !c.copies && c.readers == through.readers && c.reader_node == Some(cache_node)
+                })
+                .and_then(|c| c.time_to_last_s),
+            memory_bytes: through
+                .copy_audit
+                .as_ref()
+                .map_or(0, |a| a.pages.values().sum::<u64>() * page),
+            copies_made: through
+                .repeats
+                .iter()
+                .flat_map(|r| r.readers.iter().map(|x| x.copies_made))
+                .sum(),
+        });
+    }
+    out
 }
 
 /// Remote against local for each reader count that ran on both the

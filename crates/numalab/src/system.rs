@@ -197,6 +197,15 @@ impl Environment {
     }
 }
 
+/// The base page size in bytes (`sysconf(_SC_PAGESIZE)`: 4 KiB on x86-64).
+///
+/// ```
+/// assert!(numalab::system::page_size().is_power_of_two());
+/// ```
+pub fn page_size() -> usize {
+    crate::sys::linux::page_size()
+}
+
 /// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
 ///
 /// ```

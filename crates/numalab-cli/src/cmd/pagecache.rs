@@ -14,7 +14,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use numalab::Topology;
 use numalab_bench::experiment::values::Seconds;
 use numalab_bench::fincore::{change_cache, CacheAction};
-use numalab_bench::pagecache::{self as bench, BenchConfig, FileSource, Method, ReaderPlace};
+use numalab_bench::pagecache::{
+    self as bench, BenchConfig, CopyConfig, FileSource, Method, ReaderPlace,
+};
 
 use crate::output::OutputArgs;
 use crate::render;
@@ -78,7 +80,8 @@ pub enum Action {
     numalab pagecache bench --readers 1,5,10 --stagger 1s --group 5\n  \
     numalab pagecache bench /data/table.bin --cache-node 1 --reader-node 0,1\n  \
     numalab pagecache bench --mmap --block-size 1M\n  \
-    numalab pagecache bench --layout post --json > post.json\n\n\
+    numalab pagecache bench --layout post --json > post.json\n  \
+    numalab pagecache bench --readers 1,2 --replicate --write-every 10ms\n\n\
 Without FILE, numalab writes an unnamed file of --size bytes in --dir from a thread on the \
 cache's node, flushes it and reads that; no name ever reaches it, so nothing is left behind \
 however the run ends. A FILE is only read: its cache is dropped and read in again on the \
@@ -88,7 +91,11 @@ cache node when it is not all there already. Each reader is a thread pinned to i
 last reader finished (the median of --repeats runs). remote/local divides the other node's \
 time by the cache node's, beside SLIT/10 and the ratio of plain memory reads from one CPU \
 (numalab matrix's read kernel). The cache's pages are counted per node before and after each \
-cell: mapped reads under NUMA balancing can move them. Ctrl-C stops at the next block, writes \
+cell: mapped reads under NUMA balancing can move them. With --replicate each cell runs again \
+with its readers reading through copies of the file on their node (numalab's ReplicatedFile): \
+the first repeat makes the copies, the later ones read them; the copies table shows the gain \
+over reading the shared cache, the memory the copies took (the kernel's count of their pages) \
+and how many were made. Ctrl-C stops at the next block, writes \
 the cells that finished and exits 130.")]
 pub struct BenchArgs {
     /// The file to read (default: a new unnamed one of --size bytes)
@@ -140,6 +147,24 @@ pub struct BenchArgs {
     /// Skip measuring plain memory's remote/local read bandwidth
     #[arg(long)]
     pub no_matrix: bool,
+    /// Also run every cell with its readers reading through per-node
+    /// copies of the file (made on the first read on their node, stale
+    /// before a write lands, given back when the node's memory runs low)
+    /// and show the gain over the shared cache, the memory the copies
+    /// took and how many were made
+    #[arg(long)]
+    pub replicate: bool,
+    /// Bytes per copy (a power of two from the page size to 1 GiB)
+    #[arg(long, default_value = "64K", value_name = "BYTES", value_parser = crate::args::size, requires = "replicate")]
+    pub copy_chunk: u64,
+    /// Most bytes of copies per node (default: no limit but free memory,
+    /// of which 64 MiB is always left)
+    #[arg(long, value_name = "BYTES", value_parser = crate::args::size, requires = "replicate")]
+    pub copy_budget: Option<u64>,
+    /// A writer changes one block of the file this often while readers
+    /// read through copies (`10ms`; only a file numalab makes)
+    #[arg(long, value_name = "DURATION", requires = "replicate")]
+    pub write_every: Option<Seconds>,
     /// `post`: the mailing-list post's table (1, 5, 10, 15, 30 readers on
     /// the cache's node and another, 8 KiB reads, groups of 5 started 1 s
     /// apart); cells this machine cannot run are shown with why
@@ -205,6 +230,11 @@ fn bench_config(args: &BenchArgs) -> BenchConfig {
         oversubscribe: args.oversubscribe,
         skip_impossible: false,
         compare_matrix: !args.no_matrix,
+        copies: args.replicate.then(|| CopyConfig {
+            chunk_size: args.copy_chunk,
+            budget_per_node: args.copy_budget,
+            write_every: args.write_every.map(|s| s.0),
+        }),
     };
     match args.layout {
         Some(LayoutArg::Post) => BenchConfig::post(config),

@@ -181,7 +181,12 @@ impl Render for PagecacheBench {
 /// `same (node 0)`, `other (node 1)`, `node 2`: where a cell's readers
 /// were asked to run and the node that meant.
 fn place(cell: &BenchCell) -> String {
-    place_label(cell.place, cell.reader_node)
+    let label = place_label(cell.place, cell.reader_node);
+    if cell.copies {
+        format!("{label}, copies")
+    } else {
+        label
+    }
 }
 
 fn place_label(place: ReaderPlace, node: Option<u32>) -> String {
@@ -270,6 +275,7 @@ fn bench_human<'a>(report: &'a PagecacheBench, style: Style) -> String {
         out.push_str(&style.line(&format!("({}) {reason}", i + 1)));
     }
     out.push_str(&pivot(report, &statuses, style));
+    out.push_str(&copies_table(report, style));
     for note in bench_notes(report) {
         out.push_str(&style.warning(&note));
     }
@@ -282,7 +288,7 @@ fn bench_human<'a>(report: &'a PagecacheBench, style: Style) -> String {
 fn pivot(report: &PagecacheBench, statuses: &[String], style: Style) -> String {
     let mut columns: Vec<(ReaderPlace, Option<u32>)> = Vec::new();
     let mut rows: Vec<usize> = Vec::new();
-    for cell in &report.cells {
+    for cell in report.cells.iter().filter(|c| !c.copies) {
         if !columns.iter().any(|c| c.0 == cell.place) {
             columns.push((cell.place, cell.reader_node));
         }
@@ -315,7 +321,7 @@ fn pivot(report: &PagecacheBench, statuses: &[String], style: Style) -> String {
                 .cells
                 .iter()
                 .zip(statuses)
-                .find(|(c, _)| c.readers == readers && c.place == place);
+                .find(|(c, _)| !c.copies && c.readers == readers && c.place == place);
             row.push(match found {
                 Some((cell, _)) if cell.status == CellStatus::Ran => {
                     cell.time_to_last_s.map_or("-".into(), time)
@@ -363,6 +369,60 @@ fn pivot(report: &PagecacheBench, statuses: &[String], style: Style) -> String {
     out
 }
 
+/// Reading through copies against the shared cache, a row per cell that
+/// ran both ways.
+fn copies_table(report: &PagecacheBench, style: Style) -> String {
+    if report.gains.is_empty() {
+        return String::new();
+    }
+    let mut table = style.table(vec![
+        "READERS",
+        "ON",
+        "SHARED CACHE",
+        "COPIES",
+        "GAIN",
+        "VS LOCAL CACHE",
+        "FIRST RUN",
+        "COPY MEMORY",
+        "COPIES MADE",
+        "WRITES",
+    ]);
+    for gain in &report.gains {
+        let through = report.cells.iter().find(|c| {
+            c.copies && c.readers == gain.readers && c.reader_node == Some(gain.reader_node)
+        });
+        let writes: u64 = through.map_or(0, |c| c.repeats.iter().map(|r| r.writes).sum());
+        table.add_row(vec![
+            gain.readers.to_string(),
+            through.map_or_else(
+                || format!("node {}", gain.reader_node),
+                |c| place_label(c.place, c.reader_node),
+            ),
+            time(gain.shared_s),
+            time(gain.copies_s),
+            times(Some(gain.gain())),
+            times(gain.vs_local()),
+            time(gain.first_s),
+            Size(gain.memory_bytes).to_string(),
+            gain.copies_made.to_string(),
+            writes.to_string(),
+        ]);
+    }
+    let mut out = String::from("\n");
+    let chunk = report
+        .settings
+        .copies
+        .as_ref()
+        .map_or(String::new(), |c| format!(" of {}", Size(c.chunk_size)));
+    out.push_str(&style.line(&format!(
+        "reading through copies{chunk} on the readers' node (time to the last reader; GAIN = shared cache / copies; \
+         VS LOCAL CACHE = copies / the shared cache read on its own node; FIRST RUN made the copies, the median is after):"
+    )));
+    out.push_str(&style.render(&table));
+    out.push('\n');
+    out
+}
+
 /// Cells whose cache moved or had to be placed again.
 fn bench_notes(report: &PagecacheBench) -> Vec<String> {
     let node = report.settings.cache_node;
@@ -375,6 +435,34 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
                 cell.readers,
                 place(cell)
             ));
+        }
+        if let (Some(audit), Some(reader_node)) = (&cell.copy_audit, cell.reader_node) {
+            let elsewhere: u64 = audit
+                .pages
+                .iter()
+                .filter(|(&n, _)| n != reader_node)
+                .map(|(_, p)| p)
+                .sum();
+            if elsewhere > 0 {
+                out.push(format!(
+                    "{} reader(s) on {}: {elsewhere} pages of copies are off node {reader_node} (it was full: copies prefer their node and spill rather than fail)",
+                    cell.readers,
+                    place(cell)
+                ));
+            }
+            if audit.stats.refused > 0 {
+                out.push(format!(
+                    "{} reader(s) on {}: {} reads found no copy and could not make one ({}); they read the shared cache",
+                    cell.readers,
+                    place(cell),
+                    audit.stats.refused,
+                    if audit.stats.under_pressure {
+                        "node memory below the 64 MiB watermark"
+                    } else {
+                        "the --copy-budget was reached"
+                    }
+                ));
+            }
         }
         let off = cell.cache_before.as_ref().map_or(0, |c| c.off_node(node));
         if off > 0 {
@@ -392,6 +480,7 @@ fn bench_csv(report: &PagecacheBench) -> String {
     let mut csv = Csv::new(&[
         "readers",
         "place",
+        "copies",
         "reader_node",
         "cpus",
         "status",
@@ -405,6 +494,11 @@ fn bench_csv(report: &PagecacheBench) -> String {
         "remote_local_reader_ratio",
         "slit_ratio",
         "memory_read_ratio",
+        "copies_made",
+        "copy_memory_bytes",
+        "copies_gain",
+        "copies_vs_local_cache",
+        "writes",
     ]);
     let node = report.settings.cache_node;
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
@@ -413,14 +507,17 @@ fn bench_csv(report: &PagecacheBench) -> String {
             .map_or(String::new(), |c| c.on_node(node).to_string())
     };
     for cell in &report.cells {
-        let ratio = report
-            .ratios
-            .iter()
-            .find(|r| r.readers == cell.readers && Some(r.reader_node) == cell.reader_node);
+        let ratio = report.ratios.iter().find(|r| {
+            !cell.copies && r.readers == cell.readers && Some(r.reader_node) == cell.reader_node
+        });
+        let gain = report.gains.iter().find(|g| {
+            cell.copies && g.readers == cell.readers && Some(g.reader_node) == cell.reader_node
+        });
         let cpus: Vec<String> = cell.cpus.iter().map(u32::to_string).collect();
         csv.row([
             cell.readers.to_string(),
             cell.place.to_string(),
+            cell.copies.to_string(),
             cell.reader_node.map_or(String::new(), |n| n.to_string()),
             cpus.join(" "),
             cell.status.as_str().to_string(),
@@ -434,6 +531,19 @@ fn bench_csv(report: &PagecacheBench) -> String {
             opt(ratio.map(|r| r.reader_ratio)),
             opt(ratio.and_then(|r| r.slit_ratio)),
             opt(ratio.and_then(|r| r.matrix_ratio)),
+            gain.map_or(String::new(), |g| g.copies_made.to_string()),
+            gain.map_or(String::new(), |g| g.memory_bytes.to_string()),
+            opt(gain.map(|g| g.gain())),
+            opt(gain.and_then(|g| g.vs_local())),
+            if cell.copies {
+                cell.repeats
+                    .iter()
+                    .map(|r| r.writes)
+                    .sum::<u64>()
+                    .to_string()
+            } else {
+                String::new()
+            },
         ]);
     }
     csv.finish()

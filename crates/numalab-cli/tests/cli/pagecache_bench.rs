@@ -174,6 +174,7 @@ fn bad_input_is_one_sentence_before_anything_is_written() {
     let scratch = Scratch::new("pcbench-bad");
     let dir = scratch.0.to_str().unwrap();
     fs::write(scratch.path("empty"), b"").unwrap();
+    fs::write(scratch.path("small"), b"read, never written").unwrap();
     Command::new("mkfifo")
         .arg(scratch.path("fifo"))
         .status()
@@ -209,6 +210,23 @@ fn bad_input_is_one_sentence_before_anything_is_written() {
             vec!["--reader-node".into(), "far".into()],
             "same, other or a node",
         ),
+        (
+            vec!["--replicate".into(), "--mmap".into()],
+            "cannot be combined with --mmap",
+        ),
+        (
+            vec!["--replicate".into(), "--copy-chunk".into(), "1000".into()],
+            "power of two",
+        ),
+        (
+            vec![
+                scratch.path("small"),
+                "--replicate".into(),
+                "--write-every".into(),
+                "1ms".into(),
+            ],
+            "never to the FILE given",
+        ),
     ];
     for (args, says) in cases {
         let mut all = vec!["pagecache", "bench", "--dir", dir];
@@ -228,7 +246,7 @@ fn bad_input_is_one_sentence_before_anything_is_written() {
         assert_eq!(said.len(), 1, "{args:?}: one sentence: {err}");
     }
     let mut left = scratch.files();
-    left.retain(|f| f != "empty" && f != "fifo");
+    left.retain(|f| f != "empty" && f != "fifo" && f != "small");
     assert!(left.is_empty(), "{left:?}");
     let _ = node;
 }
@@ -278,4 +296,64 @@ fn a_file_truncated_while_read_is_named() {
         assert!(err.contains("was truncated while"), "mmap {mmap}: {err}");
         assert!(err.contains(path.as_str()), "{err}");
     }
+}
+
+#[test]
+fn reading_through_copies_makes_them_on_the_readers_node_and_survives_writes() {
+    let scratch = Scratch::new("pcbench-copies");
+    let dir = scratch.0.to_str().unwrap();
+    let (node, _) = first_node();
+    let doc = bench_json(&[
+        "--dir",
+        dir,
+        "--size",
+        "8M",
+        "--reader-node",
+        "same",
+        "--repeats",
+        "3",
+        "--replicate",
+        "--write-every",
+        "1ms",
+        "--no-matrix",
+    ]);
+    let cells = doc["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "the cell, then the cell through copies");
+    assert_eq!(cells[0]["copies"], false);
+    let copies = &cells[1];
+    assert_eq!(
+        (copies["copies"].as_bool(), copies["status"].as_str()),
+        (Some(true), Some("ran"))
+    );
+    let repeats = copies["repeats"].as_array().unwrap();
+    let first = &repeats[0]["readers"][0];
+    assert_eq!(first["bytes"], 8 << 20, "the whole file");
+    assert!(
+        first["copies_made"].as_u64().unwrap() >= 128,
+        "8 MiB in 64 KiB copies: {first}"
+    );
+    for repeat in &repeats[1..] {
+        let reader = &repeat["readers"][0];
+        assert_eq!(reader["bytes"], 8 << 20);
+        assert!(
+            reader["from_copies"].as_u64().unwrap() > 4 << 20,
+            "later repeats read the copies: {reader}"
+        );
+    }
+    let writes: u64 = repeats.iter().map(|r| r["writes"].as_u64().unwrap()).sum();
+    assert!(
+        writes >= 3,
+        "the writer wrote during every repeat: {writes}"
+    );
+    // Where the kernel says the copies' pages are: all on the readers'
+    // node, as sysfs names it.
+    let page = copies["cache_before"]["page_size"].as_u64().unwrap();
+    let pages = &copies["copy_audit"]["pages"];
+    assert_eq!(
+        pages[node.to_string()].as_u64(),
+        Some((8 << 20) / page),
+        "{pages}"
+    );
+    assert_eq!(doc["gains"][0]["memory_bytes"], 8 << 20);
+    assert!(scratch.files().is_empty(), "{:?}", scratch.files());
 }

@@ -174,6 +174,11 @@ pub const CHECKS: &[Check] = &[
         run: pagecache::bench,
     },
     Check {
+        name: "pagecache.replicate",
+        about: "numalab pagecache bench --replicate, one reader per CPU node and a writer: each node's copies all on that node (the kernel's count), later repeats read them, writes meanwhile",
+        run: pagecache::replicate,
+    },
+    Check {
         name: "run.placement",
         about: "numalab run --json: threads on their planned nodes; local, remote, interleave, first-touch pages where asked",
         run: run::placement,

@@ -162,3 +162,83 @@ pub fn bench(guest: &Guest, out: &mut Outcome) -> Result<()> {
     }
     Ok(())
 }
+
+/// `numalab pagecache bench --replicate` with the cache on a memory-only
+/// node (else the last), one reader per CPU node and a writer: each node's
+/// copies are on that node, every page of the file, later repeats read
+/// them, and the writer wrote meanwhile.
+pub fn replicate(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let preset = &guest.preset;
+    let cache = preset
+        .memory_only_nodes()
+        .iter()
+        .next()
+        .or_else(|| preset.node_ids().iter().last())
+        .unwrap_or(0);
+    let cpu_nodes: Vec<String> = preset.cpu_nodes().iter().map(|n| n.to_string()).collect();
+    let dir = std::env::temp_dir();
+    let report: PagecacheBench = guest.numalab_result(&[
+        "pagecache",
+        "bench",
+        "--json",
+        "--size",
+        "4M",
+        "--dir",
+        dir.to_str().unwrap_or("/tmp"),
+        "--cache-node",
+        &cache.to_string(),
+        "--reader-node",
+        &cpu_nodes.join(","),
+        "--repeats",
+        "2",
+        "--replicate",
+        "--write-every",
+        "1ms",
+        "--no-matrix",
+    ])?;
+    let through: Vec<_> = report.cells.iter().filter(|c| c.copies).collect();
+    out.same("cells through copies", cpu_nodes.len(), through.len());
+    for cell in through {
+        let node = cell.reader_node.unwrap_or(u32::MAX);
+        let pages = cell
+            .copy_audit
+            .as_ref()
+            .map(|a| a.pages.clone())
+            .unwrap_or_default();
+        out.same(
+            format!("copies for node {node}: pages on node {node}"),
+            1024,
+            pages.get(&node).copied().unwrap_or(0),
+        );
+        out.same(
+            format!("copies for node {node}: pages elsewhere"),
+            0,
+            pages
+                .iter()
+                .filter(|(&n, _)| n != node)
+                .map(|(_, p)| p)
+                .sum::<u64>(),
+        );
+        let later: u64 = cell
+            .repeats
+            .iter()
+            .skip(1)
+            .flat_map(|r| &r.readers)
+            .map(|r| r.from_copies)
+            .sum();
+        out.check(
+            format!("copies for node {node}: the second repeat read them"),
+            "over half the file",
+            later,
+            later > 2 << 20,
+        );
+        let writes: u64 = cell.repeats.iter().map(|r| r.writes).sum();
+        out.check(
+            format!("copies for node {node}: writes while reading"),
+            "at least one per repeat",
+            writes,
+            writes >= 2,
+        );
+    }
+    Ok(())
+}

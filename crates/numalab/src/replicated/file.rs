@@ -13,8 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::inventory::NodeInventory;
 use crate::pagecache::{range_cache, FileCache, PageCacheError};
 use crate::sets::NodeSet;
-use crate::sys::linux;
-use crate::system::NodeMemory;
+use crate::sys::{linux, procfs};
 
 /// The most nodes with copies of one file.
 pub const MAX_COPY_NODES: usize = 64;
@@ -181,8 +180,11 @@ struct NodeCounters {
     pressure: AtomicU64,
     /// The clock hand of giving back.
     hand: AtomicU64,
-    /// Copies refused: budget or watermark.
+    /// Reads that found no copy and could not make one: budget or
+    /// watermark.
     refused: AtomicU64,
+    /// `CLOCK_MONOTONIC` nanoseconds of the last look at free memory.
+    looked_ns: AtomicU64,
 }
 
 /// Where a node's metadata and slots are in the segment.
@@ -395,7 +397,8 @@ pub struct NodeCopyStats {
     /// Slots given back to the kernel (memory pressure, or
     /// [`ReplicatedFile::drop_copies`]).
     pub given_back: u64,
-    /// Copies not made: the budget was reached or free memory was low.
+    /// Reads that found no copy and could not make one: the budget was
+    /// reached or free memory was low.
     pub refused: u64,
     /// Free memory was below the watermark at the last look.
     pub under_pressure: bool,
@@ -802,6 +805,21 @@ impl ReplicatedFile {
     /// memory every [`CHECK_BYTES`] of copies made or tried.
     fn may_copy(&self, region: &NodeRegion) -> bool {
         let counters = self.counters(region);
+        if counters.pressure.load(Ordering::Relaxed) != 0 {
+            // Under pressure every read of a chunk without a copy comes
+            // here: look again at most every 100 ms, by one reader.
+            let now = linux::monotonic().as_nanos() as u64;
+            let last = counters.looked_ns.load(Ordering::Relaxed);
+            if now.saturating_sub(last) >= 100_000_000
+                && counters
+                    .looked_ns
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.look_at_memory(region);
+            }
+            return counters.pressure.load(Ordering::Relaxed) == 0;
+        }
         let every = (CHECK_BYTES / self.chunk).max(1);
         if counters
             .tries
@@ -819,7 +837,10 @@ impl ReplicatedFile {
     fn look_at_memory(&self, region: &NodeRegion) {
         let counters = self.counters(region);
         let min_free = self.min_free().load(Ordering::Relaxed);
-        let free = NodeMemory::read(region.node).map_or(u64::MAX, |m| m.free_bytes);
+        let free = procfs::node_meminfo(region.node).map_or(u64::MAX, |m| m.free);
+        counters
+            .looked_ns
+            .store(linux::monotonic().as_nanos() as u64, Ordering::Relaxed);
         if free < min_free {
             counters.pressure.store(1, Ordering::Relaxed);
             let want = (min_free - free).saturating_add(CHECK_BYTES);
@@ -999,7 +1020,10 @@ impl FileReader<'_> {
         let counters = file.counters(region);
         let tag = file.slot_tag(region, chunk);
         let new_memory = t == EMPTY;
-        if new_memory && !file.may_copy(region) {
+        if new_memory
+            && (counters.resident.load(Ordering::Relaxed) >= file.budget_chunks
+                || !file.may_copy(region))
+        {
             counters.refused.fetch_add(1, Ordering::Relaxed);
             return Ok(false);
         }
@@ -1017,6 +1041,14 @@ impl FileReader<'_> {
         }
         let len = file.chunk_len(chunk) as usize;
         let slot = file.slot(region, chunk);
+        // The slot's pages in one call rather than a fault per page inside
+        // pread (an error leaves the faults to pread).
+        let page = linux::page_size();
+        let _ = linux::madvise(
+            slot,
+            len.div_ceil(page) * page,
+            linux::Advice::PopulateWrite,
+        );
         let mut got = 0;
         let mut failed = None;
         while got < len {
