@@ -827,7 +827,8 @@ pub struct BenchCell {
     pub cache_after: Option<FileCache>,
     /// Each repeat.
     pub repeats: Vec<BenchRepeat>,
-    /// Median time to the last reader, seconds.
+    /// Median time to the last reader, seconds (through copies: of the
+    /// repeats after the first, which made them, when there are others).
     pub time_to_last_s: Option<f64>,
     /// Median of every reader's GB/s over the repeats.
     pub reader_gbps: Option<f64>,
@@ -882,8 +883,9 @@ pub struct CopiesGain {
     pub reader_node: u32,
     /// Median time to the last reader reading the shared cache, seconds.
     pub shared_s: f64,
-    /// The same through copies (the median: after the first repeat,
-    /// copies are made).
+    /// The same through copies: the median of the repeats after the
+    /// first, which made the copies (the first alone when there is no
+    /// other).
     pub copies_s: f64,
     /// The first repeat through copies, which made them.
     pub first_s: f64,
@@ -1389,15 +1391,19 @@ fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
 }
 
 /// The cell's medians from its repeats.
+/// A cell through copies leaves out its first repeat, which made them,
+/// when it has others.
 fn summarise(cell: &mut BenchCell, size: u64) {
-    cell.time_to_last_s = median(cell.repeats.iter().map(|r| r.time_to_last_s));
+    let skip = usize::from(cell.copies && cell.repeats.len() > 1);
+    let repeats = &cell.repeats[skip..];
+    cell.time_to_last_s = median(repeats.iter().map(|r| r.time_to_last_s));
     cell.reader_gbps = median(
-        cell.repeats
+        repeats
             .iter()
             .flat_map(|r| r.readers.iter().map(ReaderRun::gbps)),
     );
     cell.aggregate_gbps = median(
-        cell.repeats
+        repeats
             .iter()
             .map(|r| (size * r.readers.len() as u64) as f64 / r.time_to_last_s.max(1e-9) / 1e9),
     );

@@ -416,7 +416,7 @@ fn copies_table(report: &PagecacheBench, style: Style) -> String {
         .map_or(String::new(), |c| format!(" of {}", Size(c.chunk_size)));
     out.push_str(&style.line(&format!(
         "reading through copies{chunk} on the readers' node (time to the last reader; GAIN = shared cache / copies; \
-         VS LOCAL CACHE = copies / the shared cache read on its own node; FIRST RUN made the copies, the median is after):"
+         VS LOCAL CACHE = copies / the shared cache read on its own node; FIRST RUN made the copies, the medians are of the runs after it):"
     )));
     out.push_str(&style.render(&table));
     out.push('\n');
@@ -431,7 +431,7 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
         let moved = cell.moved_pages(node);
         if moved > 0 {
             out.push(format!(
-                "{} reader(s) on {}: {moved} cached pages left node {node} while they read (NUMA balancing migrates mapped page-cache pages; numalab topo shows whether it is on)",
+                "{} reader(s) on {}: {moved} cached pages left node {node} while they read (migrated or evicted: NUMA balancing migrates mapped page-cache pages, reclaim evicts them; numalab topo shows whether balancing is on)",
                 cell.readers,
                 place(cell)
             ));
