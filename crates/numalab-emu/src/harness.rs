@@ -131,6 +131,11 @@ impl Suite {
             fs.add_executable("/bin/busybox", &prerequisites.busybox)?;
             fs.add_executable("/bin/numalab", &binaries.numalab)?;
             fs.add_executable("/bin/numalab-guest", &binaries.guest)?;
+            match disk_files(&prerequisites.kernel, &mut fs)? {
+                None => {}
+                Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
+                Some(missing) => fs.add_bytes(DISK_MISSING, missing.into_bytes(), 0o644),
+            }
             let initramfs = fs.write_cached(&workdir)?;
             Ok(Suite {
                 prerequisites: prerequisites.clone(),
@@ -138,7 +143,15 @@ impl Suite {
                 workdir,
             })
         };
-        build().map_err(PrepareError::Failed)
+        build().map_err(|err| match err.downcast::<DiskMissing>() {
+            Ok(DiskMissing(what)) => PrepareError::Missing(Missing {
+                what,
+                fix: "install with apt-get install util-linux linux-image-amd64 (its modules), or \
+                      point NUMALAB_EMU_KERNEL at a kernel whose modules are in /lib/modules"
+                    .into(),
+            }),
+            Err(err) => PrepareError::Failed(err),
+        })
     }
 
     /// Boots one preset and reads its report.
@@ -161,6 +174,116 @@ impl Suite {
             },
         }
     }
+}
+
+/// Where the guest finds the modules to load, in order, for a disk file
+/// system (`loop`, `ext4` for ext2), one guest path a line.
+pub const DISK_MODULES: &str = "/lib/modules/numalab/order";
+/// Why the guest has no disk file system (the host lacked something).
+pub const DISK_MISSING: &str = "/lib/modules/numalab/missing";
+
+/// A host file the guest's disk check needs is missing (under CI: a
+/// failure).
+#[derive(Debug)]
+struct DiskMissing(String);
+
+impl std::fmt::Display for DiskMissing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DiskMissing {}
+
+/// Puts into `fs` what the guest needs for a file system whose page
+/// cache can be dropped (its root is tmpfs, whose cannot): the `loop` and
+/// `ext4` modules of the booted kernel with their dependencies, in load
+/// order ([`DISK_MODULES`]), and util-linux `fincore` with its libraries.
+/// `Ok(Some(why))`: something is missing on the host.
+fn disk_files(kernel: &Path, fs: &mut Initramfs) -> Result<Option<String>> {
+    let Some(version) = kernel
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("vmlinuz-"))
+    else {
+        return Ok(Some(format!(
+            "cannot tell the kernel version of {} (not named vmlinuz-VERSION)",
+            kernel.display()
+        )));
+    };
+    let Some(fincore) = ["/usr/bin/fincore", "/bin/fincore"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+    else {
+        return Ok(Some("util-linux fincore not found on the host".into()));
+    };
+    let root = PathBuf::from("/lib/modules").join(version);
+    let Ok(dep) = std::fs::read_to_string(root.join("modules.dep")) else {
+        return Ok(Some(format!("no {}/modules.dep", root.display())));
+    };
+    let builtin = std::fs::read_to_string(root.join("modules.builtin")).unwrap_or_default();
+    let mut order: Vec<String> = Vec::new();
+    // ext4 asks the crypto API for crc32c when it mounts (a soft
+    // dependency modules.dep does not list).
+    for module in [
+        "kernel/drivers/block/loop.ko",
+        "kernel/crypto/crc32c_generic.ko",
+        "kernel/fs/ext4/ext4.ko",
+    ] {
+        if builtin.lines().any(|l| l.trim() == module) {
+            continue;
+        }
+        let Some(line) = dep.lines().find(|l| {
+            l.split(':')
+                .next()
+                .is_some_and(|m| m == module || m.strip_suffix(".xz") == Some(module))
+        }) else {
+            return Ok(Some(format!(
+                "{module} is neither built into {version} nor in its modules.dep"
+            )));
+        };
+        let (name, deps) = line.split_once(':').unwrap_or((line, ""));
+        // modprobe loads the dependencies last-listed first.
+        for path in deps.split_whitespace().rev().chain([name]) {
+            if !order.iter().any(|o| o == path) {
+                order.push(path.to_string());
+            }
+        }
+    }
+    let mut guest_paths = Vec::new();
+    for path in &order {
+        let host = root.join(path);
+        let data = if path.ends_with(".ko") {
+            std::fs::read(&host).with_context(|| format!("reading {}", host.display()))?
+        } else if path.ends_with(".ko.xz") {
+            let out = Command::new("xz").arg("-dc").arg(&host).output();
+            match out {
+                Ok(out) if out.status.success() => out.stdout,
+                _ => return Ok(Some(format!("cannot decompress {} (xz)", host.display()))),
+            }
+        } else {
+            return Ok(Some(format!(
+                "{} is compressed in a way the guest cannot load",
+                host.display()
+            )));
+        };
+        let name = path
+            .rsplit('/')
+            .next()
+            .unwrap_or(path)
+            .trim_end_matches(".xz");
+        let guest = format!("/lib/modules/numalab/{name}");
+        fs.add_bytes(&guest, data, 0o644);
+        guest_paths.push(guest);
+    }
+    fs.add_bytes(
+        DISK_MODULES,
+        (guest_paths.join("\n") + "\n").into_bytes(),
+        0o644,
+    );
+    fs.add_executable("/bin/fincore", &fincore)?;
+    Ok(None)
 }
 
 /// One preset's boot, judged.

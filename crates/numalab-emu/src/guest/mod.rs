@@ -169,6 +169,11 @@ pub const CHECKS: &[Check] = &[
         run: pagecache::nodes,
     },
     Check {
+        name: "pagecache.load-drop",
+        about: "numalab pagecache drop and load --node N on an ext2 file system, every node with memory: util-linux fincore counts none then all pages, numalab fincore agrees and finds them on N, N's FilePages grew by the file",
+        run: pagecache::load_drop,
+    },
+    Check {
         name: "pagecache.bench",
         about: "numalab pagecache bench, cache on a memory-only (else the last) node, 2 readers per CPU node: readers on the preset's CPUs and nodes, whole file read, cache on its node before and after, SLIT ratio the preset's",
         run: pagecache::bench,

@@ -15,6 +15,7 @@ use numalab_bench::fincore::FincoreReport;
 use numalab_bench::pagecache::PagecacheBench;
 
 use super::{Guest, Outcome};
+use crate::harness::{DISK_MISSING, DISK_MODULES};
 
 /// The file: 8 MiB, 2048 pages.
 const BYTES: usize = 8 << 20;
@@ -238,6 +239,156 @@ pub fn replicate(guest: &Guest, out: &mut Outcome) -> Result<()> {
             "at least one per repeat",
             writes,
             writes >= 2,
+        );
+    }
+    Ok(())
+}
+
+/// Runs a busybox applet (or another guest program); its output when it
+/// fails.
+fn sh(program: &str, args: &[&str]) -> Result<()> {
+    let out = std::process::Command::new(program).args(args).output()?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{program} {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// util-linux `fincore`'s count of `path`'s cached pages.
+fn util_linux_pages(path: &str) -> Result<u64> {
+    let out = std::process::Command::new("/bin/fincore")
+        .args([
+            "--bytes",
+            "--noheadings",
+            "--raw",
+            "--output",
+            "PAGES",
+            path,
+        ])
+        .output()?;
+    if !out.status.success() {
+        anyhow::bail!("fincore {path}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().parse()?)
+}
+
+/// An ext2 file system on a loop device over a file in the guest's
+/// tmpfs, mounted at `/mnt/disk`: a file system whose page cache can be
+/// dropped and read in again (tmpfs's cannot). Unmounted when dropped.
+struct Disk;
+
+impl Disk {
+    fn mount() -> Result<Disk> {
+        for module in fs::read_to_string(DISK_MODULES)?.lines() {
+            match sh("/bin/insmod", &[module]) {
+                // Already loaded: the next one.
+                Err(err) if !err.to_string().contains("exists") => return Err(err),
+                _ => {}
+            }
+        }
+        sh(
+            "/bin/dd",
+            &["if=/dev/zero", "of=/tmp/disk.img", "bs=1M", "count=24"],
+        )?;
+        sh("/bin/mke2fs", &["-F", "-b", "4096", "/tmp/disk.img"])?;
+        sh("/bin/losetup", &["/dev/loop0", "/tmp/disk.img"])?;
+        fs::create_dir_all("/mnt/disk")?;
+        if let Err(err) = sh("/bin/mount", &["-t", "ext2", "/dev/loop0", "/mnt/disk"]) {
+            let _ = sh("/bin/losetup", &["-d", "/dev/loop0"]);
+            let known = fs::read_to_string("/proc/filesystems").unwrap_or_default();
+            let loops: Vec<String> = fs::read_dir("/dev")?
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("loop"))
+                .collect();
+            anyhow::bail!(
+                "{err} (file systems: {}; devices: {})",
+                known
+                    .split_whitespace()
+                    .filter(|w| *w != "nodev")
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                loops.join(" ")
+            );
+        }
+        Ok(Disk)
+    }
+}
+
+impl Drop for Disk {
+    fn drop(&mut self) {
+        let _ = sh("/bin/umount", &["/mnt/disk"]);
+        let _ = sh("/bin/losetup", &["-d", "/dev/loop0"]);
+        let _ = fs::remove_file("/tmp/disk.img");
+    }
+}
+
+/// A file on a disk file system, for every node with memory: `numalab
+/// pagecache drop` leaves util-linux `fincore` counting none of its
+/// pages, `numalab pagecache load --node N` every page, `numalab fincore`
+/// finds them on N and agrees with util-linux's count, and node N's
+/// `FilePages` grew by the file.
+pub fn load_drop(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    if let Ok(why) = fs::read_to_string(DISK_MISSING) {
+        out.not_applicable(format!("no disk file system in the guest: {}", why.trim()));
+        return Ok(());
+    }
+    let _disk = Disk::mount()?;
+    let path = "/mnt/disk/data";
+    fs::write(path, vec![0x5a; BYTES])?;
+    fs::File::open(path)?.sync_all()?;
+    for node in guest.preset.node_ids().iter() {
+        let dropped = guest.numalab(&["pagecache", "drop", path])?;
+        out.same(
+            format!("node {node}: drop's exit status"),
+            "Some(0)",
+            format!("{:?}", dropped.code),
+        );
+        out.same(
+            format!("node {node}: util-linux fincore after drop"),
+            0,
+            util_linux_pages(path)?,
+        );
+        let before = NodeMemory::read(node)?.file_bytes;
+        let loaded = guest.numalab(&["pagecache", "load", path, "--node", &node.to_string()])?;
+        out.same(
+            format!("node {node}: load's exit status"),
+            "Some(0)",
+            format!("{:?}", loaded.code),
+        );
+        let grew = NodeMemory::read(node)?.file_bytes.saturating_sub(before);
+        let counted = util_linux_pages(path)?;
+        out.same(
+            format!("node {node}: util-linux fincore after load"),
+            PAGES,
+            counted,
+        );
+        let report: FincoreReport = guest.numalab_result(&["fincore", "--json", path])?;
+        let cache = report
+            .files
+            .first()
+            .map(|f| f.cache.clone())
+            .unwrap_or_default();
+        out.same(
+            format!("node {node}: numalab fincore = util-linux"),
+            counted,
+            cache.cached,
+        );
+        out.same(
+            format!("node {node}: pages on node {node}"),
+            PAGES,
+            cache.on_node(node),
+        );
+        out.check(
+            format!("node {node}: its FilePages grew by"),
+            "8 MiB ± 1 MiB",
+            format!("{:.1} MiB", grew as f64 / (1 << 20) as f64),
+            grew.abs_diff(BYTES as u64) <= 1 << 20,
         );
     }
     Ok(())
