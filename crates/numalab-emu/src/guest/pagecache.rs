@@ -241,6 +241,68 @@ pub fn replicate(guest: &Guest, out: &mut Outcome) -> Result<()> {
             writes >= 2,
         );
     }
+    collapse(guest, out)
+}
+
+/// The library: from a thread on each CPU node, a 1 MiB file read twice
+/// through `ReplicatedFile` makes its 16 copies on that node, the second
+/// read is all from them; after a write to one chunk, every node reads the
+/// new bytes, each copying that one chunk again.
+fn collapse(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    use numalab::replicated::{FileCopyOptions, ReplicatedFile};
+    let cpu_nodes = guest.preset.cpu_nodes();
+    let file = numalab::files::scratch_file(&std::env::temp_dir())?;
+    std::os::unix::fs::FileExt::write_all_at(&file, &vec![1u8; 1 << 20], 0)?;
+    let options = FileCopyOptions::default().nodes(Some(cpu_nodes.clone()));
+    let copies = ReplicatedFile::new(file, options)?;
+    let read = |node: u32| {
+        guest.on_node(node, || {
+            let mut reader = copies.reader(node);
+            let mut all = vec![0u8; 1 << 20];
+            let mut block = vec![0u8; 8192];
+            for at in (0..1 << 20).step_by(8192) {
+                let n = reader.read_at(&mut block, at as u64).unwrap_or(0);
+                all[at..at + n].copy_from_slice(&block[..n]);
+            }
+            (reader.copied, reader.from_copies, all)
+        })
+    };
+    for node in cpu_nodes.iter() {
+        let (_, (made, _, _)) = read(node)?;
+        let (_, (again, from_copies, _)) = read(node)?;
+        out.same(format!("file copies on node {node}: made"), 16, made);
+        out.same(format!("file copies on node {node}: made again"), 0, again);
+        out.same(
+            format!("file copies on node {node}: second read from them"),
+            1 << 20,
+            from_copies,
+        );
+    }
+    for (node, cache) in copies.copy_pages()? {
+        out.same(
+            format!("file copies on node {node}: pages on node {node}"),
+            256,
+            cache.on_node(node),
+        );
+    }
+    copies.write_at(&[9u8; 100], 3 << 16)?;
+    for node in cpu_nodes.iter() {
+        let (_, (made, _, all)) = read(node)?;
+        out.same(
+            format!("after a write, node {node}: copies made again"),
+            1,
+            made,
+        );
+        out.same(
+            format!("after a write, node {node}: reads the new bytes"),
+            "[9; 100]",
+            if all[3 << 16..(3 << 16) + 100].iter().all(|&b| b == 9) {
+                "[9; 100]"
+            } else {
+                "old bytes"
+            },
+        );
+    }
     Ok(())
 }
 
