@@ -80,33 +80,17 @@ pub fn nodes(guest: &Guest, out: &mut Outcome) -> Result<()> {
 /// cache node before and after, and remote/local SLIT as the preset's.
 pub fn bench(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let preset = &guest.preset;
-    let cache = preset
-        .memory_only_nodes()
-        .iter()
-        .next()
-        .or_else(|| preset.node_ids().iter().last())
-        .unwrap_or(0);
-    let cpu_nodes: Vec<String> = preset.cpu_nodes().iter().map(|n| n.to_string()).collect();
-    let dir = std::env::temp_dir();
-    let report: PagecacheBench = guest.numalab_result(&[
-        "pagecache",
-        "bench",
-        "--json",
-        "--size",
-        "4M",
-        "--dir",
-        dir.to_str().unwrap_or("/tmp"),
-        "--cache-node",
-        &cache.to_string(),
-        "--reader-node",
-        &cpu_nodes.join(","),
-        "--readers",
-        "2",
-        "--oversubscribe",
-        "--repeats",
-        "1",
-        "--no-matrix",
-    ])?;
+    let (cache, cpu_nodes, report) = bench_on_every_cpu_node(
+        guest,
+        &[
+            "--readers",
+            "2",
+            "--oversubscribe",
+            "--repeats",
+            "1",
+            "--no-matrix",
+        ],
+    )?;
     out.same("cells", cpu_nodes.len(), report.cells.len());
     for cell in &report.cells {
         let node = cell.reader_node.unwrap_or(u32::MAX);
@@ -169,34 +153,17 @@ pub fn bench(guest: &Guest, out: &mut Outcome) -> Result<()> {
 /// copies are on that node, every page of the file, later repeats read
 /// them, and the writer wrote meanwhile.
 pub fn replicate(guest: &Guest, out: &mut Outcome) -> Result<()> {
-    let preset = &guest.preset;
-    let cache = preset
-        .memory_only_nodes()
-        .iter()
-        .next()
-        .or_else(|| preset.node_ids().iter().last())
-        .unwrap_or(0);
-    let cpu_nodes: Vec<String> = preset.cpu_nodes().iter().map(|n| n.to_string()).collect();
-    let dir = std::env::temp_dir();
-    let report: PagecacheBench = guest.numalab_result(&[
-        "pagecache",
-        "bench",
-        "--json",
-        "--size",
-        "4M",
-        "--dir",
-        dir.to_str().unwrap_or("/tmp"),
-        "--cache-node",
-        &cache.to_string(),
-        "--reader-node",
-        &cpu_nodes.join(","),
-        "--repeats",
-        "2",
-        "--replicate",
-        "--write-every",
-        "1ms",
-        "--no-matrix",
-    ])?;
+    let (_, cpu_nodes, report) = bench_on_every_cpu_node(
+        guest,
+        &[
+            "--repeats",
+            "2",
+            "--replicate",
+            "--write-every",
+            "1ms",
+            "--no-matrix",
+        ],
+    )?;
     let through: Vec<_> = report.cells.iter().filter(|c| c.copies).collect();
     out.same("cells through copies", cpu_nodes.len(), through.len());
     for cell in through {
@@ -454,4 +421,39 @@ pub fn load_drop(guest: &Guest, out: &mut Outcome) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `numalab pagecache bench --json` of a 4 MiB file cached on a
+/// memory-only node (else the last), readers on every CPU node, with
+/// `more` flags: the cache node, the CPU nodes and the report.
+fn bench_on_every_cpu_node(
+    guest: &Guest,
+    more: &[&str],
+) -> Result<(u32, Vec<String>, PagecacheBench)> {
+    let preset = &guest.preset;
+    let cache = preset
+        .memory_only_nodes()
+        .iter()
+        .next()
+        .or_else(|| preset.node_ids().iter().last())
+        .unwrap_or(0);
+    let cpu_nodes: Vec<String> = preset.cpu_nodes().iter().map(|n| n.to_string()).collect();
+    let dir = std::env::temp_dir();
+    let (cache_arg, nodes_arg) = (cache.to_string(), cpu_nodes.join(","));
+    let mut args = vec![
+        "pagecache",
+        "bench",
+        "--json",
+        "--size",
+        "4M",
+        "--dir",
+        dir.to_str().unwrap_or("/tmp"),
+        "--cache-node",
+        &cache_arg,
+        "--reader-node",
+        &nodes_arg,
+    ];
+    args.extend_from_slice(more);
+    let report = guest.numalab_result(&args)?;
+    Ok((cache, cpu_nodes, report))
 }
