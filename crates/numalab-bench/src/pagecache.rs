@@ -1427,10 +1427,7 @@ fn gains(cells: &[BenchCell], cache_node: u32) -> Vec<CopiesGain> {
             continue;
         };
         let node = through.reader_node.unwrap_or_default();
-        let page = through
-            .cache_before
-            .as_ref()
-            .map_or(4096, |c| c.page_size.max(1));
+        let page = numalab::system::page_size() as u64;
         out.push(CopiesGain {
             readers: through.readers,
             reader_node: node,

@@ -14,11 +14,7 @@ use super::{expect_pages, Balancing, Guest, Outcome, Pages};
 const PAGES: u64 = 1024;
 
 fn page_size() -> u64 {
-    // locate reports its page size; a 1-page buffer tells it.
-    NodeBuffer::new(1, MemPolicy::Default)
-        .ok()
-        .and_then(|b| b.locate(Sample::All).ok())
-        .map_or(4096, |h| h.page_size)
+    numalab::system::page_size() as u64
 }
 
 fn place(policy: MemPolicy) -> Result<NodeBuffer> {

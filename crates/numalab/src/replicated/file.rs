@@ -187,6 +187,9 @@ struct NodeCounters {
     looked_ns: AtomicU64,
 }
 
+// The layout keeps 64 bytes for a node's counters.
+const _: () = assert!(std::mem::size_of::<NodeCounters>() <= 64);
+
 /// Where a node's metadata and slots are in the segment.
 #[derive(Debug, Clone, Copy)]
 struct NodeRegion {
