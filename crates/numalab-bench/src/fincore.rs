@@ -9,7 +9,11 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use numalab::pagecache::{file_cache, open_for_cache, FileCache};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use numalab::pagecache::{
+    file_cache, file_cache_threads, open_for_cache, FileCache, FileCacheBatch,
+};
 use numalab::system::NodeMemory;
 use serde::{Deserialize, Serialize};
 
@@ -122,6 +126,9 @@ impl Schema for FincoreReport {
 /// ```
 #[derive(Debug, thiserror::Error)]
 pub enum FincoreError {
+    /// A thread count of 0 or over [`MAX_THREADS`].
+    #[error("--threads {0}: give 1 to {MAX_THREADS} threads")]
+    Threads(usize),
     /// More files than [`MAX_FILES`].
     #[error("more than {MAX_FILES} files under the paths given, the most numalab fincore counts in one run; name fewer or deeper directories")]
     TooManyFiles,
@@ -136,28 +143,89 @@ pub enum FincoreError {
 }
 
 /// Counts the cached pages of every regular file named in `paths` or
-/// found under a directory named there. A path that cannot be counted
-/// (missing, unreadable, a FIFO or device named directly) is kept in
-/// [`FincoreReport::failed`] and the rest go on, as util-linux `fincore`
-/// does; only more than [`MAX_FILES`] files stops it.
+/// found under a directory named there, with [`FincoreOptions::default`].
+/// A path that cannot be counted (missing, unreadable, a FIFO or device
+/// named directly) is kept in [`FincoreReport::failed`] and the rest go
+/// on, as util-linux `fincore` does; only more than [`MAX_FILES`] files
+/// stops it.
 pub fn fincore(paths: &[PathBuf]) -> Result<FincoreReport, FincoreError> {
-    let mut report = FincoreReport {
-        files: Vec::new(),
-        total: FileCache::default(),
-        nodes: Vec::new(),
-        failed: Vec::new(),
-        skipped: Skipped::default(),
+    fincore_with(paths, FincoreOptions::default())
+}
+
+/// How [`fincore_with`] counts.
+///
+/// ```
+/// use numalab_bench::fincore::{fincore_with, FincoreOptions};
+/// let path = std::env::temp_dir().join(format!("numalab-fincore-threads-{}", std::process::id()));
+/// std::fs::write(&path, vec![1u8; 8192])?;
+/// let report = fincore_with(&[path.clone()], FincoreOptions { threads: 1 });
+/// std::fs::remove_file(&path)?;
+/// assert_eq!(report?.total.pages, 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FincoreOptions {
+    /// Threads counting at once (files, or parts of a large file): the
+    /// node of each cached page is found by mapping it, which costs
+    /// several times what `mincore` does, and the threads share that.
+    pub threads: usize,
+}
+
+impl Default for FincoreOptions {
+    /// The CPUs this process may run on, at most [`DEFAULT_THREADS`].
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        FincoreOptions {
+            threads: cpus.min(DEFAULT_THREADS),
+        }
+    }
+}
+
+/// The most threads [`FincoreOptions::default`] takes: beyond that,
+/// creating and tearing down the mappings (one lock per process) stops
+/// getting faster.
+pub const DEFAULT_THREADS: usize = 8;
+
+/// The most threads [`fincore_with`] accepts.
+pub const MAX_THREADS: usize = 1024;
+
+/// Files counted together, by [`FincoreOptions::threads`] threads; the
+/// walk goes on after each batch, so a large tree is never all held
+/// twice.
+const BATCH: usize = 1024;
+
+/// [`fincore`] counted as `options` say; the same report whatever the
+/// thread count.
+pub fn fincore_with(
+    paths: &[PathBuf],
+    options: FincoreOptions,
+) -> Result<FincoreReport, FincoreError> {
+    if !(1..=MAX_THREADS).contains(&options.threads) {
+        return Err(FincoreError::Threads(options.threads));
+    }
+    let mut counter = Counter {
+        report: FincoreReport {
+            files: Vec::new(),
+            total: FileCache::default(),
+            nodes: Vec::new(),
+            failed: Vec::new(),
+            skipped: Skipped::default(),
+        },
+        jobs: Vec::new(),
+        threads: options.threads,
     };
     // Directories already walked, by device and inode: a bind mount of a
     // directory inside itself cannot loop.
     let mut walked = HashSet::new();
     for path in paths {
         match fs::metadata(path) {
-            Ok(meta) if meta.is_dir() => walk(path, &mut walked, &mut report)?,
-            Ok(_) => count(path, false, &mut report)?,
-            Err(err) => fail(&mut report, path, &err.to_string()),
+            Ok(meta) if meta.is_dir() => walk(path, &mut walked, &mut counter)?,
+            Ok(_) => counter.push(Job::Count(path.clone(), false))?,
+            Err(err) => counter.push(Job::Failed(Unreadable::new(path, err.to_string())))?,
         }
     }
+    counter.flush();
+    let mut report = counter.report;
     report.nodes = node_memory(&numalab::NodeInventory::live().with_memory)?;
     Ok(report)
 }
@@ -186,45 +254,143 @@ impl Unreadable {
     }
 }
 
-fn fail(report: &mut FincoreReport, path: &Path, error: &str) {
-    report.failed.push(Unreadable::new(path, error.to_owned()));
+/// A file to count (and whether it was found inside a directory: then a
+/// link at its name is not followed), or a path already known not to be
+/// countable, kept in walk order.
+enum Job {
+    Count(PathBuf, bool),
+    Failed(Unreadable),
 }
 
-/// Counts one file; `inside` when it was found in a directory (then a
-/// link at its name is not followed).
-fn count(path: &Path, inside: bool, report: &mut FincoreReport) -> Result<(), FincoreError> {
-    if report.files.len() >= MAX_FILES {
-        return Err(FincoreError::TooManyFiles);
-    }
-    let opened = open_for_cache(path, !inside);
-    let result = opened
-        .map_err(|err| err.to_string())
-        .and_then(|file: File| file_cache(&file).map_err(|err| err.to_string()));
-    match result {
-        Ok(cache) => {
-            report.total.add(&cache);
-            report.files.push(CachedFile {
-                path: path.display().to_string(),
-                cache,
-            });
+/// The report so far and the batch of files not yet counted.
+struct Counter {
+    report: FincoreReport,
+    jobs: Vec<Job>,
+    threads: usize,
+}
+
+impl Counter {
+    fn push(&mut self, job: Job) -> Result<(), FincoreError> {
+        if matches!(job, Job::Count(..)) && self.report.files.len() + self.jobs.len() >= MAX_FILES {
+            return Err(FincoreError::TooManyFiles);
         }
-        Err(error) => fail(report, path, &error),
+        self.jobs.push(job);
+        if self.jobs.len() >= BATCH {
+            self.flush();
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Counts the batch, its files shared among the threads (a thread
+    /// takes the next file when done with one; a lone file is shared out
+    /// in parts), and adds it in walk order.
+    fn flush(&mut self) {
+        let jobs = std::mem::take(&mut self.jobs);
+        let files = jobs
+            .iter()
+            .filter(|job| matches!(job, Job::Count(..)))
+            .count();
+        let counted: Vec<Option<Result<FileCache, String>>> = if files == 1 {
+            let threads = self.threads;
+            jobs.iter()
+                .map(|job| match job {
+                    Job::Count(path, inside) => Some(
+                        open_for_cache(path, !inside)
+                            .map_err(|err| err.to_string())
+                            .and_then(|file| {
+                                file_cache_threads(&file, threads).map_err(|err| err.to_string())
+                            }),
+                    ),
+                    Job::Failed(_) => None,
+                })
+                .collect()
+        } else {
+            let next = AtomicUsize::new(0);
+            // Each thread counts through its own batch (its own mappings,
+            // so no thread's unmapping interrupts another's CPU).
+            let count = || {
+                let mut batch = FileCacheBatch::new();
+                let mut mine = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(i) else { break };
+                    if let Job::Count(path, inside) = job {
+                        match open_for_cache(path, !inside) {
+                            Ok(file) => mine.push((i, Ok(batch.add(&file)))),
+                            Err(err) => mine.push((i, Err(err.to_string()))),
+                        }
+                    }
+                }
+                let mut caches: Vec<Option<Result<FileCache, String>>> = batch
+                    .finish()
+                    .into_iter()
+                    .map(|cache| Some(cache.map_err(|err| err.to_string())))
+                    .collect();
+                mine.into_iter()
+                    .map(|(i, added)| match added {
+                        Ok(at) => (i, caches[at].take().expect("one count per file")),
+                        Err(err) => (i, Err(err)),
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let threads = self.threads.min(files);
+            let mut counted: Vec<(usize, Result<FileCache, String>)> = if threads <= 1 {
+                count()
+            } else {
+                std::thread::scope(|scope| {
+                    let running: Vec<_> = (0..threads).map(|_| scope.spawn(count)).collect();
+                    running
+                        .into_iter()
+                        .flat_map(|thread| {
+                            thread
+                                .join()
+                                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                        })
+                        .collect()
+                })
+            };
+            counted.sort_unstable_by_key(|&(i, _)| i);
+            let mut counted = counted.into_iter().peekable();
+            (0..jobs.len())
+                .map(|i| {
+                    counted
+                        .next_if(|&(at, _)| at == i)
+                        .map(|(_, result)| result)
+                })
+                .collect()
+        };
+        for (job, result) in jobs.into_iter().zip(counted) {
+            match (job, result) {
+                (Job::Count(path, _), Some(Ok(cache))) => {
+                    self.report.total.add(&cache);
+                    self.report.files.push(CachedFile {
+                        path: path.display().to_string(),
+                        cache,
+                    });
+                }
+                (Job::Count(path, _), Some(Err(error))) => {
+                    self.report.failed.push(Unreadable::new(&path, error));
+                }
+                (Job::Failed(failed), _) => self.report.failed.push(failed),
+                (Job::Count(..), None) => unreachable!("every file is counted"),
+            }
+        }
+    }
 }
 
 /// Every regular file under `root`, depth first, entries sorted by name.
 fn walk(
     root: &Path,
     walked: &mut HashSet<(u64, u64)>,
-    report: &mut FincoreReport,
+    counter: &mut Counter,
 ) -> Result<(), FincoreError> {
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
+        let failed = |err: io::Error| Job::Failed(Unreadable::new(&dir, err.to_string()));
         let meta = match fs::symlink_metadata(&dir) {
             Ok(meta) => meta,
             Err(err) => {
-                fail(report, &dir, &err.to_string());
+                counter.push(failed(err))?;
                 continue;
             }
         };
@@ -234,31 +400,33 @@ fn walk(
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(err) => {
-                fail(report, &dir, &err.to_string());
+                counter.push(failed(err))?;
                 continue;
             }
         };
-        let mut names: Vec<(PathBuf, fs::FileType)> = Vec::new();
+        let mut names: Vec<(std::ffi::OsString, fs::FileType)> = Vec::new();
         for entry in entries {
-            match entry.and_then(|e| Ok((e.path(), e.file_type()?))) {
+            match entry.and_then(|e| Ok((e.file_name(), e.file_type()?))) {
                 Ok(named) => names.push(named),
-                Err(err) => fail(report, &dir, &err.to_string()),
+                Err(err) => counter.push(failed(err))?,
             }
             if names.len() > MAX_FILES {
                 return Err(FincoreError::TooManyFiles);
             }
         }
-        names.sort_by(|a, b| a.0.cmp(&b.0));
+        // Names in one directory: byte order, as the paths' order.
+        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut subdirs = Vec::new();
-        for (path, kind) in names {
+        for (name, kind) in names {
+            let path = dir.join(name);
             if kind.is_dir() {
                 subdirs.push(path);
             } else if kind.is_file() {
-                count(&path, true, report)?;
+                counter.push(Job::Count(path, true))?;
             } else if kind.is_symlink() {
-                report.skipped.links += 1;
+                counter.report.skipped.links += 1;
             } else {
-                report.skipped.special += 1;
+                counter.report.skipped.special += 1;
             }
         }
         // Depth first, in name order.

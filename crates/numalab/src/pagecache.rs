@@ -227,8 +227,234 @@ pub fn open_for_cache(path: &std::path::Path, follow: bool) -> io::Result<File> 
 /// (see the [module](self)). Nothing is read from the file.
 pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
     let size = regular(file)?.size;
-    range_cache(file, 0, size)
+    cache_of(file, size, 0, size)
 }
+
+/// [`file_cache`] with the file shared among up to `threads` threads, a
+/// part of at least [`PART`] bytes each: for a large file, where mapping
+/// every cached page to find its node costs several times what `mincore`
+/// does and each thread maps its own part. The counts are
+/// [`file_cache`]'s; a file under two parts is counted on this thread.
+///
+/// ```
+/// use numalab::pagecache::{file_cache, file_cache_threads};
+/// let path = std::env::temp_dir().join(format!("numalab-threads-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![7u8; 4 << 20])?;
+/// let file = std::fs::File::open(&path)?;
+/// let (one, four) = (file_cache(&file), file_cache_threads(&file, 4));
+/// std::fs::remove_file(&path)?;
+/// assert_eq!(one?.pages, four?.pages);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn file_cache_threads(file: &File, threads: usize) -> Result<FileCache, PageCacheError> {
+    let size = regular(file)?.size;
+    let parts = (size / PART).min(threads as u64).max(1);
+    if parts < 2 {
+        return cache_of(file, size, 0, size);
+    }
+    let page = linux::page_size() as u64;
+    let step = size.div_ceil(parts).next_multiple_of(page);
+    let counted: Vec<Result<FileCache, PageCacheError>> = std::thread::scope(|scope| {
+        let counting: Vec<_> = (0..size)
+            .step_by(step as usize)
+            .map(|from| scope.spawn(move || cache_of(file, size, from, step.min(size - from))))
+            .collect();
+        counting
+            .into_iter()
+            .map(|thread| {
+                thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut cache = FileCache {
+        page_size: page,
+        ..FileCache::default()
+    };
+    for part in counted {
+        cache.add(&part?);
+    }
+    Ok(cache)
+}
+
+/// [`file_cache`] of many files, cheaper per file: the small ones wholly
+/// cached (most files of a hot tree) are mapped side by side in one
+/// reservation and their nodes read in one go, instead of a mapping, a
+/// `pagemap` read and an `munmap` each; the others are counted as
+/// [`file_cache`] counts them. A file may be closed once added.
+///
+/// ```
+/// use numalab::pagecache::{file_cache, FileCacheBatch};
+/// let dir = std::env::temp_dir().join(format!("numalab-batch-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let mut batch = FileCacheBatch::new();
+/// for (i, size) in [4096, 10_000, 0].into_iter().enumerate() {
+///     std::fs::write(dir.join(i.to_string()), vec![1u8; size])?;
+///     batch.add(&std::fs::File::open(dir.join(i.to_string()))?);
+/// }
+/// let caches = batch.finish();
+/// let one = file_cache(&std::fs::File::open(dir.join("1"))?);
+/// std::fs::remove_dir_all(&dir)?;
+/// assert_eq!(caches.len(), 3);
+/// assert_eq!(caches[1].as_ref().unwrap().pages, one?.pages);
+/// assert_eq!(caches[2].as_ref().unwrap().pages, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct FileCacheBatch {
+    /// Reserved on the first file mapped; `None` before (or when the
+    /// reservation failed: then every file is counted alone).
+    slots: Option<linux::FileSlots>,
+    /// Bytes of `slots` holding files.
+    used: usize,
+    /// Files mapped in `slots` and not yet counted: result index, byte
+    /// offset in `slots`, size.
+    mapped: Vec<(usize, usize, u64)>,
+    results: Vec<Option<Result<FileCache, PageCacheError>>>,
+}
+
+/// The largest file [`FileCacheBatch`] maps beside others.
+const SLOT_FILE: u64 = 1 << 20;
+
+/// Address space one [`FileCacheBatch`] reserves for small files.
+const SLOTS: usize = 64 << 20;
+
+impl FileCacheBatch {
+    /// An empty batch.
+    pub fn new() -> FileCacheBatch {
+        FileCacheBatch::default()
+    }
+
+    /// Adds `file`; its count is [`finish`](Self::finish)'s entry at the
+    /// index returned.
+    pub fn add(&mut self, file: &File) -> usize {
+        let index = self.results.len();
+        let counted = self.count_or_map(file, index);
+        self.results.push(counted);
+        index
+    }
+
+    /// Every file's count, in the order added.
+    pub fn finish(mut self) -> Vec<Result<FileCache, PageCacheError>> {
+        self.flush();
+        self.results
+            .into_iter()
+            .map(|counted| counted.expect("every file mapped was counted by flush"))
+            .collect()
+    }
+
+    /// `file`'s count, or `None` when it was mapped into the slots, to
+    /// be counted by [`flush`](Self::flush).
+    fn count_or_map(
+        &mut self,
+        file: &File,
+        index: usize,
+    ) -> Option<Result<FileCache, PageCacheError>> {
+        let size = match regular(file) {
+            Ok(stat) => stat.size,
+            Err(err) => return Some(Err(err)),
+        };
+        let page = linux::page_size() as u64;
+        let pages = size.div_ceil(page);
+        let stat = linux::cache_stat_range(file.as_fd(), 0, size.max(1));
+        let whole = size > 0 && stat.as_ref().is_ok_and(|stat| stat.cached == pages);
+        let none = size == 0
+            || stat
+                .as_ref()
+                .is_ok_and(|stat| stat.cached == 0 && stat.evicted == 0);
+        if none {
+            return Some(Ok(FileCache {
+                size,
+                page_size: page,
+                pages,
+                ..FileCache::default()
+            }));
+        }
+        if !whole || size > SLOT_FILE || Frames::get().is_none() {
+            return Some(cache_of(file, size, 0, size));
+        }
+        let bytes = (pages * page) as usize;
+        if self.slots.is_none() {
+            self.slots = linux::FileSlots::reserve(SLOTS).ok();
+        }
+        if self.used + bytes > self.slots.as_ref().map_or(0, |slots| slots.len()) {
+            self.flush();
+        }
+        let mapped = self.slots.as_ref().is_some_and(|slots| {
+            slots
+                .map_populated(self.used, file.as_fd(), size as usize)
+                .is_ok()
+        });
+        if !mapped {
+            return Some(cache_of(file, size, 0, size));
+        }
+        self.mapped.push((index, self.used, size));
+        self.used += bytes;
+        None
+    }
+
+    /// Counts the nodes of the files in the slots and empties them.
+    fn flush(&mut self) {
+        let Some(slots) = &self.slots else { return };
+        if self.mapped.is_empty() {
+            return;
+        }
+        let page = linux::page_size();
+        let frames = Frames::get().expect("files are mapped only with page frames");
+        let mut raw = Vec::new();
+        let read = procfs::pagemap_run(
+            &frames.pagemap,
+            slots.at(0) as usize,
+            self.used / page,
+            page,
+            &mut raw,
+        )
+        .is_ok();
+        for &(index, at, size) in &self.mapped {
+            let pages = (size as usize).div_ceil(page);
+            let mut cache = FileCache {
+                size,
+                page_size: page as u64,
+                pages: pages as u64,
+                cached: pages as u64,
+                ..FileCache::default()
+            };
+            let first = at / page;
+            let run = read
+                .then(|| frames.nodes_of(&raw[first * 8..(first + pages) * 8], page))
+                .flatten();
+            let counted = match run {
+                Some(run) => {
+                    run.add_to(&mut cache);
+                    Ok(cache)
+                }
+                None => {
+                    let addresses: Vec<*const u8> =
+                        (0..pages).map(|p| slots.at(at + p * page)).collect();
+                    locate_pages(&addresses)
+                        .map_err(PageCacheError::Locate)
+                        .map(|found| {
+                            cache.per_node = found.per_node;
+                            cache.unknown = found.unknown + found.not_present;
+                            cache
+                        })
+                }
+            };
+            self.results[index] = Some(counted);
+        }
+        self.mapped.clear();
+        if slots.reset(self.used).is_err() {
+            // Mapped files could not be unmapped in one go: drop the
+            // reservation (unmapping them all) and reserve again.
+            self.slots = None;
+        }
+        self.used = 0;
+    }
+}
+
+/// The least bytes of a file [`file_cache_threads`] gives a thread.
+pub const PART: u64 = 256 << 20;
 
 /// [`file_cache`] of `len` bytes of `file` from `offset` (a multiple of
 /// the page size; a range past the file's end counts as not cached):
@@ -246,8 +472,13 @@ pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn range_cache(file: &File, offset: u64, len: u64) -> Result<FileCache, PageCacheError> {
-    let fd = file.as_fd();
     let size = regular(file)?.size;
+    cache_of(file, size, offset, len)
+}
+
+/// [`range_cache`] of a regular file of `size` bytes.
+fn cache_of(file: &File, size: u64, offset: u64, len: u64) -> Result<FileCache, PageCacheError> {
+    let fd = file.as_fd();
     let page = linux::page_size() as u64;
     if !offset.is_multiple_of(page) {
         return Err(PageCacheError::Os(io::Error::from_raw_os_error(
@@ -260,58 +491,123 @@ pub fn range_cache(file: &File, offset: u64, len: u64) -> Result<FileCache, Page
         pages: len.div_ceil(page),
         ..FileCache::default()
     };
-    let start = offset;
     let end = offset.saturating_add(len).min(size);
     let mut residency = Vec::new();
+    let mut raw = Vec::new();
     // As root, the frames the pagemap shows say each page's node much
     // faster than move_pages(2), which looks the mapping up again for
     // every page.
     let frames = Frames::get();
-    let mut offset = start;
-    while offset < end {
-        let len = (end - offset).min(WINDOW);
-        let window = linux::FileWindow::map(fd, offset, len as usize)?;
+    // Mapping one page per fault-around block until a block's cached
+    // pages turn out not all mapped (fault-around off or smaller).
+    let mut sparse = true;
+    let mut at = offset;
+    while at < end {
+        let len = (end - at).min(WINDOW);
+        let pages = len.div_ceil(page) as usize;
         residency.clear();
-        residency.resize(len.div_ceil(page) as usize, 0);
-        window.mincore(&mut residency)?;
-        let mut addresses = Vec::new();
-        let mut run = None;
-        for (i, &flags) in residency.iter().chain(std::iter::once(&0)).enumerate() {
-            match (flags & 1 == 1, run) {
-                (true, None) => run = Some(i),
-                (false, Some(start)) => {
-                    run = None;
-                    cache.cached += (i - start) as u64;
-                    // A run the kernel will not map (the file shrank
-                    // meanwhile) keeps its pages unknown below.
-                    let from = start * page as usize;
-                    let to = (i * page as usize).min(len as usize);
-                    let _ = window.populate(from, to - from);
-                    let counted = frames.is_some_and(|f| {
-                        f.count(
-                            window.at(from) as usize,
-                            i - start,
-                            page as usize,
-                            &mut cache,
-                        )
-                    });
-                    if !counted {
-                        addresses.extend((start..i).map(|p| window.at(p * page as usize)));
-                    }
+        residency.resize(pages, 0);
+        // Parts wholly cached (most of a hot file) or wholly not need no
+        // mincore: cachestat(2) counts them a folio at a time. A part
+        // with evicted entries is asked of mincore, which counts a tmpfs
+        // page in the swap cache as resident where cachestat does not.
+        let mut window = None;
+        let mut whole = true;
+        for from in (0..len).step_by(PROBE as usize) {
+            let part = (len - from).min(PROBE);
+            let part_pages = part.div_ceil(page);
+            let first = (from / page) as usize;
+            let vec = &mut residency[first..first + part_pages as usize];
+            match linux::cache_stat_range(fd, at + from, part) {
+                Ok(stat) if stat.cached == part_pages => {
+                    vec.fill(1);
+                    continue;
                 }
-                _ => {}
+                Ok(stat) if stat.cached == 0 && stat.evicted == 0 => {}
+                _ => {
+                    let window = match &mut window {
+                        Some(window) => window,
+                        None => window.insert(linux::FileWindow::map(fd, at, len as usize)?),
+                    };
+                    window.mincore(from as usize, part as usize, vec)?;
+                }
             }
+            whole = false;
         }
-        if !addresses.is_empty() {
-            let found = locate_pages(&addresses).map_err(PageCacheError::Locate)?;
-            for (node, pages) in found.per_node {
-                *cache.per_node.entry(node).or_default() += pages;
-            }
-            cache.unknown += found.unknown + found.not_present;
+        let cached = residency.iter().filter(|&&flags| flags & 1 == 1).count();
+        if cached > 0 {
+            // A small file wholly cached is mapped in the same call.
+            let populated = window.is_none() && whole && len <= POPULATE_AT_MAP;
+            let window = match window {
+                Some(window) => window,
+                None if populated => linux::FileWindow::map_populated(fd, at, len as usize)?,
+                None => linux::FileWindow::map(fd, at, len as usize)?,
+            };
+            count_window(
+                &window,
+                &residency,
+                frames,
+                populated,
+                &mut sparse,
+                &mut cache,
+                &mut raw,
+            )?;
         }
-        offset += len;
+        at += len;
     }
     Ok(cache)
+}
+
+/// Counts the cached pages of `window` (`residency`: a byte per page,
+/// bit 0 set where cached) and their nodes into `cache`: each run of
+/// cached pages mapped ([`Frames::map_and_count`]; `populated` when the
+/// whole window already is) and its nodes read from the page frames, or
+/// asked of `move_pages(2)` without them.
+fn count_window(
+    window: &linux::FileWindow,
+    residency: &[u8],
+    frames: Option<&Frames>,
+    populated: bool,
+    sparse: &mut bool,
+    cache: &mut FileCache,
+    raw: &mut Vec<u8>,
+) -> Result<(), PageCacheError> {
+    let page = linux::page_size();
+    let mut addresses = Vec::new();
+    let mut run = None;
+    for (i, &flags) in residency.iter().chain(std::iter::once(&0)).enumerate() {
+        match (flags & 1 == 1, run) {
+            (true, None) => run = Some(i),
+            (false, Some(start)) => {
+                run = None;
+                cache.cached += (i - start) as u64;
+                let counted = match frames {
+                    Some(frames) if populated => frames.count(window, start, i, cache, raw),
+                    Some(frames) => frames.map_and_count(window, start, i, sparse, cache, raw),
+                    None => {
+                        // A run the kernel will not map (the file shrank
+                        // meanwhile) keeps its pages unknown below.
+                        let from = start * page;
+                        let to = (i * page).min(window.len());
+                        let _ = window.populate(from, to - from);
+                        false
+                    }
+                };
+                if !counted {
+                    addresses.extend((start..i).map(|p| window.at(p * page)));
+                }
+            }
+            _ => {}
+        }
+    }
+    if !addresses.is_empty() {
+        let found = locate_pages(&addresses).map_err(PageCacheError::Locate)?;
+        for (node, pages) in found.per_node {
+            *cache.per_node.entry(node).or_default() += pages;
+        }
+        cache.unknown += found.unknown + found.not_present;
+    }
+    Ok(())
 }
 
 /// Nodes of mapped pages from their page frames: `/proc/self/pagemap`
@@ -344,47 +640,138 @@ impl Frames {
             .as_ref()
     }
 
-    /// Counts the nodes of `pages` mapped pages from `start` into `cache`;
-    /// `false` (nothing counted) when some present page shows no frame
-    /// number or a frame in no known block, so the caller asks
-    /// `move_pages(2)` instead. A page not present (evicted before it
-    /// was mapped) is unknown.
-    fn count(&self, start: usize, pages: usize, page: usize, cache: &mut FileCache) -> bool {
-        let Ok(entries) = procfs::pagemap_run(&self.pagemap, start, pages, page) else {
-            return false;
-        };
-        let mut found: BTreeMap<u32, u64> = BTreeMap::new();
-        let mut unknown = 0;
+    /// Maps pages `first..end` of `window` (all cached, says `mincore`)
+    /// and counts their nodes into `cache`; `false` (nothing counted)
+    /// when the frames cannot say, so the caller asks `move_pages(2)`.
+    ///
+    /// `MADV_POPULATE_READ` over a run walks it a page at a time (a
+    /// reference taken and dropped on each, and each marked accessed);
+    /// the fault it takes on a block's first page already maps the
+    /// block's other cached pages (fault-around), so while `sparse` only
+    /// one page per block is populated. Should a block's cached pages
+    /// not all be mapped that way, `sparse` is cleared and whole runs are
+    /// populated from then on. A run the kernel will not map (the file
+    /// shrank meanwhile) keeps its pages unknown.
+    fn map_and_count(
+        &self,
+        window: &linux::FileWindow,
+        first: usize,
+        end: usize,
+        sparse: &mut bool,
+        cache: &mut FileCache,
+        raw: &mut Vec<u8>,
+    ) -> bool {
+        let page = linux::page_size();
+        let from = first * page;
+        let to = (end * page).min(window.len());
+        let start = window.at(from) as usize;
+        if *sparse {
+            let per_fault = (FAULT_AROUND / page).max(1);
+            let mut p = first;
+            while p < end {
+                let at = p * page;
+                let _ = window.populate(at, page.min(window.len() - at));
+                let block = window.at(at) as usize / page;
+                p += per_fault - block % per_fault;
+            }
+            match self.nodes(start, end - first, page, raw) {
+                Some(run) if run.not_present == 0 => return run.add_to(cache),
+                Some(_) => *sparse = false,
+                None => {}
+            }
+        }
+        let _ = window.populate(from, to - from);
+        self.nodes(start, end - first, page, raw)
+            .is_some_and(|run| run.add_to(cache))
+    }
+
+    /// Counts the nodes of pages `first..end` of `window`, already
+    /// mapped, into `cache`; `false` when the frames cannot say.
+    fn count(
+        &self,
+        window: &linux::FileWindow,
+        first: usize,
+        end: usize,
+        cache: &mut FileCache,
+        raw: &mut Vec<u8>,
+    ) -> bool {
+        let page = linux::page_size();
+        self.nodes(window.at(first * page) as usize, end - first, page, raw)
+            .is_some_and(|run| run.add_to(cache))
+    }
+
+    /// The nodes of `pages` mapped pages from `start`; `None` when some
+    /// present page shows no frame number or a frame in no known block.
+    fn nodes(
+        &self,
+        start: usize,
+        pages: usize,
+        page: usize,
+        raw: &mut Vec<u8>,
+    ) -> Option<RunNodes> {
+        procfs::pagemap_run(&self.pagemap, start, pages, page, raw).ok()?;
+        self.nodes_of(raw, page)
+    }
+
+    /// The nodes of the pages whose pagemap entries `raw` holds.
+    fn nodes_of(&self, raw: &[u8], page: usize) -> Option<RunNodes> {
+        let mut run = RunNodes::default();
         let mut last: Option<(u64, u32)> = None;
-        for entry in entries {
+        for entry in procfs::PagemapEntry::parse(raw) {
             if !entry.present {
-                unknown += 1;
+                run.not_present += 1;
                 continue;
             }
             if entry.pfn == 0 {
-                return false;
+                return None;
             }
             // Runs of pages mostly sit in one block: look it up once.
             let block = self.blocks.block_of(entry.pfn, page as u64);
             let node = match last {
                 Some((b, node)) if b == block => node,
-                _ => match self.blocks.nodes.get(&block) {
-                    Some(&node) => {
-                        last = Some((block, node));
-                        node
-                    }
-                    None => return false,
-                },
+                _ => {
+                    let node = *self.blocks.nodes.get(&block)?;
+                    last = Some((block, node));
+                    node
+                }
             };
-            *found.entry(node).or_default() += 1;
+            *run.per_node.entry(node).or_default() += 1;
         }
-        for (node, n) in found {
+        Some(run)
+    }
+}
+
+/// Where a run of mapped pages is: pages per node, and how many were not
+/// mapped (evicted before they were, or never mapped).
+#[derive(Default)]
+struct RunNodes {
+    per_node: BTreeMap<u32, u64>,
+    not_present: u64,
+}
+
+impl RunNodes {
+    /// Adds the run to `cache`, pages not mapped as unknown; `true`.
+    fn add_to(self, cache: &mut FileCache) -> bool {
+        for (node, n) in self.per_node {
             *cache.per_node.entry(node).or_default() += n;
         }
-        cache.unknown += unknown;
+        cache.unknown += self.not_present;
         true
     }
 }
+
+/// Bytes of a file asked of `cachestat(2)` at once: wholly cached, they
+/// need no `mincore(2)`.
+const PROBE: u64 = 64 << 20;
+
+/// The largest wholly cached window mapped with `MAP_POPULATE` (one
+/// call for a small file; a larger one is mapped a fault-around block at
+/// a time, which walks fewer pages).
+const POPULATE_AT_MAP: u64 = 64 << 10;
+
+/// Bytes the kernel maps around a page fault on a cached file
+/// (`fault_around_bytes` in debugfs, 64 KiB unless changed), aligned.
+const FAULT_AROUND: usize = 64 << 10;
 
 /// Pages of a file the page cache holds and cannot simply drop, from
 /// `cachestat(2)` (Linux 6.5): dirty ones (written, not yet on disk) and

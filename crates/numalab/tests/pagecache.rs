@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use numalab::pagecache::{file_cache, PageCacheError};
+use numalab::pagecache::{file_cache, file_cache_threads, FileCacheBatch, PageCacheError, PART};
 
 /// A directory on the file system under the build tree (a disk file
 /// system, where evicted pages really leave the cache; on tmpfs they
@@ -144,6 +144,95 @@ fn a_sparse_file_past_one_window_is_counted_window_by_window() {
     assert_eq!(cache.cached, expected, "{cache:?}");
     assert_eq!(cache.cached, 4, "the four pages written");
     assert_eq!(fincore_pages(&path), Some(expected), "nothing read in");
+}
+
+#[test]
+fn a_file_shared_among_threads_counts_as_one_thread_and_fincore_do() {
+    let scratch = Scratch::new("threads");
+    let (path, file) = new_file(&scratch, "parts");
+    // Three parts for three threads; pages written on both sides of
+    // each part's edge (the parts are a page-aligned third each).
+    let size = 3 * PART - 4096 * 3 + 100;
+    file.set_len(size).unwrap();
+    let third = size.div_ceil(3).next_multiple_of(4096);
+    for offset in [
+        0,
+        third - 4096,
+        third,
+        2 * third - 8192,
+        2 * third,
+        size - 1,
+    ] {
+        write_at(&file, offset, 4096.min((size - offset) as usize));
+    }
+    write_at(&file, PART / 2, 3 << 20);
+    let Some(expected) = fincore_pages(&path) else {
+        return;
+    };
+    let threads = file_cache_threads(&file, 3).unwrap();
+    assert_eq!(threads.size, size);
+    assert_eq!(threads.pages, size.div_ceil(threads.page_size));
+    assert_eq!(threads.cached, expected, "{threads:?}");
+    assert_eq!(threads, file_cache(&file).unwrap());
+    let located: u64 = threads.per_node.values().sum();
+    assert_eq!(located + threads.unknown, threads.cached);
+    assert_eq!(fincore_pages(&path), Some(expected), "nothing read in");
+}
+
+#[test]
+fn a_batch_counts_each_file_as_fincore_does_and_reads_nothing_in() {
+    let scratch = Scratch::new("batch");
+    // Small files wholly cached (mapped side by side: 80 MiB of them,
+    // more than one reservation holds), partly cached, not cached,
+    // empty, with a partial last page, and one too large to share.
+    let mut paths = Vec::new();
+    for i in 0..80 {
+        let (path, file) = new_file(&scratch, &format!("whole{i}"));
+        write_at(&file, 0, (1 << 20) - (i % 3) * 1000);
+        paths.push(path);
+    }
+    let (path, file) = new_file(&scratch, "part");
+    // A page at a time, so no folio spans the part evicted.
+    for page in 0..128 {
+        file.write_all_at(&[7; 4096], page * 4096).unwrap();
+    }
+    file.sync_all().unwrap();
+    evict(&file, 128 << 10, 128 << 10);
+    paths.push(path);
+    let (path, file) = new_file(&scratch, "cold");
+    write_at(&file, 0, 64 << 10);
+    evict(&file, 0, 64 << 10);
+    paths.push(path);
+    paths.push(new_file(&scratch, "empty").0);
+    let (path, file) = new_file(&scratch, "large");
+    write_at(&file, 0, 3 << 20);
+    paths.push(path);
+    let Some(before) = paths
+        .iter()
+        .map(|p| fincore_pages(p))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return;
+    };
+    let mut batch = FileCacheBatch::new();
+    for path in &paths {
+        // Each file is closed once added.
+        batch.add(&File::open(path).unwrap());
+    }
+    let caches: Vec<_> = batch.finish().into_iter().map(Result::unwrap).collect();
+    assert_eq!(caches.len(), paths.len());
+    for ((path, cache), expected) in paths.iter().zip(&caches).zip(&before) {
+        assert_eq!(cache.cached, *expected, "{}: {cache:?}", path.display());
+        assert_eq!(cache.size, fs::metadata(path).unwrap().len());
+        let located: u64 = cache.per_node.values().sum();
+        assert_eq!(located + cache.unknown, cache.cached, "{}", path.display());
+        assert_eq!(cache.unknown, 0, "{}: {cache:?}", path.display());
+        assert_eq!(*cache, file_cache(&File::open(path).unwrap()).unwrap());
+    }
+    assert!(before[80] > 0 && before[80] < 128, "part: {}", before[80]);
+    assert_eq!(before[81], 0, "cold");
+    let after: Vec<_> = paths.iter().filter_map(|p| fincore_pages(p)).collect();
+    assert_eq!(after, before, "nothing read in");
 }
 
 #[test]

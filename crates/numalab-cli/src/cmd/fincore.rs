@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use numalab_bench::fincore::{fincore, Unreadable};
+use numalab_bench::fincore::{fincore_with, FincoreOptions, Unreadable, MAX_THREADS};
 
 use crate::output::{Format, OutputArgs};
 use crate::render;
@@ -19,8 +19,10 @@ use crate::render;
     numalab fincore /data/table.bin             one file: its cached pages per node\n  \
     numalab fincore /var/lib/postgresql         every file under a directory, and a total\n  \
     numalab fincore --json big.dat > cache.json\n\n\
-The counts are fincore's (mincore(2) on the file); the node of each cached page comes from \
-move_pages(2) after mapping only the cached pages, so nothing is read from disk. Inside a \
+The counts are fincore's (mincore(2); cachestat(2) for a part wholly cached); the node of each cached page comes from \
+its page frame (as root) or move_pages(2) after mapping only the cached pages, so nothing is \
+read from disk. Mapping costs more than mincore(2), so files, and parts of a file over 512 MiB, \
+are shared among threads (--threads). Inside a \
 directory, symbolic links are not followed and FIFOs, devices and sockets are passed over \
 (the table says how many). A file that cannot be read is named on standard error and the \
 exit status is 1, as fincore's; the others are still counted.")]
@@ -29,15 +31,33 @@ pub struct FincoreArgs {
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<PathBuf>,
 
+    /// Threads counting at once, files or parts of a large file [default:
+    /// the CPUs numalab may use, at most 8]; 1 counts as fincore does, on
+    /// one CPU
+    #[arg(long, value_name = "N", value_parser = threads)]
+    pub threads: Option<usize>,
+
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// `--threads N`: 1 to [`MAX_THREADS`].
+fn threads(text: &str) -> Result<usize, String> {
+    text.parse()
+        .ok()
+        .filter(|n| (1..=MAX_THREADS).contains(n))
+        .ok_or_else(|| format!("give 1 to {MAX_THREADS} threads, not \"{text}\""))
 }
 
 /// Runs `numalab fincore`; returns the exit status: 1 when some path
 /// could not be counted.
 pub fn run(args: &FincoreArgs) -> Result<i32> {
     args.output.check()?;
-    let report = fincore(&args.paths)?;
+    let mut options = FincoreOptions::default();
+    if let Some(threads) = args.threads {
+        options.threads = threads;
+    }
+    let report = fincore_with(&args.paths, options)?;
     render::emit(&report, &args.output)?;
     say_failures(&args.output, &report.failed);
     Ok(i32::from(!report.failed.is_empty()))

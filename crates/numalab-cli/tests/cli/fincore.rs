@@ -131,6 +131,46 @@ fn fincore_names_what_it_cannot_count_counts_the_rest_and_exits_1() {
 }
 
 #[test]
+fn fincore_reports_the_same_with_one_thread_or_several() {
+    let scratch = Scratch::new("fincore-threads");
+    tree(&scratch);
+    for i in 0..50 {
+        fs::write(
+            scratch.0.join(format!("sub/f{i:02}")),
+            vec![3u8; 4096 * (i % 4)],
+        )
+        .unwrap();
+    }
+    let dir = scratch.0.to_str().unwrap();
+    let files = |threads: &str| {
+        let out = numalab(&["fincore", "--json", "--threads", threads, dir]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (doc["files"].clone(), doc["total"].clone())
+    };
+    let one = files("1");
+    assert_eq!(one.0.as_array().unwrap().len(), 52, "{}", one.0);
+    assert_eq!(files("3"), one);
+    // In walk order: a, then sub/ by name.
+    assert_eq!(one.0[1]["path"], scratch.path("sub/b"));
+    assert_eq!(one.0[2]["path"], scratch.path("sub/f00"));
+    for bad in ["0", "1025"] {
+        let out = numalab(&["fincore", "--threads", bad, dir]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "--threads {bad}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("give 1 to 1024 threads"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
 fn pagecache_drop_and_load_move_a_files_cache_as_fincore_sees_it() {
     let scratch = Scratch::new("pagecache");
     let path = scratch.path("data");

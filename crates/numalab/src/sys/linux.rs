@@ -1027,6 +1027,114 @@ pub fn map_shared(fd: &OwnedFd, len: usize, read_only: bool) -> io::Result<*mut 
     }
 }
 
+/// Address space reserved for mapping many small files side by side
+/// (inaccessible until a file is mapped over part of it), unmapped when
+/// dropped: one `pagemap` read and one reset cover them all, where a
+/// mapping per file costs an `munmap` (and, in a process with other
+/// threads, a TLB shootdown) each.
+#[derive(Debug)]
+pub struct FileSlots {
+    addr: *mut u8,
+    len: usize,
+}
+
+impl FileSlots {
+    /// Reserves `len` bytes (a multiple of the page size); no memory is
+    /// committed.
+    pub fn reserve(len: usize) -> io::Result<FileSlots> {
+        // SAFETY: a new inaccessible mapping at an address the kernel
+        // chooses aliases no Rust object.
+        let addr = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(FileSlots {
+            addr: addr.cast(),
+            len,
+        })
+    }
+
+    /// The reservation's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Maps `len` bytes of `fd` from offset 0 read-only at byte `at` of
+    /// the reservation (page-aligned), every page mapped in the call
+    /// (`MAP_POPULATE`: for a file all cached, since a page that is not
+    /// is read from disk). The file may be closed afterwards.
+    pub fn map_populated(&self, at: usize, fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+        if !at.is_multiple_of(page_size()) || at.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: MAP_FIXED replaces only pages of this reservation,
+        // which no Rust object references.
+        let addr = unsafe {
+            libc::mmap(
+                self.addr.add(at).cast(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Makes the first `len` bytes inaccessible again, every file mapped
+    /// there unmapped in one call.
+    pub fn reset(&self, len: usize) -> io::Result<()> {
+        let len = len.min(self.len);
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: as in `map_populated`: only this reservation's pages.
+        let addr = unsafe {
+            libc::mmap(
+                self.addr.cast(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The address of byte `at` (never dereferenced here).
+    pub fn at(&self, at: usize) -> *const u8 {
+        self.addr.wrapping_add(at)
+    }
+}
+
+impl Drop for FileSlots {
+    fn drop(&mut self) {
+        // SAFETY: the reservation is this value's alone.
+        unsafe { libc::munmap(self.addr.cast(), self.len) };
+    }
+}
+
+// SAFETY: the reservation belongs to the value alone and its pages are
+// never touched from Rust, only mapped and unmapped.
+unsafe impl Send for FileSlots {}
+
 /// A read-only shared mapping of part of a file, unmapped when dropped:
 /// for asking which of its pages are cached and where, and for copying
 /// out of it ([`FileWindow::copy_to`]).
@@ -1040,6 +1148,22 @@ impl FileWindow {
     /// `mmap(2)` of `len` bytes of `fd` from `offset` (a multiple of the
     /// page size), shared and read-only; nothing is read until touched.
     pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<FileWindow> {
+        FileWindow::map_with(fd, offset, len, 0)
+    }
+
+    /// [`FileWindow::map`] with every page mapped in the same call
+    /// (`MAP_POPULATE`): for a window whose pages are all cached, since a
+    /// page that is not is read from disk.
+    pub fn map_populated(fd: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<FileWindow> {
+        FileWindow::map_with(fd, offset, len, libc::MAP_POPULATE)
+    }
+
+    fn map_with(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        flags: libc::c_int,
+    ) -> io::Result<FileWindow> {
         let offset = libc::off_t::try_from(offset)
             .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
         // SAFETY: a new mapping at an address the kernel chooses aliases
@@ -1049,7 +1173,7 @@ impl FileWindow {
                 ptr::null_mut(),
                 len,
                 libc::PROT_READ,
-                libc::MAP_SHARED,
+                libc::MAP_SHARED | flags,
                 fd.as_raw_fd(),
                 offset,
             )
@@ -1063,15 +1187,20 @@ impl FileWindow {
         })
     }
 
-    /// `mincore(2)`: one byte per page of the window, bit 0 set where the
-    /// page is in the page cache. `vec` holds at least a byte per page.
-    pub fn mincore(&self, vec: &mut [u8]) -> io::Result<()> {
-        let pages = self.len.div_ceil(page_size());
-        if vec.len() < pages {
+    /// `mincore(2)` of `len` bytes from `start` (page-aligned): one byte
+    /// per page, bit 0 set where the page is in the page cache. `vec`
+    /// holds at least a byte per page.
+    pub fn mincore(&self, start: usize, len: usize, vec: &mut [u8]) -> io::Result<()> {
+        let page = page_size();
+        if !start.is_multiple_of(page)
+            || start.checked_add(len).is_none_or(|end| end > self.len)
+            || vec.len() < len.div_ceil(page)
+        {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        // SAFETY: the window is mapped and vec has a byte per page.
-        if unsafe { libc::mincore(self.addr.cast(), self.len, vec.as_mut_ptr()) } != 0 {
+        // SAFETY: the range lies in the window, which is mapped, and vec
+        // has a byte per page of it.
+        if unsafe { libc::mincore(self.addr.add(start).cast(), len, vec.as_mut_ptr()) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
@@ -1107,6 +1236,11 @@ impl FileWindow {
             unsafe { ptr::copy_nonoverlapping(self.addr.add(offset), dst.as_mut_ptr(), n) };
         }
         n
+    }
+
+    /// The window's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
     }
 
     /// The address of byte `offset` of the window (for `move_pages`;
@@ -1156,6 +1290,13 @@ pub struct CacheStat {
 
 /// `cachestat(2)` over the whole file; `ENOSYS` before Linux 6.5.
 pub fn cache_stat(fd: BorrowedFd<'_>) -> io::Result<CacheStat> {
+    // Length 0: to the end of the file.
+    cache_stat_range(fd, 0, 0)
+}
+
+/// `cachestat(2)` over `len` bytes from `offset` (0: to the end of the
+/// file); `ENOSYS` before Linux 6.5.
+pub fn cache_stat_range(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<CacheStat> {
     // The same number on every architecture (the unified table of system
     // calls from 424 on); the libc crate does not name it on x86-64.
     const SYS_CACHESTAT: libc::c_long = 451;
@@ -1173,8 +1314,7 @@ pub fn cache_stat(fd: BorrowedFd<'_>) -> io::Result<CacheStat> {
         nr_evicted: u64,
         nr_recently_evicted: u64,
     }
-    // Length 0: to the end of the file.
-    let range = Range { off: 0, len: 0 };
+    let range = Range { off: offset, len };
     let mut stat = Stat::default();
     // SAFETY: range and stat are valid for the call, laid out as the
     // kernel's struct cachestat_range and struct cachestat.

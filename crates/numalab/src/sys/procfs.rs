@@ -660,6 +660,12 @@ pub struct PagemapEntry {
 }
 
 impl PagemapEntry {
+    /// The entries in `raw`, as [`pagemap_run`] read them.
+    pub fn parse(raw: &[u8]) -> impl Iterator<Item = PagemapEntry> + '_ {
+        raw.chunks_exact(8)
+            .map(|b| PagemapEntry::from_raw(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))))
+    }
+
     /// Bit 63: present; bits 0–54: the frame number
     /// (Documentation/admin-guide/mm/pagemap.rst).
     pub fn from_raw(raw: u64) -> PagemapEntry {
@@ -671,22 +677,21 @@ impl PagemapEntry {
     }
 }
 
-/// The pagemap entries of `pages` consecutive pages of this process from
-/// `start` (page-aligned), read in one go from `pagemap` (an open
-/// `/proc/self/pagemap`).
+/// Reads the pagemap entries of `pages` consecutive pages of this
+/// process from `start` (page-aligned) in one go from `pagemap` (an open
+/// `/proc/self/pagemap`) into `raw`, 8 bytes each (reused: a large run's
+/// buffer is not allocated and faulted in again for every run); see
+/// [`PagemapEntry::parse`].
 pub fn pagemap_run(
     pagemap: &fs::File,
     start: usize,
     pages: usize,
     page_size: usize,
-) -> io::Result<Vec<PagemapEntry>> {
+    raw: &mut Vec<u8>,
+) -> io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let mut raw = vec![0u8; pages * 8];
-    pagemap.read_exact_at(&mut raw, (start / page_size) as u64 * 8)?;
-    Ok(raw
-        .chunks_exact(8)
-        .map(|b| PagemapEntry::from_raw(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]))))
-        .collect())
+    raw.resize(pages * 8, 0);
+    pagemap.read_exact_at(raw, (start / page_size) as u64 * 8)
 }
 
 /// The pagemap entries of this process's pages at `addresses` (each the
