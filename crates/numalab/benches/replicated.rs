@@ -37,7 +37,7 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 use node_replication::{Dispatch, Log as NrLog, Replica as NrReplica};
 use numalab::replicated::{Mode, PagesOptions, ReplicaSet, Replicated, ReplicatedPages};
-use numalab::{affinity, CpuSet, MemPolicy, NodeBuffer, NodeSet};
+use numalab::{affinity, BufferOptions, CpuSet, HugePages, MemPolicy, NodeBuffer, NodeSet};
 
 struct Rng(u64);
 
@@ -454,13 +454,18 @@ fn pages(bench: &Bench) {
     const LEN: usize = 64 << 20;
     println!("\n## 3. ReplicatedPages: reads of local copies vs a plain memcpy");
     println!("(random page-aligned reads from a 64 MiB region into a private buffer)\n");
-    println!(
-        "| read size | threads | memcpy GB/s | memcpy via lookup ratio | ReplicatedPages GB/s | ratio | extra ns/read | local page reads |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
     let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4096) as u8).collect();
     let mut plain = NodeBuffer::new(LEN, MemPolicy::Bind(NodeSet::single(0))).unwrap();
     plain.as_mut_slice().copy_from_slice(&data);
+    // The same bytes in transparent huge pages, as ReplicatedPages keeps
+    // a 2 MiB group of copies once all its pages are copied: what part
+    // of its speed is the TLB's.
+    let mut huge = NodeBuffer::with_options(
+        LEN,
+        BufferOptions::new(MemPolicy::Bind(NodeSet::single(0))).huge_pages(HugePages::Transparent),
+    )
+    .unwrap();
+    huge.as_mut_slice().copy_from_slice(&data);
     let set = ReplicaSet::system().unwrap();
     let region =
         ReplicatedPages::new(&data, set.clone(), PagesOptions::default().copy_after(1)).unwrap();
@@ -471,6 +476,16 @@ fn pages(bench: &Bench) {
         region.read_from(r, 0, &mut scratch).unwrap();
     }
     drop(scratch);
+    let huge_pages: u64 = region.stats().iter().map(|s| s.huge_pages).sum();
+    println!(
+        "(copies made: {} 2 MiB groups of {} gathered into huge pages)\n",
+        huge_pages,
+        set.len() * LEN / (2 << 20)
+    );
+    println!(
+        "| read size | threads | memcpy GB/s | memcpy via lookup ratio | memcpy from huge pages ratio | ReplicatedPages GB/s | ratio | extra ns/read | local page reads |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
     let page = region.page_size();
     for (size, ops) in [(4096usize, 400_000u64), (64 << 10, 40_000)] {
         let slots = (LEN - size) / page;
@@ -480,6 +495,16 @@ fn pages(bench: &Bench) {
             let mut rng = Rng::new(t as u64 + 3);
             let mut buf = vec![0u8; size];
             let src = black_box(plain.as_slice());
+            for _ in 0..ops {
+                let at = (rng.next() as usize % slots) * page;
+                buf.copy_from_slice(&src[at..at + size]);
+                black_box(&mut buf);
+            }
+        };
+        let huge_body = |t: usize, ops: u64| {
+            let mut rng = Rng::new(t as u64 + 3);
+            let mut buf = vec![0u8; size];
+            let src = black_box(huge.as_slice());
             for _ in 0..ops {
                 let at = (rng.next() as usize % slots) * page;
                 buf.copy_from_slice(&src[at..at + size]);
@@ -521,20 +546,25 @@ fn pages(bench: &Bench) {
             }
         };
         for threads in [1, 2] {
-            let r = bench.compare(threads, ops, &[&memcpy_body, &lookup_body, &pages_body]);
+            let r = bench.compare(
+                threads,
+                ops,
+                &[&memcpy_body, &lookup_body, &huge_body, &pages_body],
+            );
             let gbs = |mops: (f64, f64)| mops.0 * 1e6 * size as f64 / 1e9;
             let remote: u64 = region.stats().iter().map(|s| s.remote_reads).sum::<u64>() - before;
             let local: u64 =
                 region.stats().iter().map(|s| s.local_reads).sum::<u64>() - local_before;
             // Extra time per read on one thread, in ns.
-            let extra = threads as f64 * 1e3 / r[2].0 - threads as f64 * 1e3 / r[0].0;
+            let extra = threads as f64 * 1e3 / r[3].0 - threads as f64 * 1e3 / r[0].0;
             println!(
-                "| {} KiB | {threads} | {:.2} | {:.2} | {:.2} | **{:.2}** | {:.0} | {:.1}% |",
+                "| {} KiB | {threads} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.2}** | {:.0} | {:.1}% |",
                 size >> 10,
                 gbs(r[0]),
                 r[1].1,
-                gbs(r[2]),
                 r[2].1,
+                gbs(r[3]),
+                r[3].1,
                 extra,
                 100.0 * local as f64 / (local + remote).max(1) as f64
             );

@@ -64,7 +64,7 @@ impl std::str::FromStr for HugePages {
     }
 }
 
-const HUGE_2M: usize = 2 << 20;
+pub(crate) const HUGE_2M: usize = 2 << 20;
 
 /// Why a buffer could not be made.
 ///
@@ -443,23 +443,7 @@ fn map_aligned(len: usize, huge: HugePages) -> std::io::Result<*mut u8> {
     match huge {
         HugePages::Explicit2M => linux::map_anonymous(len, linux::Backing::Huge2M),
         HugePages::None => linux::map_anonymous(len, linux::Backing::Base),
-        HugePages::Transparent => {
-            let raw = linux::map_anonymous(len + HUGE_2M, linux::Backing::Base)?;
-            let start = (raw as usize).next_multiple_of(HUGE_2M);
-            let head = start - raw as usize;
-            let tail = HUGE_2M - head;
-            // SAFETY: head and tail are the unused ends of the mapping just
-            // made; nothing refers to them.
-            unsafe {
-                if head > 0 {
-                    linux::unmap(raw, head)?;
-                }
-                if tail > 0 {
-                    linux::unmap((start + len) as *mut u8, tail)?;
-                }
-            }
-            Ok(start as *mut u8)
-        }
+        HugePages::Transparent => linux::map_anonymous_aligned(len, HUGE_2M),
     }
 }
 

@@ -325,6 +325,27 @@ pub fn map_anonymous(len: usize, backing: Backing) -> io::Result<*mut u8> {
     }
 }
 
+/// [`map_anonymous`] of base pages at an address that is a multiple of
+/// `align` (a power of two): a larger mapping is made and its ends cut
+/// off.
+pub fn map_anonymous_aligned(len: usize, align: usize) -> io::Result<*mut u8> {
+    let raw = map_anonymous(len + align, Backing::Base)?;
+    let start = (raw as usize).next_multiple_of(align);
+    let head = start - raw as usize;
+    let tail = align - head;
+    // SAFETY: head and tail are the unused ends of the mapping just made;
+    // nothing refers to them.
+    unsafe {
+        if head > 0 {
+            unmap(raw, head)?;
+        }
+        if tail > 0 {
+            unmap((start + len) as *mut u8, tail)?;
+        }
+    }
+    Ok(start as *mut u8)
+}
+
 /// `munmap(2)`.
 ///
 /// # Safety
@@ -349,6 +370,9 @@ pub enum Advice {
     /// range's policy; fails with an error instead of `SIGBUS` when a
     /// hugetlb page cannot be had.
     PopulateWrite,
+    /// Gather the range's pages into transparent huge pages now, contents
+    /// kept (Linux 6.1), on the node most of them are on.
+    Collapse,
 }
 
 /// `madvise(2)`; the advice given here never changes memory contents.
@@ -357,8 +381,11 @@ pub fn madvise(addr: *mut u8, len: usize, advice: Advice) -> io::Result<()> {
         Advice::HugePage => libc::MADV_HUGEPAGE,
         Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
         Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
+        // Not in the libc crate yet; the same on every architecture.
+        Advice::Collapse => 25,
     };
-    // SAFETY: MADV_(NO)HUGEPAGE only changes how the range is backed;
+    // SAFETY: MADV_(NO)HUGEPAGE only changes how the range is backed, and
+    // MADV_COLLAPSE moves its pages into huge pages with their contents;
     // MADV_POPULATE_WRITE allocates zeroed pages where none are present and
     // leaves present pages untouched (in a shared mapping of pages that
     // exist, it only fills the page tables).
