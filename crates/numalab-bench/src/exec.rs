@@ -256,6 +256,7 @@ mod tests {
             observation: Observation::AtExit,
             elapsed: Duration::from_millis(1),
             relayed: None,
+            timeline: None,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod fincore;
 pub mod kernels;
 pub mod matrix;
 pub mod pagecache;
+pub mod profile;
 pub mod report;
 pub mod ring;
 pub mod stats;

@@ -33,6 +33,7 @@ enum Command {
     Report(cmd::report::ReportArgs),
     Topo(cmd::topo::TopoArgs),
     Exec(cmd::exec::ExecArgs),
+    Profile(cmd::profile::ProfileArgs),
     Matrix(cmd::matrix::MatrixArgs),
     Fill(cmd::fill::FillArgs),
     Fincore(cmd::fincore::FincoreArgs),
@@ -52,7 +53,10 @@ enum Command {
 fn parse() -> Cli {
     Cli::try_parse().unwrap_or_else(|err| {
         let _ = err.print();
-        let exec = std::env::args_os().nth(1).is_some_and(|a| a == "exec");
+        // `profile` runs a command too.
+        let exec = std::env::args_os()
+            .nth(1)
+            .is_some_and(|a| a == "exec" || a == "profile");
         let code = match err.use_stderr() {
             false => 0,
             true if exec => cmd::exec::EXIT_OWN_FAILURE,
@@ -85,6 +89,9 @@ fn main() -> ExitCode {
         Command::Report(args) => cmd::report::run(args).map_err(|e| (e, 1)),
         Command::Topo(args) => cmd::topo::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
+        Command::Profile(args) => {
+            cmd::profile::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE))
+        }
         Command::Matrix(args) => cmd::matrix::run(args).map_err(|e| (e, 1)),
         Command::Fill(args) => cmd::fill::run(args).map_err(|e| (e, 1)),
         Command::Fincore(args) => cmd::fincore::run(args).map_err(|e| (e, 1)),

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::locate::ProcessMemory;
 use crate::policy::MemPolicy;
+use crate::profile::{self, CpuNodes, Timeline};
 use crate::sets::CpuSet;
 use crate::sys::{linux, procfs};
 
@@ -100,7 +101,7 @@ pub enum Observation {
 /// assert!(report.peak.private_per_node().keys().all(|&node| node == 0));
 /// # Ok::<(), numalab::launch::LaunchError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LaunchReport {
     /// Process id of the command.
     pub pid: i32,
@@ -122,6 +123,10 @@ pub struct LaunchReport {
     /// command ran, which was passed on to it ([`SignalRelay`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relayed: Option<i32>,
+    /// Samples of the command's processes while it ran, when asked for
+    /// ([`Launch::timeline`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Timeline>,
 }
 
 /// Why a command could not be run.
@@ -257,6 +262,7 @@ pub struct Launch {
     args: Vec<OsString>,
     policy: Option<MemPolicy>,
     cpus: Option<CpuSet>,
+    timeline: Option<Duration>,
 }
 
 impl Launch {
@@ -271,7 +277,16 @@ impl Launch {
             args: args.into_iter().map(Into::into).collect(),
             policy: None,
             cpus: None,
+            timeline: None,
         }
+    }
+
+    /// Samples the command's processes every `interval` while it runs
+    /// ([`profile::sample`]; stretched so the sampling takes at most
+    /// [`profile::MAX_SHARE`] of a CPU) into [`LaunchReport::timeline`].
+    pub fn timeline(mut self, interval: Duration) -> Self {
+        self.timeline = Some(interval);
+        self
     }
 
     /// Runs it under `policy` (checked by the caller, e.g. with
@@ -366,7 +381,7 @@ impl Launch {
         // The exec stops the child with SIGTRAP before its first instruction.
         linux::wait_any(pid).map_err(LaunchError::Wait)?;
         linux::trace_set_options(pid).map_err(LaunchError::Wait)?;
-        let sampler = Sampler::start(pid);
+        let sampler = Sampler::start(pid, self.timeline);
         linux::trace_continue(pid, 0).map_err(LaunchError::Wait)?;
 
         let mut at_exit: BTreeMap<i32, ProcessMemory> = BTreeMap::new();
@@ -438,7 +453,7 @@ impl Launch {
             }
         };
         let elapsed = start.elapsed();
-        let peak = sampler.finish();
+        let (peak, timeline) = sampler.finish();
         release(live, unseen.max(0));
         let mut memory = ProcessMemory::default();
         for process in at_exit.values() {
@@ -453,13 +468,14 @@ impl Launch {
             observation: Observation::AtExit,
             elapsed,
             relayed: None,
+            timeline,
         })
     }
 
     /// Samples an untraced command's memory until it exits.
     fn sample(&self, pid: i32) -> Result<LaunchReport, LaunchError> {
         let start = Instant::now();
-        let sampler = Sampler::start(pid);
+        let sampler = Sampler::start(pid, self.timeline);
         let exit = loop {
             match linux::wait_nohang(pid).map_err(LaunchError::Wait)? {
                 Some(linux::WaitEvent::Exited(code)) => break Exit::Code(code),
@@ -468,15 +484,18 @@ impl Launch {
             }
         };
         let last = sampler.last(pid);
+        let elapsed = start.elapsed();
+        let (peak, timeline) = sampler.finish();
         Ok(LaunchReport {
             pid,
             exit,
             memory: last,
-            peak: sampler.finish(),
+            peak,
             processes: 1,
             observation: Observation::Sampled,
-            elapsed: start.elapsed(),
+            elapsed,
             relayed: None,
+            timeline,
         })
     }
 }
@@ -569,6 +588,7 @@ struct SamplerState {
     watched: Mutex<BTreeSet<i32>>,
     peak: Mutex<BTreeMap<i32, ProcessMemory>>,
     last: Mutex<BTreeMap<i32, ProcessMemory>>,
+    timeline: Mutex<Option<Timeline>>,
 }
 
 fn private_total(memory: &ProcessMemory) -> u64 {
@@ -592,32 +612,67 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Sampler {
-    fn start(pid: i32) -> Sampler {
+    fn start(pid: i32, timeline: Option<Duration>) -> Sampler {
         let shared = Arc::new(SamplerState::default());
         lock(&shared.watched).insert(pid);
+        *lock(&shared.timeline) = timeline.map(|interval| Timeline {
+            interval_s: interval.as_secs_f64(),
+            ..Timeline::default()
+        });
         let state = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("numalab-sampler".into())
             .spawn(move || {
+                let begun = Instant::now();
+                let cpu_before = crate::system::thread_cpu_time();
+                let nodes = timeline.map(|_| CpuNodes::live()).unwrap_or_default();
                 while !state.stop.load(Ordering::Relaxed) {
                     let started = Instant::now();
-                    let pids: Vec<i32> = lock(&state.watched).iter().copied().collect();
-                    for pid in pids {
-                        // Threads share their process's memory; read each
-                        // process once, through its leader.
-                        if procfs::tgid_of(pid).ok() != Some(pid) {
-                            continue;
-                        }
-                        if let Ok(memory) = ProcessMemory::of_process(pid) {
-                            if !memory.bytes.is_empty() {
-                                state.offer(pid, &memory);
+                    let cpu = crate::system::thread_cpu_time();
+                    // Threads share their process's memory; read each
+                    // process once, through its leader.
+                    let pids: Vec<i32> = lock(&state.watched)
+                        .iter()
+                        .copied()
+                        .filter(|&pid| procfs::tgid_of(pid).ok() == Some(pid))
+                        .collect();
+                    let pause = match timeline {
+                        Some(interval) => {
+                            let now = profile::sample_with(&pids, &nodes, begun, |pid, memory| {
+                                if !memory.bytes.is_empty() {
+                                    state.offer(pid, memory);
+                                }
+                            });
+                            if let Some(timeline) = lock(&state.timeline).as_mut() {
+                                timeline.push(now);
+                                timeline.sampling_cpu_s =
+                                    (crate::system::thread_cpu_time() - cpu_before).as_secs_f64();
                             }
+                            Timeline::pause(
+                                interval,
+                                started.elapsed(),
+                                crate::system::thread_cpu_time() - cpu,
+                            )
                         }
+                        None => {
+                            for pid in pids {
+                                if let Ok(memory) = ProcessMemory::of_process(pid) {
+                                    if !memory.bytes.is_empty() {
+                                        state.offer(pid, &memory);
+                                    }
+                                }
+                            }
+                            // Reading numa_maps walks page tables: spend at
+                            // most a tenth of the time on it, sampling every
+                            // 20 ms at most.
+                            (started.elapsed() * 9).max(Duration::from_millis(20))
+                        }
+                    };
+                    // Sleep in steps, to stop soon when asked.
+                    let wake = Instant::now() + pause;
+                    while !state.stop.load(Ordering::Relaxed) && Instant::now() < wake {
+                        std::thread::sleep((wake - Instant::now()).min(Duration::from_millis(10)));
                     }
-                    // Reading numa_maps walks page tables: spend at most a
-                    // tenth of the time on it, sampling every 20 ms at most.
-                    let pause = (started.elapsed() * 9).max(Duration::from_millis(20));
-                    std::thread::sleep(pause);
                 }
             })
             .ok();
@@ -639,7 +694,7 @@ impl Sampler {
             .unwrap_or_default()
     }
 
-    fn finish(mut self) -> ProcessMemory {
+    fn finish(mut self) -> (ProcessMemory, Option<Timeline>) {
         self.shared.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -648,6 +703,6 @@ impl Sampler {
         for memory in lock(&self.shared.peak).values() {
             total.merge(memory);
         }
-        total
+        (total, lock(&self.shared.timeline).take())
     }
 }

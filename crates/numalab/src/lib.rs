@@ -14,6 +14,7 @@ pub mod launch;
 pub mod locate;
 pub mod pagecache;
 pub mod policy;
+pub mod profile;
 pub mod replicated;
 pub mod ring;
 pub mod sets;

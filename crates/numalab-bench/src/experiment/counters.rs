@@ -179,6 +179,11 @@ impl Available {
         Available::default()
     }
 
+    /// Whether some hardware counter opened (a PMU is there).
+    pub fn hardware(&self) -> bool {
+        self.kinds.iter().any(|k| k.hardware)
+    }
+
     /// Names of the counters.
     pub fn names(&self) -> Vec<String> {
         self.kinds.iter().map(|k| k.name.to_owned()).collect()

@@ -28,6 +28,7 @@ pub mod fincore;
 pub mod matrix;
 pub mod pagecache;
 pub mod plot;
+pub mod profile;
 pub mod report;
 pub mod ring;
 pub mod run;

@@ -15,6 +15,7 @@ pub mod fill;
 pub mod fincore;
 pub mod matrix;
 pub mod pagecache;
+pub mod profile;
 pub mod report;
 pub mod ring;
 pub mod topo;

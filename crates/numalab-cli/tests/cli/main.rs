@@ -10,6 +10,7 @@ mod fincore;
 mod help;
 mod matrix;
 mod pagecache_bench;
+mod profile;
 mod report;
 mod ring;
 mod signals;

@@ -16,6 +16,17 @@ pub(crate) fn read_trimmed(path: impl AsRef<Path>) -> io::Result<String> {
     Ok(fs::read_to_string(path)?.trim().to_owned())
 }
 
+/// Reads at most `limit` bytes of a text file (a `/proc` file that could
+/// grow without bound is never read whole).
+fn read_bounded(path: &str, limit: u64) -> io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    fs::File::open(path)?
+        .take(limit)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
 fn invalid(path: &str, what: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {what}"))
 }
@@ -245,6 +256,108 @@ pub fn task_state(tid: i32) -> io::Result<char> {
     text.rsplit_once(')')
         .and_then(|(_, rest)| rest.trim_start().chars().next())
         .ok_or_else(|| invalid("/proc/TID/stat", "no state field"))
+}
+
+/// Counters of a task from `/proc/PID/task/TID/stat` (for the process's
+/// leader, `/proc/PID/stat`: the whole process, exited threads included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskStat {
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    /// User and system time, in clock ticks.
+    pub cpu_ticks: u64,
+    /// The CPU it last ran on.
+    pub processor: u32,
+}
+
+/// Parses a `stat` line: fields after the command name (which is in
+/// parentheses and may hold them), counted from the state (field 3).
+pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Field n of stat(5) is fields[n - 3].
+    let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+    Some(TaskStat {
+        minor_faults: field(10)?,
+        major_faults: field(12)?,
+        cpu_ticks: field(14)? + field(15)?,
+        processor: u32::try_from(field(39)?).ok()?,
+    })
+}
+
+/// Task `tid`'s counters: the process's own when `tid == pid`.
+pub fn task_stat(pid: i32, tid: i32) -> io::Result<TaskStat> {
+    let path = if pid == tid {
+        format!("/proc/{pid}/stat")
+    } else {
+        format!("/proc/{pid}/task/{tid}/stat")
+    };
+    parse_task_stat(&read_bounded(&path, 4096)?)
+        .ok_or_else(|| invalid("/proc/PID/stat", "fields missing"))
+}
+
+/// The threads of process `pid` (at most [`MAX_TASKS`]).
+pub fn task_ids(pid: i32) -> io::Result<Vec<i32>> {
+    let mut tids = Vec::new();
+    for entry in fs::read_dir(format!("/proc/{pid}/task"))? {
+        if let Some(tid) = entry?.file_name().to_str().and_then(|n| n.parse().ok()) {
+            tids.push(tid);
+        }
+        if tids.len() >= MAX_TASKS {
+            break;
+        }
+    }
+    Ok(tids)
+}
+
+/// The most threads of one process read ([`task_ids`]).
+pub const MAX_TASKS: usize = 100_000;
+
+/// Scheduler counters of a task (`/proc/PID/task/TID/sched`, kernels
+/// with `CONFIG_SCHED_DEBUG`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskSched {
+    /// `se.nr_migrations`: moves from one CPU to another.
+    pub cpu_migrations: u64,
+    /// `numa_pages_migrated`: pages NUMA balancing moved for it.
+    pub numa_pages_migrated: u64,
+}
+
+/// Parses a task's `sched` file.
+pub fn parse_task_sched(text: &str) -> TaskSched {
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| {
+                let (key, value) = l.split_once(':')?;
+                (key.trim() == name).then(|| value.trim().parse::<u64>().ok())?
+            })
+            .unwrap_or(0)
+    };
+    TaskSched {
+        cpu_migrations: value("se.nr_migrations"),
+        numa_pages_migrated: value("numa_pages_migrated"),
+    }
+}
+
+/// Task `tid`'s scheduler counters.
+pub fn task_sched(pid: i32, tid: i32) -> io::Result<TaskSched> {
+    Ok(parse_task_sched(&read_bounded(
+        &format!("/proc/{pid}/task/{tid}/sched"),
+        64 << 10,
+    )?))
+}
+
+/// Whether process `pid` still runs (exists and is not a zombie).
+pub fn process_exists(pid: i32) -> bool {
+    task_state(pid).is_ok_and(|state| state != 'Z' && state != 'X')
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of `stat`'s
+/// times.
+pub fn clock_ticks() -> u64 {
+    // SAFETY: sysconf only reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100)
 }
 
 /// `(Cpus_allowed_list, Mems_allowed_list)` of a process's
@@ -516,6 +629,30 @@ pub fn cpu_model() -> (Option<String>, Option<f64>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_stat_line_is_read_past_a_command_name_with_parentheses() {
+        // stat(5): pid (comm) state ppid ... minflt(10) cminflt majflt(12)
+        // cmajflt utime(14) stime(15) ... processor(39).
+        let mut fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+        fields[0] = "S".into();
+        let line = format!("4242 (a (b) c) {}", fields.join(" "));
+        let stat = parse_task_stat(&line).unwrap();
+        assert_eq!(stat.minor_faults, 10);
+        assert_eq!(stat.major_faults, 12);
+        assert_eq!(stat.cpu_ticks, 14 + 15);
+        assert_eq!(stat.processor, 39);
+        assert_eq!(parse_task_stat("4242 (short) S 1 2"), None);
+    }
+
+    #[test]
+    fn a_sched_file_gives_migrations_and_numa_moves() {
+        let text = "x (1, #threads: 1)\n---\nse.nr_migrations                             :                   17\nnuma_pages_migrated                          :                    5\n";
+        let sched = parse_task_sched(text);
+        assert_eq!(sched.cpu_migrations, 17);
+        assert_eq!(sched.numa_pages_migrated, 5);
+        assert_eq!(parse_task_sched(""), TaskSched::default());
+    }
+
     use super::*;
 
     #[test]

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# What numalab profile costs the program it watches: GNU sort over a file
+# of random lines, run bare and under `numalab profile` (default interval),
+# rounds alternating which runs first; the figure is the median of the
+# rounds' ratios (bare time / profiled time). Target (the issue): the
+# program runs at >= 0.98 of its bare speed. A benchmark, not a test: run
+# it on a quiet machine; it writes its file under target/bench-profile and
+# removes it at the end.
+#
+#   bash bench/profile.sh [MIB] [ROUNDS]      (default 256 MiB of lines, 5 rounds)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mib=${1:-256}
+rounds=${2:-5}
+for n in "$mib" "$rounds"; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "profile.sh: MIB and ROUNDS are positive whole numbers, not \"$n\"" >&2; exit 2; }
+done
+
+cargo build --release --locked -q -p numalab-cli
+numalab=$PWD/target/release/numalab
+dir=$PWD/target/bench-profile
+rm -rf "$dir"
+mkdir -p "$dir"
+trap 'rm -rf "$dir"' EXIT INT TERM
+head -c $((mib * 1024 * 1024 * 3 / 4)) /dev/urandom | base64 -w 60 > "$dir/lines"
+cat "$dir/lines" > /dev/null
+
+seconds() {
+    local start end
+    start=$(date +%s%N)
+    "$@" > /dev/null 2>&1
+    end=$(date +%s%N)
+    awk -v a="$start" -v b="$end" 'BEGIN { printf "%.6f\n", (b - a) / 1e9 }'
+}
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
+
+job=(sort -S 2G -o "$dir/sorted" "$dir/lines")
+ratios=() bare=() watched=()
+for round in $(seq "$rounds"); do
+    if [ $((round % 2)) = 1 ]; then
+        b=$(seconds "${job[@]}"); w=$(seconds "$numalab" profile --json -o "$dir/profile.json" -- "${job[@]}")
+    else
+        w=$(seconds "$numalab" profile --json -o "$dir/profile.json" -- "${job[@]}"); b=$(seconds "${job[@]}")
+    fi
+    samples=$(python3 -c "import json; d = json.load(open('$dir/profile.json')); print(len(d['timeline']['samples']), round(d['timeline']['sampling_cpu_s'] * 1e3, 1))")
+    bare+=("$b") watched+=("$w")
+    ratios+=("$(awk -v a="$b" -v b="$w" 'BEGIN { print a / b }')")
+    printf 'round %d: sort %.3f s bare, %.3f s profiled (samples, sampling CPU ms: %s)\n' "$round" "$b" "$w" "$samples"
+done
+ratio=$(printf '%s\n' "${ratios[@]}" | median)
+printf 'TARGET\tsort under numalab profile / sort bare, %s MiB of lines (speed)\t%.3f (medians %.3f s / %.3f s)\t>= 0.98\t%s\n' \
+    "$mib" "$ratio" "$(printf '%s\n' "${bare[@]}" | median)" "$(printf '%s\n' "${watched[@]}" | median)" \
+    "$(awk -v r="$ratio" 'BEGIN { print (r >= 0.98 ? "met" : "missed") }')"

@@ -1,0 +1,124 @@
+//! `numalab profile`: a program's memory by node over time, for a command
+//! numalab runs or a process already running
+//! ([`numalab_bench::profile`]); its tables are in `render/profile.rs`.
+
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use numalab::launch::LaunchError;
+use numalab::profile::ProfileOptions;
+use numalab_bench::experiment::values::Seconds;
+use numalab_bench::profile::{profile_command, profile_pid};
+
+use super::exec::EXIT_OWN_FAILURE;
+use crate::output::{self, OutputArgs};
+use crate::render;
+use crate::signals::Interrupts;
+
+/// Watch a program's memory node by node over time (numa_maps sampled like
+/// mpstat), with its faults, CPU migrations, NUMA balancing's moves and
+/// the nodes its threads ran on
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    numalab profile -- sort -S 2G big.txt        run sort and watch it to its end\n  \
+    numalab profile --pid 4242 --duration 30s    watch a running process for 30 s\n  \
+    numalab profile --interval 1s --json -- ./app > profile.json\n\n\
+Everything is read from /proc: each sample is exact for that moment (numastat -p's numbers), \
+memory allocated and freed between two samples is not seen. The sampling is stretched so it \
+never takes more than 2% of a CPU, and what it took is printed. With a command, the report goes \
+to standard error (the command owns standard output) or to --output, and numalab exits with the \
+command's status (128 + N if signal N killed it; 125 when numalab fails, 126/127 when the command \
+cannot be run). With --pid, Ctrl-C ends the watch and the samples so far are reported.")]
+pub struct ProfileArgs {
+    /// Watch this running process (all its threads) instead of running a
+    /// command
+    #[arg(
+        long,
+        value_name = "PID",
+        conflicts_with = "command",
+        required_unless_present = "command"
+    )]
+    pub pid: Option<i32>,
+
+    /// Time between samples (e.g. 200ms, 1s)
+    #[arg(long, value_name = "DURATION", default_value = "200ms")]
+    pub interval: Seconds,
+
+    /// Stop watching after this long (with --pid; a command is watched to
+    /// its end)
+    #[arg(long, value_name = "DURATION")]
+    pub duration: Option<Seconds>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    /// The command and its arguments
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// Runs `numalab profile`; returns the exit status to leave with.
+pub fn run(args: &ProfileArgs) -> Result<i32> {
+    args.output.check()?;
+    let options = ProfileOptions {
+        interval: args.interval.0,
+        duration: args.duration.map(|d| d.0),
+    };
+    let Some(pid) = args.pid else {
+        if args.duration.is_some() {
+            anyhow::bail!("--duration is for --pid: a command is watched to its end");
+        }
+        return run_command(args, options);
+    };
+    if pid <= 0 {
+        anyhow::bail!("--pid {pid}: a process id is a positive number");
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let interrupts = Interrupts::catch(&stop)?;
+    let report = profile_pid(pid, options, || stop.load(Ordering::SeqCst)).map_err(|err| {
+        let why = match err.kind() {
+            std::io::ErrorKind::NotFound => "no such process".to_owned(),
+            std::io::ErrorKind::PermissionDenied => {
+                "permission denied (another user's process: run numalab as that user or as root)"
+                    .to_owned()
+            }
+            _ => err.to_string(),
+        };
+        anyhow::anyhow!("--pid {pid}: {why}")
+    })?;
+    render::emit(&report, &args.output)?;
+    Ok(interrupts.exit_status().unwrap_or(0))
+}
+
+fn run_command(args: &ProfileArgs, options: ProfileOptions) -> Result<i32> {
+    let report = match profile_command(&args.command, options) {
+        Ok(report) => report,
+        Err(LaunchError::Interrupted { signal }) => {
+            eprintln!("numalab profile: signal {signal} arrived before the command started; it was not run");
+            return Ok(128 + signal);
+        }
+        Err(LaunchError::Spawn { program, source }) => {
+            eprintln!(
+                "numalab profile: cannot run {}: {source}",
+                program.to_string_lossy()
+            );
+            return Ok(if source.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+        }
+        Err(err) => return Err(err).context("numalab profile"),
+    };
+    let text = render::to_string(&report, args.output.format())?;
+    match &args.output.output {
+        Some(path) => output::write_atomically(path, text.as_bytes())?,
+        None => eprint!("{text}"),
+    }
+    Ok(report
+        .exit
+        .map_or(EXIT_OWN_FAILURE, |exit| exit.shell_code()))
+}

@@ -1,0 +1,271 @@
+//! `numalab profile` for people: a timeline of memory per node (at most
+//! [`ROWS`] rows, evenly spread; `--json` and `--csv` have every sample),
+//! then the peak per node and kind, the counters, what the sampling cost
+//! and what each figure rests on.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use numalab::launch::Exit;
+use numalab::locate::MemoryKind;
+use numalab::profile::ProfileSample;
+use numalab_bench::profile::ProfileReport;
+
+use super::{Render, Style};
+use crate::output::{self, mib, Csv};
+
+/// The most timeline rows in a table.
+pub const ROWS: usize = 30;
+
+impl Render for ProfileReport {
+    fn text(&self, _style: Style) -> String {
+        human(self)
+    }
+
+    fn csv(&self) -> String {
+        csv(self)
+    }
+}
+
+/// Every node some sample saw memory on.
+fn nodes(report: &ProfileReport) -> Vec<u32> {
+    let nodes: BTreeSet<u32> = report
+        .timeline
+        .samples
+        .iter()
+        .flat_map(|s| s.memory.per_node().into_keys())
+        .collect();
+    nodes.into_iter().collect()
+}
+
+fn kind_bytes(sample: &ProfileSample, kinds: &[MemoryKind]) -> u64 {
+    kinds
+        .iter()
+        .filter_map(|k| sample.memory.bytes.get(k))
+        .flat_map(|per_node| per_node.values())
+        .sum()
+}
+
+const PRIVATE: [MemoryKind; 4] = [
+    MemoryKind::Private,
+    MemoryKind::Heap,
+    MemoryKind::Stack,
+    MemoryKind::Huge,
+];
+
+/// The command line as a shell would take it back: words with spaces or
+/// quotes in single quotes, control characters escaped.
+fn command_line(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|word| {
+            let word: String = word
+                .chars()
+                .flat_map(char::escape_default)
+                .collect::<String>();
+            let plain = !word.is_empty()
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if plain {
+                word
+            } else {
+                format!("'{}'", word.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn human(report: &ProfileReport) -> String {
+    let mut out = String::new();
+    let samples = &report.timeline.samples;
+    let what = match report.exit {
+        Some(Exit::Code(code)) => format!("`{}` exited {code}", command_line(&report.command)),
+        Some(Exit::Signal(signal)) => {
+            format!(
+                "`{}` was killed by signal {signal}",
+                command_line(&report.command)
+            )
+        }
+        None if report.ended => format!(
+            "process {} ({}) ended",
+            report.pid,
+            report.command.join(" ")
+        ),
+        None => format!(
+            "process {} ({}) watched",
+            report.pid,
+            report.command.join(" ")
+        ),
+    };
+    let _ = writeln!(
+        out,
+        "\nnumalab profile: {what} after {:.2} s; {} sample(s) every {} ms{}",
+        report.elapsed_s,
+        samples.len(),
+        (report.timeline.interval_s * 1e3).round(),
+        if report.timeline.thinned > 0 {
+            format!(" ({} older ones thinned out)", report.timeline.thinned)
+        } else {
+            String::new()
+        }
+    );
+    let nodes = nodes(report);
+    if !samples.is_empty() {
+        out.push_str("memory per node, MiB (private: anonymous, heap, stack, huge pages):\n");
+        let mut header = vec!["time s".to_string()];
+        header.extend(nodes.iter().map(|n| format!("node{n}")));
+        header.extend(
+            [
+                "private",
+                "file",
+                "threads by node",
+                "minor faults",
+                "CPU migrations",
+            ]
+            .map(String::from),
+        );
+        let mut table = output::table(header);
+        let step = samples.len().div_ceil(ROWS).max(1);
+        let mut shown: Vec<&ProfileSample> = samples.iter().step_by(step).collect();
+        if let Some(last) = samples.last() {
+            if !std::ptr::eq(*shown.last().unwrap_or(&last), last) {
+                shown.push(last);
+            }
+        }
+        for sample in shown {
+            let per_node = sample.memory.per_node();
+            let mut row = vec![format!("{:.2}", sample.at_s)];
+            row.extend(
+                nodes
+                    .iter()
+                    .map(|n| mib(per_node.get(n).copied().unwrap_or(0))),
+            );
+            row.push(mib(kind_bytes(sample, &PRIVATE)));
+            row.push(mib(kind_bytes(sample, &[MemoryKind::File])));
+            row.push(
+                sample
+                    .threads_by_node
+                    .iter()
+                    .map(|(node, n)| format!("{node}:{n}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+            row.push(sample.minor_faults.to_string());
+            row.push(sample.cpu_migrations.to_string());
+            table.add_row(row);
+        }
+        out.push_str(&output::render(&table));
+    }
+    let peak = report.peak_per_node();
+    let _ = writeln!(
+        out,
+        "peak per node: {}",
+        if peak.is_empty() {
+            "nothing seen (the program ended before the first sample?)".to_owned()
+        } else {
+            peak.iter()
+                .map(|(node, bytes)| format!("node{node} {} MiB", mib(*bytes)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    if let Some(at_exit) = &report.at_exit {
+        let _ = writeln!(
+            out,
+            "at exit (read as each process exited): {}",
+            at_exit
+                .per_node()
+                .iter()
+                .map(|(node, bytes)| format!("node{node} {} MiB", mib(*bytes)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if let Some(last) = report.last() {
+        let _ = writeln!(
+            out,
+            "at the last sample: {} minor and {} major page faults, {:.2} s of CPU, {} CPU migrations, {} pages moved by NUMA balancing; {} process(es), {} thread(s)",
+            last.minor_faults,
+            last.major_faults,
+            last.cpu_s,
+            last.cpu_migrations,
+            last.numa_pages_migrated,
+            last.processes,
+            last.threads
+        );
+    }
+    match (report.numa_balancing, report.machine_hint_faults) {
+        (Some(0), _) => out.push_str(
+            "NUMA balancing is off (kernel.numa_balancing = 0): no hinting faults or page moves to report\n",
+        ),
+        (Some(mode), Some(faults)) => {
+            let _ = writeln!(
+                out,
+                "NUMA balancing (mode {mode}), the whole machine meanwhile: {} hinting faults, {} local, {} remote; {} pages moved",
+                faults.faults,
+                faults.local,
+                faults.remote(),
+                faults.pages_migrated
+            );
+        }
+        _ => out.push_str("NUMA balancing: not in this kernel\n"),
+    }
+    let _ = writeln!(
+        out,
+        "sampling took {:.1} ms of CPU over {:.2} s ({:.2}% of one CPU)",
+        report.timeline.sampling_cpu_s * 1e3,
+        report.elapsed_s,
+        report.overhead_share() * 100.0
+    );
+    for source in &report.sources {
+        let _ = writeln!(out, "  {source}");
+    }
+    out
+}
+
+fn csv(report: &ProfileReport) -> String {
+    let mut csv = Csv::new(&[
+        "time_s",
+        "node",
+        "private_bytes",
+        "file_bytes",
+        "threads",
+        "minor_faults",
+        "major_faults",
+        "cpu_s",
+        "cpu_migrations",
+        "numa_pages_migrated",
+    ]);
+    let nodes = nodes(report);
+    for sample in &report.timeline.samples {
+        for &node in &nodes {
+            let on = |kinds: &[MemoryKind]| -> u64 {
+                kinds
+                    .iter()
+                    .filter_map(|k| sample.memory.bytes.get(k))
+                    .filter_map(|per_node| per_node.get(&node))
+                    .sum()
+            };
+            csv.row([
+                format!("{:.3}", sample.at_s),
+                node.to_string(),
+                on(&PRIVATE).to_string(),
+                on(&[MemoryKind::File]).to_string(),
+                sample
+                    .threads_by_node
+                    .get(&node)
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string(),
+                sample.minor_faults.to_string(),
+                sample.major_faults.to_string(),
+                format!("{:.3}", sample.cpu_s),
+                sample.cpu_migrations.to_string(),
+                sample.numa_pages_migrated.to_string(),
+            ]);
+        }
+    }
+    csv.finish()
+}

@@ -1,0 +1,197 @@
+//! `numalab profile` against `numastat -p` (numactl's own reading of the
+//! same process at the same moment), and its exits as a shell would see
+//! them.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use crate::common::*;
+use serde_json::Value;
+
+/// A process holding `mib` MiB it wrote, started and ready (it says so on
+/// its standard output), killed when dropped.
+struct Holder(Child);
+
+impl Holder {
+    fn start(mib: u64) -> Holder {
+        let script = format!(
+            "import sys, time\nb = bytearray({mib} << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ready', flush=True)\ntime.sleep(60)\n"
+        );
+        let mut child = Command::new("python3")
+            .args(["-c", &script])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        Holder(child)
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `numastat -p`'s Total row: MB per node, in node order.
+fn numastat_totals(pid: &str) -> Option<Vec<f64>> {
+    let out = match Command::new("numastat").args(["-p", pid]).output() {
+        Ok(out) if out.status.success() => out,
+        Ok(out) => panic!("numastat -p failed: {}", stderr(&out)),
+        Err(err) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "numastat (numactl) is needed under CI: {err}"
+            );
+            eprintln!("skipped: numastat cannot run here: {err}");
+            return None;
+        }
+    };
+    let text = stdout(&out);
+    let total = text
+        .lines()
+        .find(|l| l.starts_with("Total"))
+        .expect("numastat prints a Total row");
+    let mut values: Vec<f64> = total
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    values.pop(); // the last column is the sum over nodes
+    Some(values)
+}
+
+#[test]
+fn profile_of_a_running_process_matches_numastat_and_keeps_what_it_saw() {
+    let holder = Holder::start(96);
+    let pid = holder.pid();
+    let out = numalab(&[
+        "profile",
+        "--pid",
+        &pid,
+        "--interval",
+        "50ms",
+        "--duration",
+        "1s",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let Some(numastat) = numastat_totals(&pid) else {
+        return;
+    };
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["schema"], "numalab.profile");
+    assert_eq!(doc["pid"].as_i64().unwrap().to_string(), pid);
+    assert_eq!(doc["command"][0], "python3");
+    let samples = doc["timeline"]["samples"].as_array().unwrap();
+    assert!(samples.len() >= 3, "{} samples", samples.len());
+    let last = &samples[samples.len() - 1]["memory"]["bytes"];
+    let mut per_node = vec![0f64; numastat.len()];
+    for kind in last.as_object().unwrap().values() {
+        for (node, bytes) in kind.as_object().unwrap() {
+            per_node[node.parse::<usize>().unwrap()] += bytes.as_f64().unwrap() / (1 << 20) as f64;
+        }
+    }
+    // The process sleeps: its memory holds still between the two reads.
+    for (node, (ours, theirs)) in per_node.iter().zip(&numastat).enumerate() {
+        assert!(
+            (ours - theirs).abs() <= theirs * 0.01 + 0.01,
+            "node {node}: numalab {ours:.2} MB, numastat {theirs:.2} MB"
+        );
+    }
+    assert!(per_node.iter().sum::<f64>() >= 96.0, "{per_node:?}");
+    // Killed while watched: the samples so far are kept.
+    let watcher = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(["profile", "--pid", &pid, "--interval", "20ms", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(holder);
+    let out = watcher.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ended"], true);
+    assert!(!doc["timeline"]["samples"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn profile_of_a_command_follows_it_and_exits_as_it_did() {
+    let out = numalab(&[
+        "profile",
+        "--interval",
+        "20ms",
+        "--json",
+        "--",
+        "python3",
+        "-c",
+        "import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\ntime.sleep(0.3)\nraise SystemExit(3)",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stderr).unwrap();
+    assert_eq!(doc["exit"]["code"], 3);
+    let samples = doc["timeline"]["samples"].as_array().unwrap();
+    let most = samples
+        .iter()
+        .map(|s| {
+            s["memory"]["bytes"]
+                .as_object()
+                .unwrap()
+                .values()
+                .flat_map(|k| k.as_object().unwrap().values())
+                .map(|b| b.as_u64().unwrap())
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap();
+    assert!(most >= 64 << 20, "the 64 MiB written was seen: {most}");
+    assert!(doc["timeline"]["sampling_cpu_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn profile_says_what_went_wrong_in_one_sentence() {
+    let out = numalab(&["profile", "--", "numalab-no-such-program"]);
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot run numalab-no-such-program"),
+        "{}",
+        stderr(&out)
+    );
+    let out = numalab(&["profile", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("killed by signal 15"),
+        "{}",
+        stderr(&out)
+    );
+    let out = numalab(&["profile", "--pid", "999999999"]);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--pid 999999999: no such process"),
+        "{}",
+        stderr(&out)
+    );
+    let out = numalab(&["profile"]);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    let out = numalab(&["profile", "--duration", "1s", "--", "true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "--duration needs --pid: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("--duration is for --pid"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -1,0 +1,305 @@
+//! A running program's memory, node by node, over time: what `numastat -p`
+//! says at one moment, sampled like `mpstat`, with the counters that say
+//! how the program and the kernel moved it (faults, CPU migrations, NUMA
+//! balancing's page migrations) and the nodes its threads ran on.
+//!
+//! Everything comes from `/proc` and needs no hardware counters: memory
+//! per node and kind from `/proc/PID/numa_maps` (exact at each sample;
+//! memory allocated and freed between two samples is not seen), faults
+//! and CPU time from `/proc/PID/stat` (the whole process, exited threads
+//! included), CPU migrations and NUMA balancing's migrations from each
+//! live thread's `/proc/PID/task/TID/sched` (a thread that has exited takes
+//! its counts with it), and the node of the CPU each thread last ran on.
+//!
+//! ```
+//! use numalab::profile::{sample, CpuNodes};
+//! let nodes = CpuNodes::live();
+//! let now = sample(&[std::process::id() as i32], &nodes, std::time::Instant::now());
+//! assert_eq!(now.processes, 1);
+//! assert!(now.threads >= 1);
+//! assert!(now.memory.per_node().values().sum::<u64>() > 0);
+//! ```
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::locate::ProcessMemory;
+use crate::sys::procfs;
+
+/// Which node each CPU belongs to, read once.
+///
+/// ```
+/// use numalab::profile::CpuNodes;
+/// let nodes = CpuNodes::live();
+/// assert!(nodes.node_of(0).is_some(), "CPU 0 is on some node");
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CpuNodes(BTreeMap<u32, u32>);
+
+impl CpuNodes {
+    /// This machine's, from sysfs.
+    pub fn live() -> CpuNodes {
+        let mut map = BTreeMap::new();
+        for node in procfs::online_nodes().unwrap_or_default().iter() {
+            for cpu in procfs::node_cpus(node).unwrap_or_default().iter() {
+                map.insert(cpu, node);
+            }
+        }
+        CpuNodes(map)
+    }
+
+    /// The node of `cpu`.
+    pub fn node_of(&self, cpu: u32) -> Option<u32> {
+        self.0.get(&cpu).copied()
+    }
+}
+
+/// The processes watched, at one moment ([`sample`]).
+///
+/// ```
+/// use numalab::profile::ProfileSample;
+/// let empty = ProfileSample::default();
+/// assert_eq!((empty.processes, empty.minor_faults), (0, 0));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProfileSample {
+    /// Seconds since the profile began.
+    pub at_s: f64,
+    /// Processes read (those still running).
+    pub processes: u32,
+    /// Their threads.
+    pub threads: u32,
+    /// Their memory per kind and node (`numa_maps`), summed.
+    pub memory: ProcessMemory,
+    /// Threads per node of the CPU each last ran on.
+    pub threads_by_node: BTreeMap<u32, u32>,
+    /// Minor page faults so far (no I/O: first touch, copy on write).
+    pub minor_faults: u64,
+    /// Major page faults so far (read from disk or swap).
+    pub major_faults: u64,
+    /// CPU time so far, user and system, seconds.
+    pub cpu_s: f64,
+    /// Moves of the live threads from one CPU to another so far.
+    pub cpu_migrations: u64,
+    /// Pages NUMA balancing moved for the live threads so far (0 where
+    /// `kernel.numa_balancing` is off).
+    pub numa_pages_migrated: u64,
+}
+
+/// Reads `pids` (processes; their threads are found) now; a process that
+/// has gone is left out. `start` is the profile's beginning.
+pub fn sample(pids: &[i32], nodes: &CpuNodes, start: Instant) -> ProfileSample {
+    sample_with(pids, nodes, start, |_, _| {})
+}
+
+/// [`sample`], handing each process's memory to `seen` as it is read.
+pub fn sample_with(
+    pids: &[i32],
+    nodes: &CpuNodes,
+    start: Instant,
+    mut seen: impl FnMut(i32, &ProcessMemory),
+) -> ProfileSample {
+    let mut sample = ProfileSample {
+        at_s: start.elapsed().as_secs_f64(),
+        ..ProfileSample::default()
+    };
+    let ticks = procfs::clock_ticks() as f64;
+    for &pid in pids {
+        let Ok(memory) = ProcessMemory::of_process(pid) else {
+            continue;
+        };
+        let Ok(stat) = procfs::task_stat(pid, pid) else {
+            continue;
+        };
+        seen(pid, &memory);
+        sample.processes += 1;
+        sample.memory.merge(&memory);
+        sample.minor_faults += stat.minor_faults;
+        sample.major_faults += stat.major_faults;
+        sample.cpu_s += stat.cpu_ticks as f64 / ticks;
+        for tid in procfs::task_ids(pid).unwrap_or_default() {
+            let Ok(thread) = procfs::task_stat(pid, tid) else {
+                continue;
+            };
+            sample.threads += 1;
+            if let Some(node) = nodes.node_of(thread.processor) {
+                *sample.threads_by_node.entry(node).or_default() += 1;
+            }
+            if let Ok(sched) = procfs::task_sched(pid, tid) {
+                sample.cpu_migrations += sched.cpu_migrations;
+                sample.numa_pages_migrated += sched.numa_pages_migrated;
+            }
+        }
+    }
+    sample
+}
+
+/// How often to sample and for how long.
+///
+/// ```
+/// use numalab::profile::ProfileOptions;
+/// let options = ProfileOptions::default();
+/// assert_eq!(options.interval, std::time::Duration::from_millis(200));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProfileOptions {
+    /// Time between samples; stretched when reading takes long, so the
+    /// reading never takes more than [`MAX_SHARE`] of a CPU.
+    pub interval: Duration,
+    /// Stop after this long (the program goes on); `None`: until it ends.
+    pub duration: Option<Duration>,
+}
+
+impl Default for ProfileOptions {
+    fn default() -> Self {
+        ProfileOptions {
+            interval: Duration::from_millis(200),
+            duration: None,
+        }
+    }
+}
+
+/// The most of one CPU the sampling may take: reading `numa_maps` walks
+/// the program's page tables, under a lock its own `mmap` calls wait for.
+pub const MAX_SHARE: f64 = 0.02;
+
+/// The most samples one profile keeps: a day at the default interval is
+/// under half a million; past this the interval doubles and every other
+/// sample is dropped.
+pub const MAX_SAMPLES: usize = 100_000;
+
+/// Samples taken of a process ([`watch`]), or of a launched command
+/// ([`Launch::timeline`](crate::launch::Launch::timeline)).
+///
+/// ```
+/// use numalab::profile::Timeline;
+/// let timeline = Timeline::default();
+/// assert!(timeline.samples.is_empty());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// The samples, oldest first.
+    pub samples: Vec<ProfileSample>,
+    /// The interval asked for, seconds.
+    pub interval_s: f64,
+    /// CPU time the sampling took, seconds (the sampling thread's own).
+    pub sampling_cpu_s: f64,
+    /// Samples dropped to stay within [`MAX_SAMPLES`] (every other one,
+    /// each time the limit was reached).
+    pub thinned: u64,
+}
+
+impl Timeline {
+    /// Adds a sample, thinning the older ones past [`MAX_SAMPLES`].
+    pub fn push(&mut self, sample: ProfileSample) {
+        if self.samples.len() >= MAX_SAMPLES {
+            let before = self.samples.len();
+            let mut keep = false;
+            self.samples.retain(|_| {
+                keep = !keep;
+                keep
+            });
+            self.thinned += (before - self.samples.len()) as u64;
+        }
+        self.samples.push(sample);
+    }
+
+    /// How long to wait after a sample that took `took` (wall time) and
+    /// `cpu` (the sampling thread's CPU time: reading `numa_maps` may also
+    /// wait for the program's own memory-map lock, which costs it
+    /// nothing), to keep the sampling under [`MAX_SHARE`] of a CPU.
+    pub fn pause(interval: Duration, took: Duration, cpu: Duration) -> Duration {
+        let least = cpu.mul_f64(1.0 / MAX_SHARE - 1.0);
+        interval.saturating_sub(took).max(least)
+    }
+}
+
+/// Samples process `pid` (all its threads) every `options.interval` until
+/// it ends, `options.duration` passes or `stop()` says so; the samples so
+/// far are kept whichever comes first. Fails only when the process cannot
+/// be read at all (gone, or another user's without permission).
+///
+/// ```
+/// use numalab::profile::{watch, ProfileOptions};
+/// use std::time::Duration;
+/// let options = ProfileOptions { interval: Duration::from_millis(10), duration: Some(Duration::from_millis(50)) };
+/// let timeline = watch(std::process::id() as i32, options, || false)?;
+/// assert!(timeline.samples.len() >= 2);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::Result<Timeline> {
+    // The first read says whether the process can be read at all.
+    ProcessMemory::of_process(pid)?;
+    let nodes = CpuNodes::live();
+    let start = Instant::now();
+    let cpu_before = crate::system::thread_cpu_time();
+    let mut timeline = Timeline {
+        interval_s: options.interval.as_secs_f64(),
+        ..Timeline::default()
+    };
+    loop {
+        let began = Instant::now();
+        let cpu = crate::system::thread_cpu_time();
+        let now = sample(&[pid], &nodes, start);
+        if now.processes == 0 {
+            break;
+        }
+        timeline.push(now);
+        let pause = Timeline::pause(
+            options.interval,
+            began.elapsed(),
+            crate::system::thread_cpu_time() - cpu,
+        );
+        let ends = options.duration.map(|d| start + d);
+        // Sleep in short steps, to notice the end and `stop` soon.
+        let wake = Instant::now() + pause;
+        while Instant::now() < wake {
+            if stop() || ends.is_some_and(|end| Instant::now() >= end) {
+                timeline.sampling_cpu_s =
+                    (crate::system::thread_cpu_time() - cpu_before).as_secs_f64();
+                return Ok(timeline);
+            }
+            if !procfs::process_exists(pid) {
+                break;
+            }
+            std::thread::sleep((wake - Instant::now()).min(Duration::from_millis(10)));
+        }
+    }
+    timeline.sampling_cpu_s = (crate::system::thread_cpu_time() - cpu_before).as_secs_f64();
+    Ok(timeline)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pause_keeps_the_sampling_within_its_share_of_a_cpu() {
+        let ms = Duration::from_millis;
+        // A cheap read: the interval.
+        assert_eq!(Timeline::pause(ms(200), ms(1), ms(1)), ms(199));
+        // A read costing 10 ms of CPU: at least 49 times that after it.
+        assert_eq!(Timeline::pause(ms(200), ms(10), ms(10)), ms(490));
+        // Waiting for the program's lock costs no CPU: the interval.
+        assert_eq!(Timeline::pause(ms(200), ms(50), ms(1)), ms(150));
+    }
+
+    #[test]
+    fn a_full_timeline_drops_every_other_sample() {
+        let mut timeline = Timeline::default();
+        for i in 0..MAX_SAMPLES + 1 {
+            timeline.push(ProfileSample {
+                at_s: i as f64,
+                ..ProfileSample::default()
+            });
+        }
+        assert_eq!(timeline.samples.len(), MAX_SAMPLES / 2 + 1);
+        assert_eq!(timeline.thinned, (MAX_SAMPLES / 2) as u64);
+        assert_eq!(timeline.samples[0].at_s, 0.0);
+        assert_eq!(timeline.samples[1].at_s, 2.0);
+        assert_eq!(timeline.samples.last().unwrap().at_s, MAX_SAMPLES as f64);
+    }
+}
