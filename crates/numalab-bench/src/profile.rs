@@ -20,7 +20,8 @@ use crate::document::Schema;
 /// ```
 /// use numalab_bench::profile::{profile_command, ProfileReport};
 /// use numalab::profile::ProfileOptions;
-/// let options = ProfileOptions { interval: std::time::Duration::from_millis(20), duration: None };
+/// let fixed = std::time::Duration::from_millis(20);
+/// let options = ProfileOptions { interval: fixed, grow_to: fixed, duration: None };
 /// let report = profile_command(&["sleep".into(), "0.2".into()], options)?;
 /// assert!(report.timeline.samples.len() >= 3);
 /// assert_eq!(report.exit, Some(numalab::launch::Exit::Code(0)));
@@ -147,7 +148,7 @@ pub fn profile_command(
     })?;
     let before = HintFaults::now();
     let run = Launch::new(program, args)
-        .timeline(options.interval)
+        .timeline(options.interval, options.grow_to)
         .run()?;
     let timeline = run.timeline.clone().unwrap_or_default();
     Ok(ProfileReport {

@@ -262,7 +262,7 @@ pub struct Launch {
     args: Vec<OsString>,
     policy: Option<MemPolicy>,
     cpus: Option<CpuSet>,
-    timeline: Option<Duration>,
+    timeline: Option<(Duration, Duration)>,
 }
 
 impl Launch {
@@ -281,11 +281,13 @@ impl Launch {
         }
     }
 
-    /// Samples the command's processes every `interval` while it runs
-    /// ([`profile::sample`]; stretched so the sampling takes at most
-    /// [`profile::MAX_SHARE`] of a CPU) into [`LaunchReport::timeline`].
-    pub fn timeline(mut self, interval: Duration) -> Self {
-        self.timeline = Some(interval);
+    /// Samples the command's processes while it runs
+    /// ([`profile::sample`]) into [`LaunchReport::timeline`]: first every
+    /// `interval`, then half as long again after each sample up to
+    /// `grow_to`, stretched so the sampling takes at most
+    /// [`profile::MAX_SHARE`] of a CPU.
+    pub fn timeline(mut self, interval: Duration, grow_to: Duration) -> Self {
+        self.timeline = Some((interval, grow_to));
         self
     }
 
@@ -612,10 +614,10 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Sampler {
-    fn start(pid: i32, timeline: Option<Duration>) -> Sampler {
+    fn start(pid: i32, timeline: Option<(Duration, Duration)>) -> Sampler {
         let shared = Arc::new(SamplerState::default());
         lock(&shared.watched).insert(pid);
-        *lock(&shared.timeline) = timeline.map(|interval| Timeline {
+        *lock(&shared.timeline) = timeline.map(|(interval, _)| Timeline {
             interval_s: interval.as_secs_f64(),
             ..Timeline::default()
         });
@@ -626,6 +628,7 @@ impl Sampler {
                 let begun = Instant::now();
                 let cpu_before = crate::system::thread_cpu_time();
                 let nodes = timeline.map(|_| CpuNodes::live()).unwrap_or_default();
+                let mut interval = timeline.map(|(interval, _)| interval);
                 while !state.stop.load(Ordering::Relaxed) {
                     let started = Instant::now();
                     let cpu = crate::system::thread_cpu_time();
@@ -636,8 +639,8 @@ impl Sampler {
                         .copied()
                         .filter(|&pid| procfs::tgid_of(pid).ok() == Some(pid))
                         .collect();
-                    let pause = match timeline {
-                        Some(interval) => {
+                    let pause = match (interval, timeline) {
+                        (Some(every), Some((_, grow_to))) => {
                             let now = profile::sample_with(&pids, &nodes, begun, |pid, memory| {
                                 if !memory.bytes.is_empty() {
                                     state.offer(pid, memory);
@@ -648,13 +651,14 @@ impl Sampler {
                                 timeline.sampling_cpu_s =
                                     (crate::system::thread_cpu_time() - cpu_before).as_secs_f64();
                             }
+                            interval = Some(Timeline::next_interval(every, grow_to));
                             Timeline::pause(
-                                interval,
+                                every,
                                 started.elapsed(),
                                 crate::system::thread_cpu_time() - cpu,
                             )
                         }
-                        None => {
+                        _ => {
                             for pid in pids {
                                 if let Ok(memory) = ProcessMemory::of_process(pid) {
                                     if !memory.bytes.is_empty() {

@@ -142,13 +142,18 @@ pub fn sample_with(
 /// ```
 /// use numalab::profile::ProfileOptions;
 /// let options = ProfileOptions::default();
-/// assert_eq!(options.interval, std::time::Duration::from_millis(200));
+/// assert_eq!(options.interval, std::time::Duration::from_millis(100));
+/// assert_eq!(options.grow_to, std::time::Duration::from_secs(1));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProfileOptions {
-    /// Time between samples; stretched when reading takes long, so the
-    /// reading never takes more than [`MAX_SHARE`] of a CPU.
+    /// Time between the first samples; stretched when reading takes long,
+    /// so the reading never takes more than [`MAX_SHARE`] of a CPU.
     pub interval: Duration,
+    /// The interval grows by half after each sample up to this (dense
+    /// samples for a short program, few for a long one; equal to
+    /// `interval` for a fixed rate).
+    pub grow_to: Duration,
     /// Stop after this long (the program goes on); `None`: until it ends.
     pub duration: Option<Duration>,
 }
@@ -156,7 +161,8 @@ pub struct ProfileOptions {
 impl Default for ProfileOptions {
     fn default() -> Self {
         ProfileOptions {
-            interval: Duration::from_millis(200),
+            interval: Duration::from_millis(100),
+            grow_to: Duration::from_secs(1),
             duration: None,
         }
     }
@@ -164,7 +170,7 @@ impl Default for ProfileOptions {
 
 /// The most of one CPU the sampling may take: reading `numa_maps` walks
 /// the program's page tables, under a lock its own `mmap` calls wait for.
-pub const MAX_SHARE: f64 = 0.02;
+pub const MAX_SHARE: f64 = 0.01;
 
 /// The most samples one profile keeps: a day at the default interval is
 /// under half a million; past this the interval doubles and every other
@@ -207,6 +213,15 @@ impl Timeline {
         self.samples.push(sample);
     }
 
+    /// The interval after `interval`: half as long again, at most
+    /// `grow_to`.
+    pub fn next_interval(interval: Duration, grow_to: Duration) -> Duration {
+        interval
+            .mul_f64(1.5)
+            .min(grow_to)
+            .max(interval.min(grow_to))
+    }
+
     /// How long to wait after a sample that took `took` (wall time) and
     /// `cpu` (the sampling thread's CPU time: reading `numa_maps` may also
     /// wait for the program's own memory-map lock, which costs it
@@ -225,7 +240,11 @@ impl Timeline {
 /// ```
 /// use numalab::profile::{watch, ProfileOptions};
 /// use std::time::Duration;
-/// let options = ProfileOptions { interval: Duration::from_millis(10), duration: Some(Duration::from_millis(50)) };
+/// let options = ProfileOptions {
+///     interval: Duration::from_millis(10),
+///     grow_to: Duration::from_millis(10),
+///     duration: Some(Duration::from_millis(50)),
+/// };
 /// let timeline = watch(std::process::id() as i32, options, || false)?;
 /// assert!(timeline.samples.len() >= 2);
 /// # Ok::<(), std::io::Error>(())
@@ -240,6 +259,7 @@ pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::
         interval_s: options.interval.as_secs_f64(),
         ..Timeline::default()
     };
+    let mut interval = options.interval;
     loop {
         let began = Instant::now();
         let cpu = crate::system::thread_cpu_time();
@@ -249,10 +269,11 @@ pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::
         }
         timeline.push(now);
         let pause = Timeline::pause(
-            options.interval,
+            interval,
             began.elapsed(),
             crate::system::thread_cpu_time() - cpu,
         );
+        interval = Timeline::next_interval(interval, options.grow_to);
         let ends = options.duration.map(|d| start + d);
         // Sleep in short steps, to notice the end and `stop` soon.
         let wake = Instant::now() + pause;
@@ -281,10 +302,15 @@ mod tests {
         let ms = Duration::from_millis;
         // A cheap read: the interval.
         assert_eq!(Timeline::pause(ms(200), ms(1), ms(1)), ms(199));
-        // A read costing 10 ms of CPU: at least 49 times that after it.
-        assert_eq!(Timeline::pause(ms(200), ms(10), ms(10)), ms(490));
+        // A read costing 10 ms of CPU: at least 99 times that after it.
+        assert_eq!(Timeline::pause(ms(200), ms(10), ms(10)), ms(990));
         // Waiting for the program's lock costs no CPU: the interval.
         assert_eq!(Timeline::pause(ms(200), ms(50), ms(1)), ms(150));
+        // The interval grows by half up to its bound, and stays fixed when
+        // the bound is the interval.
+        assert_eq!(Timeline::next_interval(ms(100), ms(1000)), ms(150));
+        assert_eq!(Timeline::next_interval(ms(800), ms(1000)), ms(1000));
+        assert_eq!(Timeline::next_interval(ms(50), ms(50)), ms(50));
     }
 
     #[test]

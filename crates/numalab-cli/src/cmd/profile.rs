@@ -28,7 +28,7 @@ use crate::signals::Interrupts;
     numalab profile --interval 1s --json -- ./app > profile.json\n\n\
 Everything is read from /proc: each sample is exact for that moment (numastat -p's numbers), \
 memory allocated and freed between two samples is not seen. The sampling is stretched so it \
-never takes more than 2% of a CPU, and what it took is printed. With a command, the report goes \
+never takes more than 1% of a CPU, and what it took is printed. With a command, the report goes \
 to standard error (the command owns standard output) or to --output, and numalab exits with the \
 command's status (128 + N if signal N killed it; 125 when numalab fails, 126/127 when the command \
 cannot be run). With --pid, Ctrl-C ends the watch and the samples so far are reported.")]
@@ -43,9 +43,10 @@ pub struct ProfileArgs {
     )]
     pub pid: Option<i32>,
 
-    /// Time between samples (e.g. 200ms, 1s)
-    #[arg(long, value_name = "DURATION", default_value = "200ms")]
-    pub interval: Seconds,
+    /// Time between samples (e.g. 200ms, 1s) [default: 100ms at first,
+    /// half as long again after each sample, up to 1s]
+    #[arg(long, value_name = "DURATION")]
+    pub interval: Option<Seconds>,
 
     /// Stop watching after this long (with --pid; a command is watched to
     /// its end)
@@ -63,10 +64,14 @@ pub struct ProfileArgs {
 /// Runs `numalab profile`; returns the exit status to leave with.
 pub fn run(args: &ProfileArgs) -> Result<i32> {
     args.output.check()?;
-    let options = ProfileOptions {
-        interval: args.interval.0,
+    let mut options = ProfileOptions {
         duration: args.duration.map(|d| d.0),
+        ..ProfileOptions::default()
     };
+    if let Some(interval) = args.interval {
+        options.interval = interval.0;
+        options.grow_to = interval.0;
+    }
     let Some(pid) = args.pid else {
         if args.duration.is_some() {
             anyhow::bail!("--duration is for --pid: a command is watched to its end");

@@ -99,12 +99,18 @@ fn human(report: &ProfileReport) -> String {
             report.command.join(" ")
         ),
     };
+    let apart = match (samples.first(), samples.last()) {
+        (Some(first), Some(last)) if samples.len() > 1 => format!(
+            ", {:.0} ms apart on average",
+            (last.at_s - first.at_s) * 1e3 / (samples.len() - 1) as f64
+        ),
+        _ => String::new(),
+    };
     let _ = writeln!(
         out,
-        "\nnumalab profile: {what} after {:.2} s; {} sample(s) every {} ms{}",
+        "\nnumalab profile: {what} after {:.2} s; {} sample(s){apart}{}",
         report.elapsed_s,
         samples.len(),
-        (report.timeline.interval_s * 1e3).round(),
         if report.timeline.thinned > 0 {
             format!(" ({} older ones thinned out)", report.timeline.thinned)
         } else {
