@@ -450,6 +450,26 @@ fn hash_map(bench: &Bench) {
     }
 }
 
+/// A plain memcpy of `size` bytes from random page-aligned offsets of
+/// `source` (one of `slots` pages of `page` bytes), `ops` times.
+fn copy_body(
+    source: &[u8],
+    size: usize,
+    slots: usize,
+    page: usize,
+) -> impl Fn(usize, u64) + Sync + '_ {
+    move |t: usize, ops: u64| {
+        let mut rng = Rng::new(t as u64 + 3);
+        let mut buf = vec![0u8; size];
+        let src = black_box(source);
+        for _ in 0..ops {
+            let at = (rng.next() as usize % slots) * page;
+            buf.copy_from_slice(&src[at..at + size]);
+            black_box(&mut buf);
+        }
+    }
+}
+
 fn pages(bench: &Bench) {
     const LEN: usize = 64 << 20;
     println!("\n## 3. ReplicatedPages: reads of local copies vs a plain memcpy");
@@ -491,26 +511,8 @@ fn pages(bench: &Bench) {
         let slots = (LEN - size) / page;
         let before: u64 = region.stats().iter().map(|s| s.remote_reads).sum();
         let local_before: u64 = region.stats().iter().map(|s| s.local_reads).sum();
-        let memcpy_body = |t: usize, ops: u64| {
-            let mut rng = Rng::new(t as u64 + 3);
-            let mut buf = vec![0u8; size];
-            let src = black_box(plain.as_slice());
-            for _ in 0..ops {
-                let at = (rng.next() as usize % slots) * page;
-                buf.copy_from_slice(&src[at..at + size]);
-                black_box(&mut buf);
-            }
-        };
-        let huge_body = |t: usize, ops: u64| {
-            let mut rng = Rng::new(t as u64 + 3);
-            let mut buf = vec![0u8; size];
-            let src = black_box(huge.as_slice());
-            for _ in 0..ops {
-                let at = (rng.next() as usize % slots) * page;
-                buf.copy_from_slice(&src[at..at + size]);
-                black_box(&mut buf);
-            }
-        };
+        let memcpy_body = copy_body(plain.as_slice(), size, slots, page);
+        let huge_body = copy_body(huge.as_slice(), size, slots, page);
         let pages_body = |t: usize, ops: u64| {
             let mut rng = Rng::new(t as u64 + 3);
             let mut buf = vec![0u8; size];

@@ -49,6 +49,20 @@ pub struct ExecArgs {
     pub command: Vec<OsString>,
 }
 
+/// Says that `program` could not be run by `numalab COMMAND`; the exit
+/// status a shell gives then: 127 when it does not exist, 126 otherwise.
+pub fn cannot_run(command: &str, program: &std::ffi::OsStr, source: &std::io::Error) -> i32 {
+    eprintln!(
+        "numalab {command}: cannot run {}: {source}",
+        program.to_string_lossy()
+    );
+    if source.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
 /// Exit status when numalab itself fails, as `env` and `timeout` use.
 pub const EXIT_OWN_FAILURE: i32 = 125;
 
@@ -82,15 +96,7 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
             return Ok(128 + signal);
         }
         Err(ExecError::Launch(LaunchError::Spawn { program, source })) => {
-            eprintln!(
-                "numalab exec: cannot run {}: {source}",
-                program.to_string_lossy()
-            );
-            return Ok(if source.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            });
+            return Ok(cannot_run("exec", &program, &source));
         }
         Err(err) => return Err(err.into()),
     };

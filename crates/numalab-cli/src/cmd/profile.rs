@@ -13,7 +13,7 @@ use numalab::profile::ProfileOptions;
 use numalab_bench::experiment::values::Seconds;
 use numalab_bench::profile::{profile_command, profile_pid};
 
-use super::exec::EXIT_OWN_FAILURE;
+use super::exec::{cannot_run, EXIT_OWN_FAILURE};
 use crate::output::{self, OutputArgs};
 use crate::render;
 use crate::signals::Interrupts;
@@ -106,15 +106,7 @@ fn run_command(args: &ProfileArgs, options: ProfileOptions) -> Result<i32> {
             return Ok(128 + signal);
         }
         Err(LaunchError::Spawn { program, source }) => {
-            eprintln!(
-                "numalab profile: cannot run {}: {source}",
-                program.to_string_lossy()
-            );
-            return Ok(if source.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            });
+            return Ok(cannot_run("profile", &program, &source));
         }
         Err(err) => return Err(err).context("numalab profile"),
     };
