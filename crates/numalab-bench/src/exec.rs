@@ -87,6 +87,7 @@ impl ExecConfig {
 ///     observation: Observation::AtExit,
 ///     elapsed: Duration::from_millis(20),
 ///     relayed: None,
+///     timeline: None,
 /// };
 /// let policy = MemPolicy::Bind(NodeSet::single(1));
 /// let report = ExecReport::new(&topology, vec!["./app".into()], Some(policy), None, run);
