@@ -182,8 +182,7 @@ pub fn profile_pid(
     let start = Instant::now();
     let timeline = watch(pid, options, stop)?;
     let elapsed_s = start.elapsed().as_secs_f64();
-    let ended = !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        || matches!(std::fs::read_to_string(format!("/proc/{pid}/stat")), Ok(s) if s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with(['Z', 'X'])));
+    let ended = !numalab::profile::running(pid);
     Ok(ProfileReport {
         command: vec![name],
         pid,
@@ -199,11 +198,7 @@ pub fn profile_pid(
 }
 
 fn numa_balancing() -> Option<u32> {
-    std::fs::read_to_string("/proc/sys/kernel/numa_balancing")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    numalab::system::KernelSettings::current().numa_balancing
 }
 
 /// What each figure rests on, and what is not measured here.

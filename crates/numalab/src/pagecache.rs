@@ -357,13 +357,11 @@ impl FileCacheBatch {
         };
         let page = linux::page_size() as u64;
         let pages = size.div_ceil(page);
-        let stat = linux::cache_stat_range(file.as_fd(), 0, size.max(1));
-        let whole = size > 0 && stat.as_ref().is_ok_and(|stat| stat.cached == pages);
-        let none = size == 0
-            || stat
-                .as_ref()
-                .is_ok_and(|stat| stat.cached == 0 && stat.evicted == 0);
-        if none {
+        let probe = match size {
+            0 => Probe::Nothing,
+            _ => Probe::of(file.as_fd(), 0, size),
+        };
+        if probe == Probe::Nothing {
             return Some(Ok(FileCache {
                 size,
                 page_size: page,
@@ -371,7 +369,7 @@ impl FileCacheBatch {
                 ..FileCache::default()
             }));
         }
-        if !whole || size > SLOT_FILE || Frames::get().is_none() {
+        if probe != Probe::Whole || size > SLOT_FILE || Frames::get().is_none() {
             return Some(cache_of(file, size, 0, size));
         }
         let bytes = (pages * page) as usize;
@@ -432,13 +430,7 @@ impl FileCacheBatch {
                 None => {
                     let addresses: Vec<*const u8> =
                         (0..pages).map(|p| slots.at(at + p * page)).collect();
-                    locate_pages(&addresses)
-                        .map_err(PageCacheError::Locate)
-                        .map(|found| {
-                            cache.per_node = found.per_node;
-                            cache.unknown = found.unknown + found.not_present;
-                            cache
-                        })
+                    locate_into(&addresses, &mut cache).map(|()| cache)
                 }
             };
             self.results[index] = Some(counted);
@@ -508,9 +500,7 @@ fn cache_of(file: &File, size: u64, offset: u64, len: u64) -> Result<FileCache, 
         residency.clear();
         residency.resize(pages, 0);
         // Parts wholly cached (most of a hot file) or wholly not need no
-        // mincore: cachestat(2) counts them a folio at a time. A part
-        // with evicted entries is asked of mincore, which counts a tmpfs
-        // page in the swap cache as resident where cachestat does not.
+        // mincore ([`Probe`]).
         let mut window = None;
         let mut whole = true;
         for from in (0..len).step_by(PROBE as usize) {
@@ -518,13 +508,13 @@ fn cache_of(file: &File, size: u64, offset: u64, len: u64) -> Result<FileCache, 
             let part_pages = part.div_ceil(page);
             let first = (from / page) as usize;
             let vec = &mut residency[first..first + part_pages as usize];
-            match linux::cache_stat_range(fd, at + from, part) {
-                Ok(stat) if stat.cached == part_pages => {
+            match Probe::of(fd, at + from, part) {
+                Probe::Whole => {
                     vec.fill(1);
                     continue;
                 }
-                Ok(stat) if stat.cached == 0 && stat.evicted == 0 => {}
-                _ => {
+                Probe::Nothing => {}
+                Probe::Ask => {
                     let window = match &mut window {
                         Some(window) => window,
                         None => window.insert(linux::FileWindow::map(fd, at, len as usize)?),
@@ -556,6 +546,43 @@ fn cache_of(file: &File, size: u64, offset: u64, len: u64) -> Result<FileCache, 
         at += len;
     }
     Ok(cache)
+}
+
+/// What `cachestat(2)` (Linux 6.5) says of part of a file, counting it a
+/// folio at a time where `mincore(2)` looks at every page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// Every page is cached.
+    Whole,
+    /// No page is cached, and none was evicted: a tmpfs page in the swap
+    /// cache is resident to `mincore` but evicted to `cachestat`, so a
+    /// part with evicted entries is not this.
+    Nothing,
+    /// Ask `mincore` (part cached, or no `cachestat`).
+    Ask,
+}
+
+impl Probe {
+    /// `len` bytes of `fd` from `offset`.
+    fn of(fd: std::os::fd::BorrowedFd<'_>, offset: u64, len: u64) -> Probe {
+        let pages = len.div_ceil(linux::page_size() as u64);
+        match linux::cache_stat_range(fd, offset, len) {
+            Ok(stat) if stat.cached == pages => Probe::Whole,
+            Ok(stat) if stat.cached == 0 && stat.evicted == 0 => Probe::Nothing,
+            _ => Probe::Ask,
+        }
+    }
+}
+
+/// Asks `move_pages(2)` where the pages at `addresses` are, and adds them
+/// to `cache` (those it cannot place as unknown).
+fn locate_into(addresses: &[*const u8], cache: &mut FileCache) -> Result<(), PageCacheError> {
+    let found = locate_pages(addresses).map_err(PageCacheError::Locate)?;
+    for (node, pages) in found.per_node {
+        *cache.per_node.entry(node).or_default() += pages;
+    }
+    cache.unknown += found.unknown + found.not_present;
+    Ok(())
 }
 
 /// Counts the cached pages of `window` (`residency`: a byte per page,
@@ -601,11 +628,7 @@ fn count_window(
         }
     }
     if !addresses.is_empty() {
-        let found = locate_pages(&addresses).map_err(PageCacheError::Locate)?;
-        for (node, pages) in found.per_node {
-            *cache.per_node.entry(node).or_default() += pages;
-        }
-        cache.unknown += found.unknown + found.not_present;
+        locate_into(&addresses, cache)?;
     }
     Ok(())
 }

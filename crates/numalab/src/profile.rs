@@ -262,7 +262,8 @@ pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::
         ..Timeline::default()
     };
     let mut interval = options.interval;
-    loop {
+    let ends = options.duration.map(|d| start + d);
+    'sampling: loop {
         let began = Instant::now();
         let cpu = crate::system::thread_cpu_time();
         let now = sample(&[pid], &nodes, start);
@@ -276,16 +277,13 @@ pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::
             crate::system::thread_cpu_time() - cpu,
         );
         interval = Timeline::next_interval(interval, options.grow_to);
-        let ends = options.duration.map(|d| start + d);
         // Sleep in short steps, to notice the end and `stop` soon.
         let wake = Instant::now() + pause;
         while Instant::now() < wake {
             if stop() || ends.is_some_and(|end| Instant::now() >= end) {
-                timeline.sampling_cpu_s =
-                    (crate::system::thread_cpu_time() - cpu_before).as_secs_f64();
-                return Ok(timeline);
+                break 'sampling;
             }
-            if !procfs::process_exists(pid) {
+            if !running(pid) {
                 break;
             }
             std::thread::sleep((wake - Instant::now()).min(Duration::from_millis(10)));
@@ -293,6 +291,16 @@ pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::
     }
     timeline.sampling_cpu_s = (crate::system::thread_cpu_time() - cpu_before).as_secs_f64();
     Ok(timeline)
+}
+
+/// Whether process `pid` still runs (exists and has not exited: a
+/// zombie waiting for its parent does not run).
+///
+/// ```
+/// assert!(numalab::profile::running(std::process::id() as i32));
+/// ```
+pub fn running(pid: i32) -> bool {
+    procfs::process_exists(pid)
 }
 
 #[cfg(test)]
