@@ -231,8 +231,19 @@ fn a_batch_counts_each_file_as_fincore_does_and_reads_nothing_in() {
     }
     assert!(before[80] > 0 && before[80] < 128, "part: {}", before[80]);
     assert_eq!(before[81], 0, "cold");
+    // Nothing read in: no file has more pages cached than before. (Fewer
+    // is the kernel's doing: a VM may take idle page cache back between
+    // the two counts, as the one this was written on does.)
     let after: Vec<_> = paths.iter().filter_map(|p| fincore_pages(p)).collect();
-    assert_eq!(after, before, "nothing read in");
+    assert_eq!(after.len(), before.len());
+    for ((path, after), before) in paths.iter().zip(&after).zip(&before) {
+        assert!(
+            after <= before,
+            "{}: {before} pages cached before, {after} after: read in",
+            path.display()
+        );
+    }
+    assert_eq!(after[81], 0, "the cold file stays cold");
 }
 
 #[test]
