@@ -5,8 +5,8 @@
 //! when each of its processes exits, its `/proc/PID/numa_maps` is read
 //! before the kernel frees its memory, so even a short-lived command gets
 //! a full account. Meanwhile a sampler thread reads every process's memory
-//! every few tens of milliseconds, so memory freed before exit still shows
-//! in the peak. Where tracing is not permitted (some containers), only the
+//! (every 20 ms at most, never more than [`profile::MAX_SHARE`] of a CPU),
+//! so memory freed before exit still shows in the peak. Where tracing is not permitted (some containers), only the
 //! samples are reported and the report says so.
 //!
 //! The command is followed until it exits, not its descendants: whatever
@@ -577,6 +577,10 @@ fn release(live: BTreeSet<i32>, unseen: i64) {
     }
 }
 
+/// The shortest time between two reads of the command's memory for its
+/// peak (when no timeline is asked for).
+const PEAK_INTERVAL: Duration = Duration::from_millis(20);
+
 /// Reads the memory of the command's processes in the background and keeps
 /// each one's largest snapshot (by private memory) and latest snapshot.
 struct Sampler {
@@ -666,10 +670,14 @@ impl Sampler {
                                     }
                                 }
                             }
-                            // Reading numa_maps walks page tables: spend at
-                            // most a tenth of the time on it, sampling every
-                            // 20 ms at most.
-                            (started.elapsed() * 9).max(Duration::from_millis(20))
+                            // Reading numa_maps walks page tables: every
+                            // 20 ms at most, and never more than the
+                            // profile's share of a CPU.
+                            Timeline::pause(
+                                PEAK_INTERVAL,
+                                started.elapsed(),
+                                crate::system::thread_cpu_time() - cpu,
+                            )
                         }
                     };
                     // Sleep in steps, to stop soon when asked.
