@@ -34,6 +34,9 @@ pub struct ExecConfig {
     /// Weighted-interleave weights to install for the run (restored
     /// after it), node to weight.
     pub weights: Option<BTreeMap<u32, u8>>,
+    /// Give the command no standard input and discard its output
+    /// ([`Launch::quiet`]).
+    pub quiet: bool,
 }
 
 impl ExecConfig {
@@ -48,6 +51,7 @@ impl ExecConfig {
             policy: None,
             cpus: None,
             weights: None,
+            quiet: false,
         }
     }
 
@@ -210,6 +214,9 @@ pub fn exec(topology: &Topology, config: &ExecConfig) -> Result<ExecReport, Exec
     }
     if let Some(cpus) = &config.cpus {
         launch = launch.cpus(cpus.clone());
+    }
+    if config.quiet {
+        launch = launch.quiet();
     }
     let run = launch.run();
     let restored = weights.map_or(Ok(()), InterleaveWeights::restore);

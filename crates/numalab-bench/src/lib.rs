@@ -2,6 +2,7 @@
 //! not themselves, pinned workers that start together, and the experiment
 //! engine (`numalab run` / `numalab sweep`) built on them.
 
+pub mod advise;
 pub mod document;
 pub mod exec;
 pub mod experiment;

@@ -34,6 +34,7 @@ enum Command {
     Topo(cmd::topo::TopoArgs),
     Exec(cmd::exec::ExecArgs),
     Profile(cmd::profile::ProfileArgs),
+    Advise(cmd::advise::AdviseArgs),
     Matrix(cmd::matrix::MatrixArgs),
     Fill(cmd::fill::FillArgs),
     Fincore(cmd::fincore::FincoreArgs),
@@ -48,15 +49,15 @@ enum Command {
 }
 
 /// Parses the command line; a usage error exits 2, or 125 for `exec`,
-/// whose own 1 and 2 belong to the command it runs (as `env`, `timeout`,
-/// `nice` exit 125).
+/// `profile` and `advise`, whose own 1 and 2 belong to the command they
+/// run (as `env`, `timeout`, `nice` exit 125).
 fn parse() -> Cli {
     Cli::try_parse().unwrap_or_else(|err| {
         let _ = err.print();
-        // `profile` runs a command too.
+        // `profile` and `advise` run a command too.
         let exec = std::env::args_os()
             .nth(1)
-            .is_some_and(|a| a == "exec" || a == "profile");
+            .is_some_and(|a| a == "exec" || a == "profile" || a == "advise");
         let code = match err.use_stderr() {
             false => 0,
             true if exec => cmd::exec::EXIT_OWN_FAILURE,
@@ -91,6 +92,9 @@ fn main() -> ExitCode {
         Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
         Command::Profile(args) => {
             cmd::profile::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE))
+        }
+        Command::Advise(args) => {
+            cmd::advise::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE))
         }
         Command::Matrix(args) => cmd::matrix::run(args).map_err(|e| (e, 1)),
         Command::Fill(args) => cmd::fill::run(args).map_err(|e| (e, 1)),

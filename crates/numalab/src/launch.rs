@@ -263,6 +263,7 @@ pub struct Launch {
     policy: Option<MemPolicy>,
     cpus: Option<CpuSet>,
     timeline: Option<(Duration, Duration)>,
+    quiet: bool,
 }
 
 impl Launch {
@@ -278,7 +279,16 @@ impl Launch {
             policy: None,
             cpus: None,
             timeline: None,
+            quiet: false,
         }
+    }
+
+    /// Gives the command nothing on standard input and discards what it
+    /// writes to standard output and error (as `hyperfine` runs what it
+    /// times: a terminal's speed is not part of the command's).
+    pub fn quiet(mut self) -> Self {
+        self.quiet = true;
+        self
     }
 
     /// Samples the command's processes while it runs
@@ -340,6 +350,12 @@ impl Launch {
     fn spawn(&self, traced: bool) -> io::Result<i32> {
         let mut command = Command::new(&self.program);
         command.args(&self.args);
+        if self.quiet {
+            command
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+        }
         // Everything the child needs is computed here: between fork and
         // exec it may only make system calls.
         let policy = self.policy.as_ref().map(|p| (p.kernel_mode(), p.nodes()));
@@ -500,6 +516,68 @@ impl Launch {
             timeline,
         })
     }
+}
+
+/// Finds `program` as `execvp` would: a name with a `/` as it is, any
+/// other in the directories of `PATH` (`/usr/local/bin:/usr/bin:/bin`
+/// when unset). Fails with `NotFound` when there is no such file, and
+/// `PermissionDenied` when the file found is not an executable regular
+/// file: the two cases a shell exits 127 and 126 for, found before
+/// anything runs.
+///
+/// ```
+/// use numalab::launch::find_program;
+/// assert!(find_program("sh".as_ref())?.is_absolute());
+/// let missing = find_program("no-such-program-anywhere".as_ref()).unwrap_err();
+/// assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+/// let plain = std::env::temp_dir().join(format!("numalab-doc-{}", std::process::id()));
+/// std::fs::write(&plain, "not a program")?; // mode 0644: not executable
+/// let not_executable = find_program(plain.as_os_str()).unwrap_err();
+/// std::fs::remove_file(&plain)?;
+/// assert_eq!(not_executable.kind(), std::io::ErrorKind::PermissionDenied);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn find_program(program: &std::ffi::OsStr) -> io::Result<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &std::path::Path| -> io::Result<()> {
+        let meta = std::fs::metadata(path)?;
+        if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "not an executable file",
+            ))
+        }
+    };
+    if program.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "an empty program name",
+        ));
+    }
+    if program.as_bytes().contains(&b'/') {
+        let path = std::path::PathBuf::from(program);
+        executable(&path)?;
+        return Ok(path);
+    }
+    let search = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut denied = None;
+    for dir in std::env::split_paths(&search) {
+        let dir = if dir.as_os_str().is_empty() {
+            ".".into()
+        } else {
+            dir
+        };
+        let path = dir.join(program);
+        match executable(&path) {
+            Ok(()) => return Ok(path),
+            Err(err) if err.kind() == io::ErrorKind::PermissionDenied => denied = Some(err),
+            Err(_) => {}
+        }
+    }
+    Err(denied.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not found in PATH")))
 }
 
 /// The ptrace events of a traced task making a new one.

@@ -197,6 +197,17 @@ impl Environment {
     }
 }
 
+/// Whether numalab runs as root (effective user 0): what writing the
+/// kernel's global settings (interleave weights, dropping caches) needs.
+///
+/// ```
+/// let root = numalab::system::is_root();
+/// println!("{}", if root { "root" } else { "not root" });
+/// ```
+pub fn is_root() -> bool {
+    crate::sys::linux::effective_uid() == 0
+}
+
 /// The base page size in bytes (`sysconf(_SC_PAGESIZE)`: 4 KiB on x86-64).
 ///
 /// ```

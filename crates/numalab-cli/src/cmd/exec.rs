@@ -77,6 +77,7 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
         policy: placement.policy,
         cpus: placement.cpus,
         weights: placement.weights,
+        quiet: false,
     };
     if let Some(commands) = config
         .weights

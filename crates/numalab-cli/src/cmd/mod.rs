@@ -22,6 +22,7 @@
 //! `numalab plot` read it back as that type. A command module holds no
 //! measurement logic and no formatting; an engine module prints nothing.
 
+pub mod advise;
 pub mod exec;
 pub mod fill;
 pub mod fincore;

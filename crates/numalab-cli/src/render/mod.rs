@@ -8,6 +8,7 @@
 //! output or atomically to `-o FILE`, and repeats the result's warnings on
 //! standard error when standard output is not a table a person reads.
 
+pub mod advise;
 pub mod exec;
 pub mod experiment;
 pub mod figures;

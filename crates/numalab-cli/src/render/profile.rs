@@ -55,7 +55,7 @@ const PRIVATE: [MemoryKind; 4] = [
 
 /// The command line as a shell would take it back: words with spaces or
 /// quotes in single quotes, control characters escaped.
-fn command_line(words: &[String]) -> String {
+pub(crate) fn command_line(words: &[String]) -> String {
     words
         .iter()
         .map(|word| {

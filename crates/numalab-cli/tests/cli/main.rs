@@ -1,6 +1,7 @@
 //! The `numalab` binary as users run it: one module per command, shared
 //! helpers in `common`.
 
+mod advise;
 mod common;
 mod exec;
 mod experiment;

@@ -20,12 +20,12 @@ const DD_PAGES: u64 = 2048;
 const THP: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
 
 /// Sets transparent huge pages for as long as it lives.
-struct ThpSetting {
+pub(super) struct ThpSetting {
     previous: Option<String>,
 }
 
 impl ThpSetting {
-    fn set(mode: &str) -> Result<ThpSetting> {
+    pub(super) fn set(mode: &str) -> Result<ThpSetting> {
         let previous = fs::read_to_string(THP).ok().and_then(|t| selected_word(&t));
         fs::write(THP, mode)?;
         Ok(ThpSetting { previous })

@@ -23,6 +23,7 @@
 //! }
 //! ```
 
+pub mod advise;
 pub mod buffer;
 pub mod exec;
 pub mod fill;
@@ -152,6 +153,16 @@ pub const CHECKS: &[Check] = &[
         name: "exec.weights-restored-on-sigterm",
         about: "numalab exec -w sent SIGTERM: the command gets it, exit 143, the kernel's weights restored",
         run: exec::weights_restored_on_sigterm,
+    },
+    Check {
+        name: "profile.timeline",
+        about: "numalab profile of a program that writes 32 MiB on the first node, frees it, then on the last: the timeline has it on the first node, then on the last",
+        run: advise::timeline,
+    },
+    Check {
+        name: "advise.placements",
+        about: "numalab advise on busybox dd: the candidates the preset calls for, each run's pages where that placement puts them, a recommendation",
+        run: advise::placements,
     },
     Check {
         name: "fill.spill",
@@ -698,6 +709,16 @@ pub fn main() -> ExitCode {
             "--preset" => preset = args.next(),
             "--checks" => checks = args.next(),
             "--results" => results = args.next(),
+            // A program for profile.timeline to watch.
+            "--allocate" => {
+                return match advise::allocate_in_turn(&args.next().unwrap_or_default()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(err) => {
+                        eprintln!("numalab-guest --allocate: {err:#}");
+                        ExitCode::from(1)
+                    }
+                };
+            }
             "--list" => {
                 for check in CHECKS {
                     println!("{:<28} {}", check.name, check.about);

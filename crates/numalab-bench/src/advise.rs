@@ -1,0 +1,924 @@
+//! `numalab advise`: run a real command under every placement that makes
+//! sense on this machine, several times each, and recommend one on the
+//! evidence — its speed against first touch with a confidence interval,
+//! and where its pages went.
+//!
+//! The candidates ([`candidates`]) are first touch (the kernel's default),
+//! interleave over every node with memory, bind + cpunodebind per node
+//! with CPUs, preferred per node with memory, and weighted interleave with
+//! weights from a measured bandwidth matrix ([`weights_from_bandwidth`]).
+//! Each runs `warmup` times unmeasured, then `runs` times measured, in
+//! rounds that visit every candidate in turn (starting one further along
+//! each round), so a machine that slows down over the minutes slows every
+//! candidate alike instead of the last one. Each run is placed and audited
+//! as `numalab exec` does ([`crate::exec`]).
+//!
+//! The comparison is [`stats::difference`]: Welch's t-interval on the
+//! logarithms of the run times. A placement is recommended only when its
+//! interval says it is faster than first touch; otherwise first touch
+//! stays, and the report says the others were within noise.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+
+use numalab::launch::{Exit, LaunchError};
+use numalab::{CpuSet, MemPolicy, NodeSet, Topology};
+use serde::{Deserialize, Serialize};
+
+use crate::document::Schema;
+use crate::exec::{exec, ExecConfig, ExecError};
+use crate::matrix::BandwidthMatrix;
+use crate::stats::{self, Difference, Summary, Verdict};
+
+/// One placement to try.
+///
+/// ```
+/// use numalab::{MemPolicy, NodeSet};
+/// use numalab_bench::advise::Candidate;
+/// let bind = Candidate::bind(1, "8-15".parse()?);
+/// assert_eq!(bind.name, "bind:1");
+/// assert_eq!(bind.policy, Some(MemPolicy::Bind(NodeSet::single(1))));
+/// assert_eq!(bind.numactl_options(), "--cpunodebind=1 --membind=1");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// Short name: `first-touch`, `interleave:0-1`, `bind:1`,
+    /// `preferred:2`, `weighted-interleave:0=3,1=1`.
+    pub name: String,
+    /// The memory policy; `None` is first touch.
+    pub policy: Option<MemPolicy>,
+    /// The nodes whose CPUs it runs on, if bound.
+    pub cpu_nodes: Option<NodeSet>,
+    /// Those CPUs.
+    pub cpus: Option<CpuSet>,
+    /// Weighted-interleave weights the kernel is given for the run.
+    pub weights: Option<BTreeMap<u32, u8>>,
+    /// Why it is a candidate, in one sentence.
+    pub why: String,
+}
+
+impl Candidate {
+    /// First touch: the kernel's default, each page on the node of the
+    /// CPU that first writes it.
+    pub fn first_touch() -> Candidate {
+        Candidate {
+            name: "first-touch".into(),
+            policy: None,
+            cpu_nodes: None,
+            cpus: None,
+            weights: None,
+            why: "the kernel's default: each page on the node of the CPU that first touched it"
+                .into(),
+        }
+    }
+
+    /// Pages round-robin over `nodes`.
+    pub fn interleave(nodes: NodeSet) -> Candidate {
+        Candidate {
+            name: format!("interleave:{nodes}"),
+            policy: Some(MemPolicy::Interleave(nodes)),
+            cpu_nodes: None,
+            cpus: None,
+            weights: None,
+            why: "spreads the pages, so every node's memory controller serves the program".into(),
+        }
+    }
+
+    /// CPUs and memory of node `node` only (`cpus` are its CPUs).
+    pub fn bind(node: u32, cpus: CpuSet) -> Candidate {
+        Candidate {
+            name: format!("bind:{node}"),
+            policy: Some(MemPolicy::Bind(NodeSet::single(node))),
+            cpu_nodes: Some(NodeSet::single(node)),
+            cpus: Some(cpus),
+            weights: None,
+            why: format!("everything local to node {node}: no remote access, one node's CPUs"),
+        }
+    }
+
+    /// Memory from `node` first, from the others when it is full; CPUs
+    /// not bound.
+    pub fn preferred(node: u32, has_cpus: bool) -> Candidate {
+        Candidate {
+            name: format!("preferred:{node}"),
+            policy: Some(MemPolicy::Preferred(node)),
+            cpu_nodes: None,
+            cpus: None,
+            weights: None,
+            why: if has_cpus {
+                format!("memory on node {node} while it has room, the threads on every CPU")
+            } else {
+                format!("memory on node {node}, which has no CPUs (far or expansion memory), while it has room")
+            },
+        }
+    }
+
+    /// Interleave by `weights` (node to weight).
+    pub fn weighted(weights: BTreeMap<u32, u8>, source: &str) -> Candidate {
+        let policy = MemPolicy::WeightedInterleave(weights.clone());
+        Candidate {
+            name: policy.to_string(),
+            policy: Some(policy),
+            cpu_nodes: None,
+            cpus: None,
+            weights: Some(weights),
+            why: format!("spreads the pages in proportion to each node's bandwidth ({source})"),
+        }
+    }
+
+    /// The `numactl` options that place a command as this candidate does
+    /// (empty for first touch). `numalab exec` takes the same ones.
+    pub fn numactl_options(&self) -> String {
+        let mut options = Vec::new();
+        if let Some(nodes) = &self.cpu_nodes {
+            options.push(format!("--cpunodebind={nodes}"));
+        }
+        match &self.policy {
+            None | Some(MemPolicy::Default) => {}
+            Some(MemPolicy::Local) => options.push("--localalloc".into()),
+            Some(MemPolicy::Bind(nodes)) => options.push(format!("--membind={nodes}")),
+            Some(MemPolicy::Interleave(nodes)) => options.push(format!("--interleave={nodes}")),
+            Some(MemPolicy::Preferred(node)) => options.push(format!("--preferred={node}")),
+            Some(MemPolicy::PreferredMany(nodes)) => {
+                options.push(format!("--preferred-many={nodes}"))
+            }
+            Some(MemPolicy::WeightedInterleave(weights)) => options.push(format!(
+                "--weighted-interleave={}",
+                weights
+                    .iter()
+                    .map(|(node, weight)| format!("{node}:{weight}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+            // A policy added to the library later has no numactl spelling
+            // here yet.
+            Some(_) => {}
+        }
+        options.join(" ")
+    }
+}
+
+/// Weighted-interleave weights in proportion to each memory node's read
+/// bandwidth, summed over the CPU nodes that read it (the program runs on
+/// all of them): the best node gets 20 before the weights are divided by
+/// their greatest common divisor, every node at least 1. `None` when the
+/// matrix has no read figure, or every node would get the same weight
+/// (plain interleave then).
+///
+/// ```
+/// use numalab_bench::advise::weights_from_bandwidth_figures;
+/// use std::collections::BTreeMap;
+/// // DRAM at 100 GB/s, CXL memory at 33.
+/// let weights = weights_from_bandwidth_figures(&BTreeMap::from([(0, 100.0), (1, 33.0)]));
+/// assert_eq!(weights, Some(BTreeMap::from([(0, 20), (1, 7)])));
+/// // Two equal nodes: plain interleave.
+/// assert_eq!(weights_from_bandwidth_figures(&BTreeMap::from([(0, 50.0), (1, 50.0)])), None);
+/// ```
+pub fn weights_from_bandwidth_figures(gbps: &BTreeMap<u32, f64>) -> Option<BTreeMap<u32, u8>> {
+    let best = gbps.values().copied().fold(0.0_f64, f64::max);
+    if gbps.len() < 2 || best <= 0.0 || gbps.values().any(|g| !g.is_finite()) {
+        return None;
+    }
+    let mut weights: BTreeMap<u32, u8> = gbps
+        .iter()
+        .map(|(&node, &g)| (node, ((20.0 * g / best).round() as u8).max(1)))
+        .collect();
+    let divisor = weights.values().fold(0u8, |a, &b| gcd(a, b));
+    if divisor > 1 {
+        weights.values_mut().for_each(|w| *w /= divisor);
+    }
+    let first = *weights.values().next()?;
+    if weights.values().all(|&w| w == first) {
+        return None;
+    }
+    Some(weights)
+}
+
+fn gcd(a: u8, b: u8) -> u8 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// [`weights_from_bandwidth_figures`] of a measured matrix: each target's
+/// read medians summed over the initiators.
+pub fn weights_from_bandwidth(matrix: &BandwidthMatrix) -> Option<BTreeMap<u32, u8>> {
+    let mut gbps: BTreeMap<u32, f64> = BTreeMap::new();
+    for cell in &matrix.cells {
+        *gbps.entry(cell.target).or_default() += cell.read_gbps.as_ref()?.median();
+    }
+    weights_from_bandwidth_figures(&gbps)
+}
+
+/// The placements worth trying on `topology`: first touch; and where two
+/// or more nodes have memory, interleave over them, bind + cpunodebind
+/// to each node with CPUs and memory, preferred on each node with memory,
+/// and weighted interleave by `weights` when given.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::advise::candidates;
+/// let two = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let names: Vec<String> = candidates(&two, None).into_iter().map(|c| c.name).collect();
+/// assert_eq!(names, ["first-touch", "interleave:0-1", "bind:0", "bind:1", "preferred:0", "preferred:1"]);
+/// let one = Topology::from_synthetic("pack:1 numa:1 core:2 pu:1")?;
+/// assert_eq!(candidates(&one, None).len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn candidates(
+    topology: &Topology,
+    weights: Option<(&BTreeMap<u32, u8>, &str)>,
+) -> Vec<Candidate> {
+    let memory = topology.nodes_with_memory();
+    let with_cpus = topology.nodes_with_cpus();
+    let mut list = vec![Candidate::first_touch()];
+    if memory.len() < 2 {
+        return list;
+    }
+    list.push(Candidate::interleave(memory.clone()));
+    for node in memory.intersection(&with_cpus).iter() {
+        let cpus = topology
+            .cpus_of(&NodeSet::single(node))
+            .intersection(&topology.allowed_cpus);
+        if !cpus.is_empty() {
+            list.push(Candidate::bind(node, cpus));
+        }
+    }
+    for node in memory.iter() {
+        list.push(Candidate::preferred(node, with_cpus.contains(node)));
+    }
+    if let Some((weights, source)) = weights {
+        list.push(Candidate::weighted(weights.clone(), source));
+    }
+    list
+}
+
+/// How to advise.
+///
+/// ```
+/// use numalab_bench::advise::AdviseConfig;
+/// let config = AdviseConfig::new(["sort", "big.txt"]);
+/// assert_eq!((config.runs, config.warmup), (5, 1));
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdviseConfig {
+    /// The program and its arguments.
+    pub command: Vec<OsString>,
+    /// Measured runs per candidate (at least 2: one run has no spread).
+    pub runs: usize,
+    /// Unmeasured runs per candidate before them (caches, page cache).
+    pub warmup: usize,
+    /// Let the command write to the terminal (otherwise its input is
+    /// empty and its output discarded, as hyperfine does).
+    pub show_output: bool,
+    /// Confidence of the intervals (0.95).
+    pub confidence: f64,
+}
+
+impl AdviseConfig {
+    /// `command` with 5 runs and 1 warm-up per candidate, output
+    /// discarded.
+    pub fn new<I, S>(command: I) -> AdviseConfig
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        AdviseConfig {
+            command: command.into_iter().map(Into::into).collect(),
+            runs: 5,
+            warmup: 1,
+            show_output: false,
+            confidence: 0.95,
+        }
+    }
+}
+
+/// One run of the command under one candidate.
+///
+/// ```
+/// use numalab::launch::Exit;
+/// use numalab_bench::advise::AdviseRun;
+/// let run = AdviseRun {
+///     seconds: 1.25,
+///     exit: Exit::Code(0),
+///     warmup: false,
+///     on_expected: Some(0.97),
+///     private_per_node: [(1, 64 << 20)].into(),
+///     audit: "97% of present pages on node 1".into(),
+/// };
+/// assert_eq!(run.private_per_node.values().sum::<u64>(), 64 << 20);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdviseRun {
+    /// Wall time from start to exit, seconds.
+    pub seconds: f64,
+    /// How it ended.
+    pub exit: Exit,
+    /// A warm-up (not in the statistics).
+    pub warmup: bool,
+    /// Share of its private memory at its peak on the nodes the
+    /// placement asked for (`None`: it had none).
+    pub on_expected: Option<f64>,
+    /// Its private memory at its peak, bytes per node.
+    pub private_per_node: BTreeMap<u32, u64>,
+    /// The placement audit's sentence.
+    pub audit: String,
+}
+
+/// A candidate and its runs.
+///
+/// ```
+/// use numalab::launch::Exit;
+/// use numalab_bench::advise::{AdviseRun, Candidate, CandidateResult};
+/// let run = |seconds, warmup, code| AdviseRun {
+///     seconds, exit: Exit::Code(code), warmup, on_expected: Some(1.0),
+///     private_per_node: Default::default(), audit: String::new(),
+/// };
+/// let result = CandidateResult {
+///     candidate: Candidate::first_touch(),
+///     runs: vec![run(2.0, true, 0), run(1.0, false, 0), run(1.1, false, 0), run(0.1, false, 1)],
+///     summary: None,
+///     vs_first_touch: None,
+///     failed: None,
+/// };
+/// // Warm-ups and failed runs are not timed.
+/// assert_eq!(result.times(), [1.0, 1.1]);
+/// assert_eq!(result.on_expected(), Some(1.0));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateResult {
+    /// The placement.
+    pub candidate: Candidate,
+    /// Its runs, warm-ups first.
+    pub runs: Vec<AdviseRun>,
+    /// The measured runs' times, seconds.
+    pub summary: Option<Summary>,
+    /// Its time against first touch's (negative: faster).
+    pub vs_first_touch: Option<Difference>,
+    /// Why it is out of the comparison (the command failed under it).
+    pub failed: Option<String>,
+}
+
+impl CandidateResult {
+    /// The measured (not warm-up) runs' times.
+    pub fn times(&self) -> Vec<f64> {
+        self.runs
+            .iter()
+            .filter(|r| !r.warmup && r.exit == Exit::Code(0))
+            .map(|r| r.seconds)
+            .collect()
+    }
+
+    /// Median share of its private memory where asked, over its runs.
+    pub fn on_expected(&self) -> Option<f64> {
+        let shares: Vec<f64> = self.runs.iter().filter_map(|r| r.on_expected).collect();
+        stats::quantile(&shares, 0.5)
+    }
+
+    /// How many times faster than first touch (its geometric mean time
+    /// over this one's), with the interval's ends: (speed-up, low, high).
+    pub fn speedup(&self) -> Option<(f64, f64, f64)> {
+        self.vs_first_touch.as_ref().map(|d| {
+            (
+                1.0 / (1.0 + d.relative),
+                1.0 / (1.0 + d.high),
+                1.0 / (1.0 + d.low),
+            )
+        })
+    }
+}
+
+/// What advise recommends, and on what evidence.
+///
+/// ```
+/// use numalab_bench::advise::Recommendation;
+/// let r = Recommendation {
+///     name: "interleave:0-1".into(),
+///     options: "--interleave=0-1".into(),
+///     evidence: "interleave:0-1: 1.31× faster than first touch".into(),
+///     runner_up: None,
+/// };
+/// println!("numactl {} -- ./app", r.options);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recommendation {
+    /// The candidate's name.
+    pub name: String,
+    /// Its options for `numactl` / `numalab exec` (empty: run the command
+    /// as it is).
+    pub options: String,
+    /// The evidence, one sentence.
+    pub evidence: String,
+    /// How it compares with the runner-up, one sentence (`None` with one
+    /// candidate).
+    pub runner_up: Option<String>,
+}
+
+/// The `numalab.advise` document.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::advise::{advise, candidates, AdviseConfig};
+/// // One node with memory: nothing is run, and the report says why.
+/// let one = Topology::from_synthetic("pack:1 numa:1 core:2 pu:1")?;
+/// let config = AdviseConfig::new(["./app"]);
+/// let report = advise(&one, &config, candidates(&one, None), &mut |_, _| {})?;
+/// assert!(report.cannot_matter.unwrap().contains("one node with memory"));
+/// assert!(report.candidates.is_empty() && report.recommendation.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdviseReport {
+    /// The command line.
+    pub command: Vec<String>,
+    /// Nodes with memory on this machine.
+    pub memory_nodes: NodeSet,
+    /// Measured runs per candidate asked for.
+    pub runs: usize,
+    /// Warm-ups per candidate.
+    pub warmup: usize,
+    /// Every candidate tried, first touch first.
+    pub candidates: Vec<CandidateResult>,
+    /// The recommendation (`None` when nothing could be compared).
+    pub recommendation: Option<Recommendation>,
+    /// Why placement cannot matter here, when it cannot.
+    pub cannot_matter: Option<String>,
+    /// Rules from the literature that the measurement bears on, stated
+    /// as explanation beside it.
+    pub notes: Vec<String>,
+    /// Set when a signal ended advising early: the runs so far are kept.
+    pub interrupted: Option<i32>,
+    /// Placements not tried, and why (weighted interleave without root).
+    pub not_tried: Vec<String>,
+}
+
+impl Schema for AdviseReport {
+    const NAME: &'static str = "numalab.advise";
+    const VERSION: u32 = 1;
+}
+
+/// Why advise stopped before comparing anything.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::advise::{advise, AdviseConfig, AdviseError};
+/// let machine = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1")?;
+/// let config = AdviseConfig { runs: 1, ..AdviseConfig::new(["./app"]) };
+/// let err = advise(&machine, &config, vec![], &mut |_, _| {}).unwrap_err();
+/// assert!(matches!(err, AdviseError::TooFewRuns(1)), "{err}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdviseError {
+    /// `runs` below 2.
+    #[error("--runs {0}: at least 2 runs per placement are needed to judge their spread")]
+    TooFewRuns(usize),
+    /// The command could not be started or followed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// It fails under first touch, the placement every other is compared
+    /// with.
+    #[error("the command {exit} under first touch (the default placement), so there is nothing to compare the other placements with; make it succeed first (its output is shown with --show-output)")]
+    FailsByDefault {
+        /// How it ended.
+        exit: ExitText,
+        /// The exit status to leave with.
+        code: i32,
+    },
+}
+
+/// An exit described in words: `exits 3`, `is killed by signal 9`.
+///
+/// ```
+/// use numalab::launch::Exit;
+/// use numalab_bench::advise::ExitText;
+/// assert_eq!(ExitText(Exit::Signal(9)).to_string(), "is killed by signal 9");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitText(pub Exit);
+
+impl std::fmt::Display for ExitText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Exit::Code(code) => write!(f, "exits {code}"),
+            Exit::Signal(signal) => write!(f, "is killed by signal {signal}"),
+        }
+    }
+}
+
+/// Runs `config.command` under every candidate of `candidates` (first
+/// touch first) on `topology`, `config.warmup` + `config.runs` times each,
+/// and compares them. `progress` hears of each run as it ends. A signal
+/// sent to numalab (passed on to the command) ends advising after that
+/// run: the report keeps what was measured and names the signal.
+pub fn advise(
+    topology: &Topology,
+    config: &AdviseConfig,
+    candidates: Vec<Candidate>,
+    progress: &mut dyn FnMut(&Candidate, &AdviseRun),
+) -> Result<AdviseReport, AdviseError> {
+    if config.runs < 2 {
+        return Err(AdviseError::TooFewRuns(config.runs));
+    }
+    let memory_nodes = topology.nodes_with_memory();
+    let mut report = AdviseReport {
+        command: config
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        memory_nodes: memory_nodes.clone(),
+        runs: config.runs,
+        warmup: config.warmup,
+        candidates: candidates
+            .into_iter()
+            .map(|candidate| CandidateResult {
+                candidate,
+                runs: Vec::new(),
+                summary: None,
+                vs_first_touch: None,
+                failed: None,
+            })
+            .collect(),
+        recommendation: None,
+        cannot_matter: None,
+        notes: Vec::new(),
+        interrupted: None,
+        not_tried: Vec::new(),
+    };
+    if memory_nodes.len() < 2 {
+        report.cannot_matter = Some(format!(
+            "this machine has one node with memory (node {memory_nodes}): every placement puts the memory there and runs on its CPUs, so placement cannot change the command's speed here; run numalab advise on a machine with two or more NUMA nodes"
+        ));
+        report.candidates.clear();
+        return Ok(report);
+    }
+    let count = report.candidates.len();
+    let rounds = config.warmup + config.runs;
+    'rounds: for round in 0..rounds {
+        for step in 0..count {
+            // First touch runs first in every round's first place once,
+            // so a command that fails by default is found at once.
+            let index = if round == 0 {
+                step
+            } else {
+                (step + round) % count
+            };
+            let result = &mut report.candidates[index];
+            if result.failed.is_some() {
+                continue;
+            }
+            let run = run_once(topology, config, &result.candidate, round < config.warmup)?;
+            progress(&result.candidate, &run.0);
+            let (one, relayed) = run;
+            let exit = one.exit;
+            result.runs.push(one);
+            if let Some(signal) = relayed.or(match exit {
+                Exit::Signal(signal) if signal == SIGINT => Some(signal),
+                _ => None,
+            }) {
+                report.interrupted = Some(signal);
+                break 'rounds;
+            }
+            if exit != Exit::Code(0) {
+                if index == 0 {
+                    return Err(AdviseError::FailsByDefault {
+                        exit: ExitText(exit),
+                        code: exit.shell_code(),
+                    });
+                }
+                result.failed = Some(format!(
+                    "the command {} under {} (run {} of {}), and exits 0 under first touch; left out of the comparison",
+                    ExitText(exit),
+                    result.candidate.name,
+                    result.runs.len(),
+                    rounds,
+                ));
+            }
+        }
+    }
+    compare(&mut report, config.confidence);
+    report.notes = notes(topology, &report);
+    Ok(report)
+}
+
+const SIGINT: i32 = 2;
+
+fn run_once(
+    topology: &Topology,
+    config: &AdviseConfig,
+    candidate: &Candidate,
+    warmup: bool,
+) -> Result<(AdviseRun, Option<i32>), AdviseError> {
+    let exec_config = ExecConfig {
+        command: config.command.clone(),
+        policy: candidate.policy.clone(),
+        cpus: candidate.cpus.clone(),
+        weights: candidate.weights.clone(),
+        quiet: !config.show_output,
+    };
+    let report = match exec(topology, &exec_config) {
+        Ok(report) => report,
+        Err(ExecError::Launch(LaunchError::Interrupted { signal })) => {
+            return Ok((
+                AdviseRun {
+                    seconds: 0.0,
+                    exit: Exit::Signal(signal),
+                    warmup,
+                    on_expected: None,
+                    private_per_node: BTreeMap::new(),
+                    audit: format!("not run: signal {signal} arrived first"),
+                },
+                Some(signal),
+            ))
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let private = report.run.peak.private_per_node();
+    let present: u64 = private.values().sum();
+    Ok((
+        AdviseRun {
+            seconds: report.run.elapsed.as_secs_f64(),
+            exit: report.run.exit,
+            warmup,
+            on_expected: (present > 0).then_some(report.audit.on_expected),
+            private_per_node: private,
+            audit: report.audit.note.clone(),
+        },
+        report.run.relayed,
+    ))
+}
+
+/// Fills in the summaries, the differences against first touch and the
+/// recommendation.
+fn compare(report: &mut AdviseReport, confidence: f64) {
+    let baseline = report.candidates.first().map(CandidateResult::times);
+    for result in &mut report.candidates {
+        let times = result.times();
+        result.summary = Summary::of(&times);
+        if let Some(baseline) = &baseline {
+            if result.candidate.name != "first-touch" && result.failed.is_none() {
+                result.vs_first_touch = stats::difference(baseline, &times, confidence);
+            }
+        }
+    }
+    let Some(first) = report.candidates.first() else {
+        return;
+    };
+    let Some(first_summary) = &first.summary else {
+        return;
+    };
+    let n = first_summary.n;
+    // The fastest by geometric mean among those that ran without failing.
+    let geomean = |r: &CandidateResult| -> Option<f64> {
+        let times = r.times();
+        (times.len() >= 2 && r.failed.is_none())
+            .then(|| (times.iter().map(|t| t.ln()).sum::<f64>() / times.len() as f64).exp())
+    };
+    let mut ranked: Vec<(f64, usize)> = report
+        .candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| geomean(r).map(|g| (g, i)))
+        .collect();
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let Some(&(_, best)) = ranked.first() else {
+        return;
+    };
+    let placed = |r: &CandidateResult| {
+        r.on_expected()
+            .map(|share| format!("; {:.0}% of its memory where asked", share * 100.0))
+            .unwrap_or_default()
+    };
+    let best_result = &report.candidates[best];
+    let faster = best_result
+        .vs_first_touch
+        .as_ref()
+        .is_some_and(|d| d.verdict == Verdict::Lower);
+    let chosen = if faster { best } else { 0 };
+    let chosen_result = &report.candidates[chosen];
+    let evidence = if faster {
+        let (speedup, low, high) = chosen_result.speedup().unwrap_or((1.0, 1.0, 1.0));
+        format!(
+            "{}: {speedup:.2}× faster than first touch ({low:.2}× to {high:.2}× at {:.0}% confidence) over {} runs each{}",
+            chosen_result.candidate.name,
+            confidence * 100.0,
+            n,
+            placed(chosen_result),
+        )
+    } else {
+        let others = ranked.len().saturating_sub(1);
+        format!(
+            "first touch: no other placement was measurably faster over {n} runs each ({others} compared at {:.0}% confidence){}",
+            confidence * 100.0,
+            placed(chosen_result),
+        )
+    };
+    // The best two, against each other.
+    let runner_up = ranked
+        .iter()
+        .map(|&(_, i)| i)
+        .find(|&i| i != chosen)
+        .map(|other| {
+            let a = &report.candidates[chosen];
+            let b = &report.candidates[other];
+            match stats::difference(&a.times(), &b.times(), confidence) {
+                Some(d) if d.verdict == Verdict::Higher => format!(
+                    "{} takes {:.1}% longer ({:.1}% to {:.1}%): beyond noise",
+                    b.candidate.name,
+                    d.relative * 100.0,
+                    d.low * 100.0,
+                    d.high * 100.0
+                ),
+                Some(d) if d.verdict == Verdict::Lower => format!(
+                    "{} took {:.1}% less time than it ({:.1}% to {:.1}%), but was not beyond noise against first touch",
+                    b.candidate.name,
+                    -d.relative * 100.0,
+                    -d.high * 100.0,
+                    -d.low * 100.0
+                ),
+                Some(d) => format!(
+                    "{} is within noise of it ({:+.1}% time, {:+.1}% to {:+.1}%): either will do",
+                    b.candidate.name,
+                    d.relative * 100.0,
+                    d.low * 100.0,
+                    d.high * 100.0
+                ),
+                None => format!("{} could not be compared", b.candidate.name),
+            }
+        });
+    report.recommendation = Some(Recommendation {
+        name: chosen_result.candidate.name.clone(),
+        options: chosen_result.candidate.numactl_options(),
+        evidence,
+        runner_up,
+    });
+}
+
+/// Rules from the literature the runs bear on: stated as explanation
+/// beside the measurement, never instead of it.
+fn notes(topology: &Topology, report: &AdviseReport) -> Vec<String> {
+    let mut notes = Vec::new();
+    let Some(first) = report.candidates.first() else {
+        return notes;
+    };
+    // Where first touch put the memory, over its measured runs' peaks.
+    let mut per_node: BTreeMap<u32, u64> = BTreeMap::new();
+    for run in first.runs.iter().filter(|r| !r.warmup) {
+        for (node, bytes) in &run.private_per_node {
+            *per_node.entry(*node).or_default() += bytes;
+        }
+    }
+    let total: u64 = per_node.values().sum();
+    let cpu_nodes = topology.nodes_with_cpus();
+    if let Some((&node, &most)) = per_node.iter().max_by_key(|(_, &b)| b) {
+        let share = most as f64 / total.max(1) as f64;
+        if share >= 0.9 && cpu_nodes.len() > 1 {
+            notes.push(format!(
+                "first touch put {:.0}% of the command's memory on node {node} while it could run on the CPUs of nodes {cpu_nodes}: if its threads run on several nodes, that node's memory controller serves them all and the other nodes' threads read remotely. Carrefour (Dashti et al., ASPLOS 2013) interleaves in this case; the interleave row measures whether it pays here",
+                share * 100.0
+            ));
+        }
+    }
+    if numalab::system::KernelSettings::current().numa_balancing == Some(0) {
+        notes.push("NUMA balancing is off (kernel.numa_balancing = 0): nothing moves pages toward the threads that use them after first touch. Where locality is low, migrating pages (Carrefour's third rule; numa_balancing=1) is the alternative to choosing a placement up front".into());
+    }
+    notes.push("replication (a copy of read-mostly data on every node, Carrefour's first rule) needs the program's cooperation: numalab::Replicated and ReplicatedPages do it for a program that links numalab; it is not a placement numalab can give an unmodified command, so it is not measured here".into());
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_follow_bandwidth_and_reduce() {
+        let w =
+            |pairs: &[(u32, f64)]| weights_from_bandwidth_figures(&pairs.iter().copied().collect());
+        assert_eq!(
+            w(&[(0, 80.0), (1, 40.0)]),
+            Some(BTreeMap::from([(0, 2), (1, 1)]))
+        );
+        assert_eq!(
+            w(&[(0, 80.0), (1, 1.0)]),
+            Some(BTreeMap::from([(0, 20), (1, 1)]))
+        );
+        assert_eq!(w(&[(0, 80.0)]), None);
+        assert_eq!(w(&[(0, 0.0), (1, 0.0)]), None);
+    }
+
+    #[test]
+    fn candidates_of_a_machine_with_a_memory_only_node() {
+        let xml = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/topologies/cpuless.xml");
+        let topology = Topology::from_xml_file(xml).unwrap();
+        let weights = BTreeMap::from([(0, 3), (1, 1)]);
+        let list = candidates(&topology, Some((&weights, "test")));
+        let names: Vec<&str> = list.iter().map(|c| c.name.as_str()).collect();
+        // Node 1 has memory but no CPUs, node 2 CPUs but no memory: one
+        // bind (node 0), a preferred on each node with memory.
+        assert_eq!(
+            names,
+            [
+                "first-touch",
+                "interleave:0-1",
+                "bind:0",
+                "preferred:0",
+                "preferred:1",
+                "weighted-interleave:0=3,1=1"
+            ]
+        );
+        assert!(list[4].why.contains("no CPUs"), "{}", list[4].why);
+        assert_eq!(list[5].numactl_options(), "--weighted-interleave=0:3,1:1");
+        assert_eq!(list[0].numactl_options(), "");
+    }
+
+    fn result(name: &str, times: &[f64]) -> CandidateResult {
+        CandidateResult {
+            candidate: Candidate {
+                name: name.into(),
+                ..Candidate::first_touch()
+            },
+            runs: times
+                .iter()
+                .map(|&seconds| AdviseRun {
+                    seconds,
+                    exit: Exit::Code(0),
+                    warmup: false,
+                    on_expected: Some(0.97),
+                    private_per_node: BTreeMap::new(),
+                    audit: String::new(),
+                })
+                .collect(),
+            summary: None,
+            vs_first_touch: None,
+            failed: None,
+        }
+    }
+
+    fn report(candidates: Vec<CandidateResult>) -> AdviseReport {
+        AdviseReport {
+            command: vec![],
+            memory_nodes: "0-1".parse().unwrap(),
+            runs: 5,
+            warmup: 0,
+            candidates,
+            recommendation: None,
+            cannot_matter: None,
+            notes: vec![],
+            interrupted: None,
+            not_tried: vec![],
+        }
+    }
+
+    #[test]
+    fn a_placement_is_recommended_only_beyond_noise() {
+        let mut clear = report(vec![
+            result("first-touch", &[1.31, 1.30, 1.32, 1.29, 1.31]),
+            result("interleave:0-1", &[1.00, 1.01, 0.99, 1.00, 1.02]),
+            result("bind:0", &[1.30, 1.33, 1.28, 1.31, 1.30]),
+        ]);
+        compare(&mut clear, 0.95);
+        let r = clear.recommendation.unwrap();
+        assert_eq!(r.name, "interleave:0-1");
+        assert!(
+            r.evidence.starts_with("interleave:0-1: 1.30× faster"),
+            "{}",
+            r.evidence
+        );
+        assert!(
+            r.evidence.contains("97% of its memory where asked"),
+            "{}",
+            r.evidence
+        );
+        assert!(r.runner_up.unwrap().contains("beyond noise"));
+
+        let mut noise = report(vec![
+            result("first-touch", &[1.0, 1.2, 0.9, 1.1, 1.0]),
+            result("interleave:0-1", &[0.98, 1.15, 0.92, 1.05, 1.0]),
+        ]);
+        compare(&mut noise, 0.95);
+        let r = noise.recommendation.unwrap();
+        assert_eq!(r.name, "first-touch");
+        assert!(
+            r.evidence
+                .contains("no other placement was measurably faster"),
+            "{}",
+            r.evidence
+        );
+    }
+
+    #[test]
+    fn a_failing_candidate_is_left_out() {
+        let mut failing = result("bind:1", &[0.5, 0.5, 0.5]);
+        failing.failed = Some("exits 1".into());
+        let mut r = report(vec![result("first-touch", &[1.0, 1.01, 0.99]), failing]);
+        compare(&mut r, 0.95);
+        assert_eq!(r.recommendation.unwrap().name, "first-touch");
+        assert!(r.candidates[1].vs_first_touch.is_none());
+    }
+}

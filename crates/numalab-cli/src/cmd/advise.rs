@@ -1,0 +1,232 @@
+//! `numalab advise`: run a command under every placement that makes sense
+//! here and recommend one on the evidence ([`numalab_bench::advise`]); its
+//! tables are in `render/advise.rs`.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use numalab::launch::LaunchError;
+use numalab::{Support, Topology};
+use numalab_bench::advise::{
+    advise, candidates, weights_from_bandwidth, AdviseConfig, AdviseError, Candidate,
+};
+use numalab_bench::document::Document;
+use numalab_bench::exec::ExecError;
+use numalab_bench::matrix::{self, MatrixConfig, MatrixResult, Measurements, NodeSelection, Shape};
+
+use super::exec::cannot_run;
+use crate::output::OutputArgs;
+use crate::render;
+
+/// Run a command under every placement that makes sense on this machine,
+/// several times each, and recommend one on the evidence
+#[derive(Debug, Args)]
+#[command(
+    after_help = "The placements: first touch (the default, and the baseline), interleave \
+over every node with memory, --cpunodebind=N --membind=N for each node with CPUs, --preferred=N \
+for each node with memory, and weighted interleave with weights from the measured read bandwidth \
+of each node (root: the kernel's weights are set for the run and restored). Each runs --warmup \
+times unmeasured, then --runs times, in rounds that visit every placement in turn. A placement is \
+recommended only when its 95% interval (Welch's t on the logarithms of the times, as hyperfine's \
+welch_ttest) says it is faster than first touch; the exact numactl and numalab exec lines are \
+printed. On a machine with one node with memory, nothing is run: placement cannot matter there.\n\n\
+The command gets no input and its output is discarded (--show-output keeps it). It must succeed \
+under first touch; a placement under which it fails is named and left out. numalab exits 0 when \
+advice was given, 128 + N when signal N ended it early (the runs so far are reported), the \
+command's status when it fails under first touch, 126/127 when it cannot be run, 125 when \
+numalab fails.\n\n\
+Examples:\n  \
+  numalab advise -- ./app --size 8G               every placement, 5 runs each\n  \
+  numalab advise --runs 10 --placements interleave,bind -- ./app\n  \
+  numalab advise --matrix matrix.json --json -- ./app > advice.json"
+)]
+pub struct AdviseArgs {
+    /// Measured runs per placement (2 to 1000)
+    #[arg(long, short = 'r', default_value_t = 5, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub runs: u32,
+
+    /// Unmeasured runs per placement before the measured ones (0 to 100)
+    #[arg(long, short = 'w', default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub warmup: u32,
+
+    /// Which placements besides first touch: interleave, bind, preferred,
+    /// weighted (comma-separated) [default: all]
+    #[arg(long, value_name = "KINDS", value_delimiter = ',',
+          value_parser = ["interleave", "bind", "preferred", "weighted"])]
+    pub placements: Vec<String>,
+
+    /// Weighted-interleave weights from this `numalab matrix --json`
+    /// result's read bandwidths, instead of measuring them first
+    #[arg(long, value_name = "FILE")]
+    pub matrix: Option<PathBuf>,
+
+    /// Let the command read the terminal and write to it
+    #[arg(long)]
+    pub show_output: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    /// The command and its arguments
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// The largest matrix result read with --matrix.
+const MAX_MATRIX_BYTES: u64 = 64 << 20;
+
+/// Runs `numalab advise`; returns the exit status to leave with.
+pub fn run(args: &AdviseArgs) -> Result<i32> {
+    args.output.check()?;
+    // Before anything is measured: a shell's 127 or 126.
+    if let Err(source) = numalab::launch::find_program(&args.command[0]) {
+        return Ok(cannot_run("advise", &args.command[0], &source));
+    }
+    let topology = Topology::system()?;
+    let wanted =
+        |kind: &str| args.placements.is_empty() || args.placements.iter().any(|k| k == kind);
+    let saved = match &args.matrix {
+        Some(path) => Some(read_matrix(path)?),
+        None => None,
+    };
+    let config = AdviseConfig {
+        runs: args.runs as usize,
+        warmup: args.warmup as usize,
+        show_output: args.show_output,
+        ..AdviseConfig::new(args.command.clone())
+    };
+    let mut not_tried = Vec::new();
+    let weights = if topology.nodes_with_memory().len() >= 2 && wanted("weighted") {
+        weights(&topology, saved.as_ref(), &mut not_tried)?
+    } else {
+        None
+    };
+    let list: Vec<Candidate> = candidates(
+        &topology,
+        weights.as_ref().map(|(w, source)| (w, source.as_str())),
+    )
+    .into_iter()
+    .filter(|c| match c.name.split(':').next().unwrap_or_default() {
+        "first-touch" => true,
+        "weighted-interleave" => wanted("weighted"),
+        kind => wanted(kind),
+    })
+    .collect();
+    let tty = std::io::stderr().is_terminal();
+    let total = (config.warmup + config.runs) * list.len();
+    let mut done = 0;
+    let mut progress = |candidate: &Candidate, run: &numalab_bench::advise::AdviseRun| {
+        done += 1;
+        let line = format!(
+            "numalab advise: {done}/{total} {} {}{:.3} s",
+            candidate.name,
+            if run.warmup { "(warm-up) " } else { "" },
+            run.seconds
+        );
+        if tty {
+            eprint!("\r\x1b[K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    };
+    let result = advise(&topology, &config, list, &mut progress);
+    if tty && total > 0 {
+        eprintln!();
+    }
+    let mut report = match result {
+        Ok(report) => report,
+        Err(AdviseError::Exec(ExecError::Launch(LaunchError::Spawn { program, source }))) => {
+            return Ok(cannot_run("advise", &program, &source));
+        }
+        Err(AdviseError::Exec(ExecError::Launch(LaunchError::Interrupted { signal }))) => {
+            eprintln!("numalab advise: signal {signal} arrived before the command started; it was not run");
+            return Ok(128 + signal);
+        }
+        Err(AdviseError::FailsByDefault { exit, code }) => {
+            eprintln!(
+                "numalab advise: {}",
+                AdviseError::FailsByDefault { exit, code }
+            );
+            return Ok(code);
+        }
+        Err(err) => return Err(err.into()),
+    };
+    report.not_tried = not_tried;
+    render::emit(&report, &args.output)?;
+    Ok(report.interrupted.map_or(0, |signal| 128 + signal))
+}
+
+fn read_matrix(path: &std::path::Path) -> Result<MatrixResult> {
+    let text = numalab::files::read_text_limited(path, MAX_MATRIX_BYTES, "matrix results")
+        .with_context(|| format!("--matrix {}", path.display()))?;
+    let result: MatrixResult = Document::parse(&text).with_context(|| {
+        format!(
+            "--matrix {}: not a numalab matrix --json result",
+            path.display()
+        )
+    })?;
+    if result.bandwidth.is_none() {
+        bail!(
+            "--matrix {}: has no bandwidth figures (measured with --no-bandwidth?)",
+            path.display()
+        );
+    }
+    Ok(result)
+}
+
+/// The weighted-interleave weights, or why there are none (into
+/// `not_tried`).
+fn weights(
+    topology: &Topology,
+    saved: Option<&MatrixResult>,
+    not_tried: &mut Vec<String>,
+) -> Result<Option<(BTreeMap<u32, u8>, String)>> {
+    if !Support::probe().weighted_interleave {
+        not_tried.push(
+            "weighted interleave: this kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 or later)"
+                .into(),
+        );
+        return Ok(None);
+    }
+    if !numalab::system::is_root() {
+        not_tried.push(
+            "weighted interleave: setting the kernel's weights for the run needs root".into(),
+        );
+        return Ok(None);
+    }
+    let (bandwidth, source) = match saved {
+        Some(result) => (
+            result.bandwidth.clone(),
+            "read bandwidth from --matrix".to_owned(),
+        ),
+        None => {
+            eprintln!("numalab advise: measuring the read bandwidth of every node for the weighted-interleave weights (numalab matrix --quick, bandwidth only)");
+            let shape = Shape::of(topology, &NodeSelection::default())?;
+            let config = MatrixConfig {
+                measurements: Measurements {
+                    latency: false,
+                    bandwidth: true,
+                    loaded: false,
+                    c2c: false,
+                },
+                ..MatrixConfig::quick()
+            };
+            let result = matrix::run::run(topology, &shape, &config, &mut |_| {})?;
+            (
+                result.bandwidth,
+                "read bandwidth measured just now".to_owned(),
+            )
+        }
+    };
+    let weights = bandwidth.as_ref().and_then(weights_from_bandwidth);
+    if weights.is_none() {
+        not_tried.push("weighted interleave: the nodes' read bandwidths give every node the same weight, which is plain interleave".into());
+    }
+    Ok(weights.map(|w| (w, source)))
+}

@@ -1,0 +1,257 @@
+//! `numalab profile` and `numalab advise` on a real program in the
+//! emulated machine: placement is real here, timings are not (and are not
+//! checked).
+//!
+//! - `profile.timeline`: the guest program's `--allocate` mode writes
+//!   32 MiB on one node, holds it, frees it, then does the same on another;
+//!   profile's timeline must show the memory on the first node, then on
+//!   the second, as the preset names them.
+//! - `advise.placements`: busybox `dd` (8 MiB buffer) under every
+//!   candidate advise makes: each run's pages where the preset says that
+//!   placement puts them (the kernel's count, numa_maps), transparent
+//!   huge pages off so that interleave is exact to the page.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Context, Result};
+use numalab::locate::MemoryKind;
+use numalab::{MemPolicy, NodeBuffer, NodeSet};
+use numalab_bench::advise::AdviseReport;
+use numalab_bench::profile::ProfileReport;
+
+use super::{Guest, Outcome, Pages, Ran};
+
+/// MiB the `--allocate` steps hold.
+const HELD_MIB: u64 = 32;
+
+/// How long each is held: an emulated CPU reads numa_maps slowly, and
+/// the sampling keeps to 1% of a CPU, so samples may be a second or more
+/// apart there.
+const HOLD: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `numalab-guest --allocate A,B`: for each node in turn, 32 MiB bound
+/// there, written, held for 3 s, then freed. What the profile watches.
+pub fn allocate_in_turn(nodes: &str) -> Result<()> {
+    let nodes: NodeSet = nodes.parse().context("--allocate takes nodes, as 0,1")?;
+    for node in nodes.iter() {
+        let buffer = NodeBuffer::new(
+            (HELD_MIB << 20) as usize,
+            MemPolicy::Bind(NodeSet::single(node)),
+        )?;
+        std::thread::sleep(HOLD);
+        drop(buffer);
+    }
+    Ok(())
+}
+
+fn private_mib(per_kind: &BTreeMap<MemoryKind, BTreeMap<u32, u64>>, node: u32) -> u64 {
+    per_kind
+        .iter()
+        .filter(|(kind, _)| **kind != MemoryKind::File)
+        .filter_map(|(_, per_node)| per_node.get(&node))
+        .sum::<u64>()
+        >> 20
+}
+
+/// The timeline follows memory from the first node to the last.
+pub fn timeline(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let nodes = guest.preset.node_ids();
+    let (Some(first), Some(last)) = (nodes.first(), nodes.last()) else {
+        bail!("the preset has no nodes");
+    };
+    let me = std::env::current_exe()?;
+    let me = me.to_str().context("the guest program's path")?;
+    let nodes_arg = format!("{first},{last}");
+    let ran = guest.numalab(&[
+        "profile",
+        "--interval",
+        "200ms",
+        "--json",
+        "--",
+        me,
+        "--allocate",
+        &nodes_arg,
+    ])?;
+    if ran.code != Some(0) {
+        bail!(
+            "numalab profile exited {:?}:\n{}{}",
+            ran.code,
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    // The command owns standard output: the report is on standard error.
+    let report: ProfileReport = Ran::result_in(&ran.stderr)?;
+    let samples = &report.timeline.samples;
+    out.note(format!(
+        "samples at {} s; sampling took {:.0} ms of CPU",
+        samples
+            .iter()
+            .map(|s| format!("{:.2}", s.at_s))
+            .collect::<Vec<_>>()
+            .join(", "),
+        report.timeline.sampling_cpu_s * 1e3
+    ));
+    let on = |node| {
+        samples
+            .iter()
+            .position(|s| private_mib(&s.memory.bytes, node) >= HELD_MIB)
+    };
+    let (on_first, on_last) = (on(first), on(last));
+    out.check(
+        format!("a sample with {HELD_MIB} MiB on node {first}"),
+        "some sample",
+        format!("{on_first:?} of {}", samples.len()),
+        on_first.is_some(),
+    );
+    out.check(
+        format!("then a later one with {HELD_MIB} MiB on node {last}"),
+        format!("after sample {on_first:?}"),
+        format!("{on_last:?}"),
+        matches!((on_first, on_last), (Some(a), Some(b)) if b > a),
+    );
+    if let Some(b) = on_last {
+        let left = private_mib(&samples[b].memory.bytes, first);
+        out.check(
+            format!("node {first} given back by then"),
+            format!("< {HELD_MIB} MiB"),
+            format!("{left} MiB"),
+            left < HELD_MIB,
+        );
+    }
+    out.same("exit", "Some(Code(0))", format!("{:?}", report.exit));
+    Ok(())
+}
+
+/// dd's 8 MiB buffer, in pages.
+const DD_PAGES: u64 = 2048;
+
+/// Every candidate's runs put dd's pages where the preset says.
+pub fn placements(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    // Base pages, so interleave is exact to the page.
+    let _thp = super::exec::ThpSetting::set("never")?;
+    let preset = &guest.preset;
+    let nodes = preset.node_ids();
+    let cpu_nodes = preset.cpu_nodes();
+    let ran = guest.numalab(&[
+        "advise",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+        "--",
+        "dd",
+        "if=/dev/zero",
+        "of=/dev/null",
+        "bs=8M",
+        "count=1",
+    ])?;
+    if ran.code != Some(0) {
+        bail!(
+            "numalab advise exited {:?}:\n{}{}",
+            ran.code,
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    let report: AdviseReport = numalab_bench::document::Document::parse(&ran.stdout)
+        .context("reading numalab advise --json")?;
+    let names: Vec<&str> = report
+        .candidates
+        .iter()
+        .map(|c| c.candidate.name.as_str())
+        .collect();
+    let mut expected_names = vec!["first-touch".to_owned(), format!("interleave:{nodes}")];
+    expected_names.extend(cpu_nodes.iter().map(|n| format!("bind:{n}")));
+    expected_names.extend(nodes.iter().map(|n| format!("preferred:{n}")));
+    out.same(
+        "candidates (besides weighted interleave)",
+        expected_names.join(" "),
+        names
+            .iter()
+            .filter(|n| !n.starts_with("weighted"))
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    for result in &report.candidates {
+        let name = &result.candidate.name;
+        out.same(format!("{name}: runs"), 2, result.runs.len());
+        for (i, run) in result.runs.iter().enumerate() {
+            let found = Pages(
+                run.private_per_node
+                    .iter()
+                    .map(|(node, bytes)| (*node, bytes / 4096))
+                    .collect(),
+            );
+            let all: u64 = found.0.values().sum();
+            let what = format!("{name} run {}", i + 1);
+            out.check(
+                format!("{what}: pages"),
+                format!(">= {DD_PAGES}"),
+                all,
+                all >= DD_PAGES,
+            );
+            let ok = match &result.candidate.policy {
+                None => found.0.keys().all(|n| cpu_nodes.contains(*n)),
+                Some(MemPolicy::Bind(set)) => found.0.keys().all(|n| set.contains(*n)),
+                Some(MemPolicy::Preferred(node)) => found.0.keys().all(|n| n == node),
+                Some(MemPolicy::Interleave(set)) => found.within(&Pages::even(set, all), 16),
+                Some(MemPolicy::WeightedInterleave(weights)) => {
+                    let sum: u64 = weights.values().map(|&w| u64::from(w)).sum();
+                    let expected = Pages(
+                        weights
+                            .iter()
+                            .map(|(n, &w)| (*n, all * u64::from(w) / sum))
+                            .collect(),
+                    );
+                    found.within(&expected, 16 * weights.len() as u64)
+                }
+                Some(other) => bail!("advise made an unexpected candidate {other}"),
+            };
+            let wanted = match &result.candidate.policy {
+                None => format!("on CPU nodes {cpu_nodes}"),
+                Some(MemPolicy::Interleave(set)) => format!("{} (±16)", Pages::even(set, all)),
+                Some(policy) => format!("as {policy} places them"),
+            };
+            out.check(format!("{what}: where"), wanted, &found, ok);
+        }
+    }
+    out.check(
+        "a recommendation",
+        "some placement",
+        format!("{:?}", report.recommendation.as_ref().map(|r| &r.name)),
+        report.recommendation.is_some(),
+    );
+    for note in &report.not_tried {
+        out.note(format!("not tried: {note}"));
+    }
+    // The table a person reads: the same placements, a recommendation
+    // and the lines to run it with.
+    let text = guest.numalab(&[
+        "advise",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--",
+        "dd",
+        "if=/dev/zero",
+        "of=/dev/null",
+        "bs=8M",
+        "count=1",
+    ])?;
+    out.check(
+        "the table's recommendation",
+        "recommended: …, and a numactl or plain line",
+        text.stdout
+            .lines()
+            .find(|l| l.starts_with("recommended:"))
+            .unwrap_or("none"),
+        text.stdout.contains("recommended: ")
+            && (text.stdout.contains("numactl --") || text.stdout.contains("run it as it is: dd")),
+    );
+    out.note(format!("advise's table:\n{}", text.stdout));
+    Ok(())
+}
