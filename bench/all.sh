@@ -12,6 +12,9 @@
 #   replicated  cargo bench -p numalab --bench replicated -- read
 #   engine      bench/engine.sh (likwid-bench, the minimal random loop)
 #   matrix      bench/matrix-quality.sh (bench/chase.c, likwid-bench)
+#   profile     bench/profile.sh (sort bare and profiled) and
+#               cargo bench -p numalab --bench profile (processes sampled
+#               a second)
 #
 # A benchmark, not a test: run it on a quiet machine (nothing else
 # running; the load average is recorded before and after). It takes about
@@ -30,14 +33,14 @@ die() { echo "bench/all.sh: $*" >&2; exit 1; }
 
 quick=0
 psrdada=${PSRDADA_BIN:-}
-only="ring,replicated,engine,matrix"
+only="ring,replicated,engine,matrix,profile"
 out=target/bench-all/summary.md
 while [ $# -gt 0 ]; do
     case "$1" in
         -h | --help) usage; exit 0 ;;
         --quick) quick=1 ;;
         --psrdada) [ $# -ge 2 ] || die "--psrdada needs a directory"; psrdada=$2; shift ;;
-        --only) [ $# -ge 2 ] || die "--only needs names (ring,replicated,engine,matrix)"; only=$2; shift ;;
+        --only) [ $# -ge 2 ] || die "--only needs names (ring,replicated,engine,matrix,profile)"; only=$2; shift ;;
         -o) [ $# -ge 2 ] || die "-o needs a file"; out=$2; shift ;;
         *) usage >&2; die "unknown argument $1" ;;
     esac
@@ -45,8 +48,8 @@ while [ $# -gt 0 ]; do
 done
 for name in ${only//,/ }; do
     case "$name" in
-        ring | replicated | engine | matrix) ;;
-        *) die "unknown benchmark $name (expected ring, replicated, engine, matrix)" ;;
+        ring | replicated | engine | matrix | profile) ;;
+        *) die "unknown benchmark $name (expected ring, replicated, engine, matrix, profile)" ;;
     esac
 done
 wanted() { [[ ",$only," == *",$1,"* ]]; }
@@ -90,6 +93,13 @@ if wanted matrix; then
     echo "== matrix (log: $logs/matrix.log)" >&2
     ROUNDS=$([ "$quick" = 1 ] && echo 3 || echo 5) bash bench/matrix-quality.sh 2>&1 | tee "$logs/matrix.log"
 fi
+if wanted profile; then
+    echo "== profile (log: $logs/profile.log)" >&2
+    {
+        bash bench/profile.sh 192 "$([ "$quick" = 1 ] && echo 5 || echo 11)"
+        cargo bench --locked -q -p numalab --bench profile -- 1000 "$([ "$quick" = 1 ] && echo 3 || echo 7)"
+    } 2>&1 | tee "$logs/profile.log"
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 {
@@ -101,7 +111,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
     echo
     echo "| target | figures (numalab / reference) | goal | verdict |"
     echo "|---|---|---|---|"
-    for name in ring replicated engine matrix; do
+    for name in ring replicated engine matrix profile; do
         wanted "$name" || continue
         grep -h '^TARGET' "$logs/$name.log" | awk -F'\t' '{ printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' || true
     done
