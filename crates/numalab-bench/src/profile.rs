@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use numalab::launch::{Exit, Launch, LaunchError, Observation};
 use numalab::locate::ProcessMemory;
-use numalab::profile::{watch, ProfileOptions, ProfileSample, Timeline};
+use numalab::profile::{watch, ProfileOptions, ProfileSample, Timeline, WrittenPages};
 use serde::{Deserialize, Serialize};
 
 use crate::document::Schema;
@@ -21,7 +21,7 @@ use crate::document::Schema;
 /// use numalab_bench::profile::{profile_command, ProfileReport};
 /// use numalab::profile::ProfileOptions;
 /// let fixed = std::time::Duration::from_millis(20);
-/// let options = ProfileOptions { interval: fixed, grow_to: fixed, duration: None };
+/// let options = ProfileOptions { interval: fixed, grow_to: fixed, duration: None, writes: false };
 /// let report = profile_command(&["sleep".into(), "0.2".into()], options)?;
 /// assert!(report.timeline.samples.len() >= 3);
 /// assert_eq!(report.exit, Some(numalab::launch::Exit::Code(0)));
@@ -126,6 +126,59 @@ impl ProfileReport {
         self.timeline.samples.last()
     }
 
+    /// Of the private writable pages present at the samples, the share
+    /// written since the sample before: over all samples together, and
+    /// the median of the samples' shares (`None` without `writes`).
+    ///
+    /// ```
+    /// use numalab::profile::{ProfileSample, WrittenPages};
+    /// use numalab_bench::profile::ProfileReport;
+    /// let at = |present, written| ProfileSample {
+    ///     written: Some(WrittenPages { present, written }),
+    ///     ..ProfileSample::default()
+    /// };
+    /// let mut report = ProfileReport::empty(vec!["app".into()], 42);
+    /// report.timeline.samples = vec![ProfileSample::default(), at(100, 10), at(300, 30), at(100, 90)];
+    /// let (all, median) = report.written_share().unwrap();
+    /// assert_eq!((all, median), (0.26, 0.1));
+    /// ```
+    pub fn written_share(&self) -> Option<(f64, f64)> {
+        let windows: Vec<WrittenPages> = self
+            .timeline
+            .samples
+            .iter()
+            .filter_map(|s| s.written)
+            .collect();
+        if windows.is_empty() {
+            return None;
+        }
+        let present: u64 = windows.iter().map(|w| w.present).sum();
+        let written: u64 = windows.iter().map(|w| w.written).sum();
+        let shares: Vec<f64> = windows.iter().map(WrittenPages::share).collect();
+        let all = if present == 0 {
+            0.0
+        } else {
+            written as f64 / present as f64
+        };
+        Some((all, crate::stats::quantile(&shares, 0.5).unwrap_or(0.0)))
+    }
+
+    /// A report of nothing yet: `command` (process `pid`), no samples.
+    pub fn empty(command: Vec<String>, pid: i32) -> ProfileReport {
+        ProfileReport {
+            command,
+            pid,
+            exit: None,
+            ended: false,
+            elapsed_s: 0.0,
+            timeline: Timeline::default(),
+            at_exit: None,
+            numa_balancing: None,
+            machine_hint_faults: None,
+            sources: Vec::new(),
+        }
+    }
+
     /// The sampling's CPU time as a share of the time profiled.
     pub fn overhead_share(&self) -> f64 {
         if self.elapsed_s > 0.0 {
@@ -147,9 +200,11 @@ pub fn profile_command(
         source: io::Error::from(io::ErrorKind::NotFound),
     })?;
     let before = HintFaults::now();
-    let run = Launch::new(program, args)
-        .timeline(options.interval, options.grow_to)
-        .run()?;
+    let mut launch = Launch::new(program, args).timeline(options.interval, options.grow_to);
+    if options.writes {
+        launch = launch.track_writes();
+    }
+    let run = launch.run()?;
     let timeline = run.timeline.clone().unwrap_or_default();
     Ok(ProfileReport {
         command: command
@@ -162,7 +217,7 @@ pub fn profile_command(
         elapsed_s: run.elapsed.as_secs_f64(),
         numa_balancing: numa_balancing(),
         machine_hint_faults: before.zip(HintFaults::now()).map(|(b, a)| a.since(b)),
-        sources: sources(),
+        sources: sources(options.writes),
         at_exit: (run.observation == Observation::AtExit).then(|| run.memory.clone()),
         timeline,
     })
@@ -191,7 +246,7 @@ pub fn profile_pid(
         elapsed_s,
         numa_balancing: numa_balancing(),
         machine_hint_faults: before.zip(HintFaults::now()).map(|(b, a)| a.since(b)),
-        sources: sources(),
+        sources: sources(options.writes),
         at_exit: None,
         timeline,
     })
@@ -202,13 +257,20 @@ fn numa_balancing() -> Option<u32> {
 }
 
 /// What each figure rests on, and what is not measured here.
-fn sources() -> Vec<String> {
+fn sources(writes: bool) -> Vec<String> {
     let mut sources = vec![
         "memory per node and kind: exact at each sample (/proc/PID/numa_maps); memory allocated and freed between two samples is not seen".to_owned(),
         "page faults and CPU time: exact, the whole process with its exited threads (/proc/PID/stat)".to_owned(),
         "CPU migrations and NUMA-balancing migrations: exact for the threads alive at the sample (/proc/PID/task/TID/sched); an exited thread's are lost".to_owned(),
         "threads per node: where each thread last ran, at the sample".to_owned(),
     ];
+    if writes {
+        sources.push(if numalab::profile::WriteTracker::new().is_some() {
+            "pages written: estimated, from soft-dirty bits (/proc/PID/pagemap, cleared at each sample through clear_refs): the share of the private writable pages present that were written (or mapped) since the sample before, however often; each page written after a sample cost the program one extra page fault".to_owned()
+        } else {
+            "pages written: not measured (this kernel keeps no soft-dirty bits: CONFIG_MEM_SOFT_DIRTY)".to_owned()
+        });
+    }
     let available = crate::experiment::counters::Available::probe();
     match available.note {
         Some(note) if !available.hardware() => sources.push(format!(

@@ -115,7 +115,10 @@ fn main() {
             let r = time_raw();
             (time_sample(), r)
         };
-        println!("round {}: sample {s:.0} processes/s, raw read {r:.0} processes/s", round + 1);
+        println!(
+            "round {}: sample {s:.0} processes/s, raw read {r:.0} processes/s",
+            round + 1
+        );
         sampled.push(s);
         raw.push(r);
         ratios.push(s / r);

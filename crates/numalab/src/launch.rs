@@ -263,6 +263,7 @@ pub struct Launch {
     policy: Option<MemPolicy>,
     cpus: Option<CpuSet>,
     timeline: Option<(Duration, Duration)>,
+    writes: bool,
     quiet: bool,
 }
 
@@ -279,8 +280,17 @@ impl Launch {
             policy: None,
             cpus: None,
             timeline: None,
+            writes: false,
             quiet: false,
         }
+    }
+
+    /// With [`timeline`](Self::timeline): count each sample's pages
+    /// written since the sample before ([`profile::WriteTracker`]), where
+    /// the kernel keeps soft-dirty bits.
+    pub fn track_writes(mut self) -> Self {
+        self.writes = true;
+        self
     }
 
     /// Gives the command nothing on standard input and discards what it
@@ -399,7 +409,7 @@ impl Launch {
         // The exec stops the child with SIGTRAP before its first instruction.
         linux::wait_any(pid).map_err(LaunchError::Wait)?;
         linux::trace_set_options(pid).map_err(LaunchError::Wait)?;
-        let sampler = Sampler::start(pid, self.timeline);
+        let sampler = Sampler::start(pid, self.timeline, self.writes);
         linux::trace_continue(pid, 0).map_err(LaunchError::Wait)?;
 
         let mut at_exit: BTreeMap<i32, ProcessMemory> = BTreeMap::new();
@@ -493,7 +503,7 @@ impl Launch {
     /// Samples an untraced command's memory until it exits.
     fn sample(&self, pid: i32) -> Result<LaunchReport, LaunchError> {
         let start = Instant::now();
-        let sampler = Sampler::start(pid, self.timeline);
+        let sampler = Sampler::start(pid, self.timeline, self.writes);
         let exit = loop {
             match linux::wait_nohang(pid).map_err(LaunchError::Wait)? {
                 Some(linux::WaitEvent::Exited(code)) => break Exit::Code(code),
@@ -696,7 +706,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Sampler {
-    fn start(pid: i32, timeline: Option<(Duration, Duration)>) -> Sampler {
+    fn start(pid: i32, timeline: Option<(Duration, Duration)>, writes: bool) -> Sampler {
         let shared = Arc::new(SamplerState::default());
         lock(&shared.watched).insert(pid);
         *lock(&shared.timeline) = timeline.map(|(interval, _)| Timeline {
@@ -711,6 +721,9 @@ impl Sampler {
                 let cpu_before = crate::system::thread_cpu_time();
                 let nodes = timeline.map(|_| CpuNodes::live()).unwrap_or_default();
                 let mut interval = timeline.map(|(interval, _)| interval);
+                let mut writes = (writes && timeline.is_some())
+                    .then(profile::WriteTracker::new)
+                    .flatten();
                 while !state.stop.load(Ordering::Relaxed) {
                     let started = Instant::now();
                     let cpu = crate::system::thread_cpu_time();
@@ -723,11 +736,15 @@ impl Sampler {
                         .collect();
                     let pause = match (interval, timeline) {
                         (Some(every), Some((_, grow_to))) => {
-                            let now = profile::sample_with(&pids, &nodes, begun, |pid, memory| {
-                                if !memory.bytes.is_empty() {
-                                    state.offer(pid, memory);
-                                }
-                            });
+                            let mut now =
+                                profile::sample_with(&pids, &nodes, begun, |pid, memory| {
+                                    if !memory.bytes.is_empty() {
+                                        state.offer(pid, memory);
+                                    }
+                                });
+                            if let Some(tracker) = writes.as_mut() {
+                                now.written = tracker.sample(&pids);
+                            }
                             if let Some(timeline) = lock(&state.timeline).as_mut() {
                                 timeline.push(now);
                                 timeline.sampling_cpu_s =

@@ -53,6 +53,12 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "DURATION")]
     pub duration: Option<Seconds>,
 
+    /// Also count the pages written between samples (soft-dirty bits: an
+    /// estimate of the write share; costs the program one page fault per
+    /// page it writes per sample)
+    #[arg(long)]
+    pub writes: bool,
+
     #[command(flatten)]
     pub output: OutputArgs,
 
@@ -66,6 +72,7 @@ pub fn run(args: &ProfileArgs) -> Result<i32> {
     args.output.check()?;
     let mut options = ProfileOptions {
         duration: args.duration.map(|d| d.0),
+        writes: args.writes,
         ..ProfileOptions::default()
     };
     if let Some(interval) = args.interval {

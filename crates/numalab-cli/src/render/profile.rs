@@ -118,6 +118,7 @@ fn human(report: &ProfileReport) -> String {
         }
     );
     let nodes = nodes(report);
+    let writes = samples.iter().any(|s| s.written.is_some());
     if !samples.is_empty() {
         out.push_str("memory per node, MiB (private: anonymous, heap, stack, huge pages):\n");
         let mut header = vec!["time s".to_string()];
@@ -132,6 +133,9 @@ fn human(report: &ProfileReport) -> String {
             ]
             .map(String::from),
         );
+        if writes {
+            header.push("written".into());
+        }
         let mut table = output::table(header);
         let step = samples.len().div_ceil(ROWS).max(1);
         let mut shown: Vec<&ProfileSample> = samples.iter().step_by(step).collect();
@@ -160,6 +164,13 @@ fn human(report: &ProfileReport) -> String {
             );
             row.push(sample.minor_faults.to_string());
             row.push(sample.cpu_migrations.to_string());
+            if writes {
+                row.push(
+                    sample
+                        .written
+                        .map_or("–".into(), |w| format!("{:.0}%", w.share() * 100.0)),
+                );
+            }
             table.add_row(row);
         }
         out.push_str(&output::render(&table));
@@ -200,6 +211,14 @@ fn human(report: &ProfileReport) -> String {
             last.numa_pages_migrated,
             last.processes,
             last.threads
+        );
+    }
+    if let Some(share) = report.written_share() {
+        let _ = writeln!(
+            out,
+            "pages written between samples (estimated, soft-dirty bits): {:.0}% of the private writable pages present, over the samples (median {:.0}%)",
+            share.0 * 100.0,
+            share.1 * 100.0
         );
     }
     match (report.numa_balancing, report.machine_hint_faults) {
@@ -243,6 +262,8 @@ fn csv(report: &ProfileReport) -> String {
         "cpu_s",
         "cpu_migrations",
         "numa_pages_migrated",
+        "written_pages",
+        "present_writable_pages",
     ]);
     let nodes = nodes(report);
     for sample in &report.timeline.samples {
@@ -270,6 +291,12 @@ fn csv(report: &ProfileReport) -> String {
                 format!("{:.3}", sample.cpu_s),
                 sample.cpu_migrations.to_string(),
                 sample.numa_pages_migrated.to_string(),
+                sample
+                    .written
+                    .map_or(String::new(), |w| w.written.to_string()),
+                sample
+                    .written
+                    .map_or(String::new(), |w| w.present.to_string()),
             ]);
         }
     }

@@ -195,3 +195,82 @@ fn profile_says_what_went_wrong_in_one_sentence() {
         stderr(&out)
     );
 }
+
+/// Whether this kernel keeps soft-dirty bits, asked of python3 directly
+/// (a page written, the bits cleared, written again: bit 55 of pagemap).
+fn soft_dirty_here() -> bool {
+    let probe = "import ctypes, mmap, struct\n\
+m = mmap.mmap(-1, 8192)\n\
+a = ctypes.addressof(ctypes.c_char.from_buffer(m)) // 4096 * 8\n\
+def bit():\n    f = open('/proc/self/pagemap', 'rb'); f.seek(a); return struct.unpack('Q', f.read(8))[0] >> 55 & 1\n\
+m[0] = 1\nopen('/proc/self/clear_refs', 'w').write('4')\ncleared = bit()\nm[0] = 2\n\
+print('yes' if (cleared, bit()) == (0, 1) else 'no')\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", probe])
+        .output()
+        .expect("python3 runs");
+    stdout(&out).trim() == "yes"
+}
+
+#[test]
+fn profile_writes_estimates_the_share_written_or_says_why_not() {
+    // 64 MiB written once, then its first quarter again and again.
+    let script = "import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nt = time.time()\nwhile time.time() - t < 2:\n    for i in range(0, 16 << 20, 4096): b[i] = 2\n    time.sleep(0.02)\n";
+    let out = numalab(&[
+        "profile",
+        "--writes",
+        "--interval",
+        "300ms",
+        "--json",
+        "--",
+        "python3",
+        "-c",
+        script,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: Value = serde_json::from_str(&stderr(&out)).unwrap();
+    let sources: Vec<&str> = doc["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let samples = doc["timeline"]["samples"].as_array().unwrap();
+    if !soft_dirty_here() {
+        // This kernel keeps no soft-dirty bits: said, and no figure made up.
+        assert!(
+            sources
+                .iter()
+                .any(|s| s.starts_with("pages written: not measured")),
+            "{sources:?}"
+        );
+        assert!(samples.iter().all(|s| s.get("written").is_none()));
+        return;
+    }
+    assert!(
+        sources
+            .iter()
+            .any(|s| s.starts_with("pages written: estimated")),
+        "{sources:?}"
+    );
+    let shares: Vec<f64> = samples
+        .windows(2)
+        .filter(|pair| {
+            let private: u64 = pair[0]["memory"]["bytes"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(kind, _)| kind.as_str() != "file")
+                .flat_map(|(_, per_node)| per_node.as_object().unwrap().values())
+                .map(|b| b.as_u64().unwrap())
+                .sum();
+            private >= 64 << 20
+        })
+        .filter_map(|pair| {
+            let w = pair[1].get("written")?;
+            Some(w["written"].as_f64()? / w["present"].as_f64()?)
+        })
+        .collect();
+    assert!(!shares.is_empty(), "no window after the 64 MiB was written");
+    assert!(shares.iter().all(|s| (0.15..0.5).contains(s)), "{shares:?}");
+}

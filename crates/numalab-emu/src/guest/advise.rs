@@ -44,6 +44,97 @@ pub fn allocate_in_turn(nodes: &str) -> Result<()> {
     Ok(())
 }
 
+/// `numalab-guest --write-quarter`: 64 MiB written once, then its first
+/// quarter written again every 50 ms for 5 s. What profile.writes
+/// watches.
+pub fn write_quarter() {
+    let mut buffer = vec![0u8; 64 << 20];
+    let page = numalab::system::page_size();
+    for byte in buffer.iter_mut().step_by(page) {
+        *byte = 1;
+    }
+    let began = std::time::Instant::now();
+    let mut round = 0u8;
+    while began.elapsed() < std::time::Duration::from_secs(5) {
+        round = round.wrapping_add(1);
+        for byte in buffer[..16 << 20].iter_mut().step_by(page) {
+            *byte = round;
+        }
+        std::hint::black_box(&buffer);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `numalab profile --writes` of a program rewriting a quarter of its
+/// memory all the time: the samples after the first say about a quarter
+/// of its private writable pages were written.
+pub fn writes(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let me = std::env::current_exe()?;
+    let me = me.to_str().context("the guest program's path")?;
+    let ran = guest.numalab(&[
+        "profile",
+        "--writes",
+        "--interval",
+        "500ms",
+        "--json",
+        "--",
+        me,
+        "--write-quarter",
+    ])?;
+    if ran.code != Some(0) {
+        bail!(
+            "numalab profile exited {:?}:\n{}{}",
+            ran.code,
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    let report: ProfileReport = Ran::result_in(&ran.stderr)?;
+    let shares: Vec<String> = report
+        .timeline
+        .samples
+        .iter()
+        .map(|s| {
+            s.written
+                .map_or("-".into(), |w| format!("{}/{}", w.written, w.present))
+        })
+        .collect();
+    out.note(format!("written/present per sample: {}", shares.join(", ")));
+    if report
+        .sources
+        .iter()
+        .any(|s| s.starts_with("pages written: not measured"))
+    {
+        out.not_applicable("the guest kernel keeps no soft-dirty bits");
+        return Ok(());
+    }
+    // The windows that began with the whole 64 MiB already written (the
+    // window that saw it written the first time counts all of it): a
+    // quarter of it rewritten, the rest of the program's writable memory
+    // small.
+    let samples = &report.timeline.samples;
+    let full: Vec<f64> = samples
+        .windows(2)
+        .filter(|pair| pair[0].memory.private_per_node().values().sum::<u64>() >= 64 << 20)
+        .filter_map(|pair| pair[1].written)
+        .map(|w| w.share())
+        .collect();
+    out.check(
+        "windows after the 64 MiB was written",
+        ">= 1",
+        full.len(),
+        !full.is_empty(),
+    );
+    let median = numalab_bench::stats::quantile(&full, 0.5).unwrap_or(0.0);
+    out.check(
+        "median share written",
+        "0.22 to 0.35 (a quarter, and the program's own small writes)",
+        format!("{median:.3}"),
+        (0.22..=0.35).contains(&median),
+    );
+    Ok(())
+}
+
 fn private_mib(per_kind: &BTreeMap<MemoryKind, BTreeMap<u32, u64>>, node: u32) -> u64 {
     per_kind
         .iter()

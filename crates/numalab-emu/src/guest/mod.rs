@@ -160,6 +160,11 @@ pub const CHECKS: &[Check] = &[
         run: advise::timeline,
     },
     Check {
+        name: "profile.writes",
+        about: "numalab profile --writes of a program rewriting a quarter of its 64 MiB: about a quarter of its private writable pages written per sample (soft-dirty bits)",
+        run: advise::writes,
+    },
+    Check {
         name: "advise.placements",
         about: "numalab advise on busybox dd: the candidates the preset calls for, each run's pages where that placement puts them, a recommendation",
         run: advise::placements,
@@ -709,7 +714,11 @@ pub fn main() -> ExitCode {
             "--preset" => preset = args.next(),
             "--checks" => checks = args.next(),
             "--results" => results = args.next(),
-            // A program for profile.timeline to watch.
+            // Programs for profile.writes and profile.timeline to watch.
+            "--write-quarter" => {
+                advise::write_quarter();
+                return ExitCode::SUCCESS;
+            }
             "--allocate" => {
                 return match advise::allocate_in_turn(&args.next().unwrap_or_default()) {
                     Ok(()) => ExitCode::SUCCESS,
