@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::fmt::Write as _;
 use std::io;
 use std::time::Instant;
 
@@ -282,4 +283,219 @@ fn sources(writes: bool) -> Vec<String> {
         ),
     }
     sources
+}
+
+/// What [`ProfileReport::experiment`] knows of the machine: its nodes with
+/// CPUs, and how many nodes have memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmitMachine {
+    /// Nodes with CPUs.
+    pub cpu_nodes: numalab::NodeSet,
+    /// Nodes with memory.
+    pub memory_nodes: usize,
+    /// When the profile was taken (for the description).
+    pub date: String,
+}
+
+impl ProfileReport {
+    /// An experiment file (TOML, for `numalab run` and `numalab sweep`)
+    /// that mimics what this profile saw: as many threads (on the nodes
+    /// they ran on), its peak private memory as the region, huge pages if
+    /// most of it was, its write share as the read:write mix (when
+    /// `--writes` measured it), its run time, and a `[sweep]` over the
+    /// placements worth trying on `machine`. Every value says where it
+    /// came from in a comment; what /proc cannot show (the access pattern,
+    /// the op size) is said to be a guess.
+    ///
+    /// ```
+    /// use numalab::profile::{ProfileSample, WrittenPages};
+    /// use numalab::locate::MemoryKind;
+    /// use numalab_bench::experiment::Experiment;
+    /// use numalab_bench::profile::{EmitMachine, ProfileReport};
+    /// let mut report = ProfileReport::empty(vec!["./app".into()], 42);
+    /// report.elapsed_s = 12.4;
+    /// let mut sample = ProfileSample { threads: 4, processes: 1, ..ProfileSample::default() };
+    /// sample.memory.bytes.insert(MemoryKind::Heap, [(0, 600 << 20), (1, 200 << 20)].into());
+    /// sample.threads_by_node = [(0, 2), (1, 2)].into();
+    /// sample.written = Some(WrittenPages { present: 1000, written: 250 });
+    /// report.timeline.samples = vec![ProfileSample::default(), sample];
+    /// let machine = EmitMachine { cpu_nodes: "0-1".parse()?, memory_nodes: 2, date: "2026-11-25".into() };
+    /// let text = report.experiment(&machine);
+    /// let exp = Experiment::from_toml_str(&text, "app.toml")?;
+    /// assert_eq!(exp.threads.count, 4);
+    /// assert_eq!(exp.memory.size.0, 800 << 20);
+    /// assert_eq!(exp.access.read_write.unwrap().to_string(), "3:1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn experiment(&self, machine: &EmitMachine) -> String {
+        let samples = &self.timeline.samples;
+        let private = |s: &ProfileSample| s.memory.private_per_node().values().sum::<u64>();
+        let peak = samples.iter().max_by_key(|s| private(s));
+        let peak_private = peak.map_or(0, private);
+        let threads = samples.iter().map(|s| s.threads).max().unwrap_or(1).max(1);
+        let processes = samples
+            .iter()
+            .map(|s| s.processes)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let ran_on: numalab::NodeSet = samples
+            .iter()
+            .flat_map(|s| s.threads_by_node.keys().copied())
+            .collect();
+        let program = self
+            .command
+            .first()
+            .map(|c| c.rsplit('/').next().unwrap_or(c).to_owned())
+            .unwrap_or_default();
+        let name: String = program
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        let toml_text = |text: &str| toml::Value::String(text.to_owned()).to_string();
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# Made by `numalab profile --emit` from what it saw of a program;"
+        );
+        let _ = writeln!(
+            out,
+            "# every value says where it came from. Run it: numalab run FILE;"
+        );
+        let _ = writeln!(out, "# try every placement: numalab sweep FILE.");
+        let _ = writeln!(out, "name = {}", toml_text(&format!("profile-{name}")));
+        let _ = writeln!(
+            out,
+            "description = {}",
+            toml_text(&format!(
+                "mimics `{}` as numalab profile saw it on {}: {threads} thread(s), {} MiB private at its peak, {:.1} s",
+                self.command.join(" "),
+                machine.date,
+                peak_private >> 20,
+                self.elapsed_s
+            ))
+        );
+        out.push_str("\n[threads]\n");
+        let _ = writeln!(
+            out,
+            "count = {threads}  # the most threads seen at one sample"
+        );
+        let placement = if ran_on.is_empty() || ran_on == machine.cpu_nodes {
+            "balanced".to_owned()
+        } else {
+            format!("nodes:{ran_on}")
+        };
+        let _ = writeln!(
+            out,
+            "placement = {}  # its threads ran on the CPUs of node(s) {}",
+            toml_text(&placement),
+            if ran_on.is_empty() {
+                "(not seen)".to_owned()
+            } else {
+                ran_on.to_string()
+            }
+        );
+        out.push_str("\n[memory]\n");
+        let (size, sharing, why) = if processes > 1 {
+            (
+                (peak_private / u64::from(processes)).max(4096),
+                "per-thread",
+                format!("{processes} processes: each its own memory, the peak split between them"),
+            )
+        } else {
+            (
+                peak_private.max(4096),
+                "shared",
+                "one process: its threads share its memory".to_owned(),
+            )
+        };
+        let _ = writeln!(
+            out,
+            "size = {}  # private memory (heap, stack, anonymous, huge pages) at its peak",
+            toml_text(&format!("{}KiB", size.div_ceil(1024)))
+        );
+        let _ = writeln!(out, "sharing = {}  # {why}", toml_text(sharing));
+        let _ = writeln!(
+            out,
+            "policy = \"first-touch\"  # how it ran: the kernel's default"
+        );
+        let huge = peak.map_or(0, |s| s.memory.transparent_huge_bytes);
+        let huge_pages = if peak_private > 0 && huge * 2 >= peak_private {
+            "thp"
+        } else {
+            "none"
+        };
+        let _ = writeln!(
+            out,
+            "huge_pages = {}  # {} MiB of it in transparent huge pages at its peak",
+            toml_text(huge_pages),
+            huge >> 20
+        );
+        out.push_str("\n[access]\n");
+        out.push_str("pattern = \"random\"  # a guess: /proc cannot show the order of accesses\n");
+        out.push_str("op_size = 64  # a guess: one cache line per access\n");
+        match self.written_share() {
+            Some((share, _)) => {
+                let _ = writeln!(
+                    out,
+                    "read_write = {}  # {:.0}% of its private pages were written between samples (soft-dirty bits): an estimate of the write share, not of the store count",
+                    toml_text(&read_write_of(share)),
+                    share * 100.0
+                );
+            }
+            None => out.push_str("# read_write: not measured (profile --writes, on a kernel with soft-dirty bits, estimates it); the engine's default, reads only, applies\n"),
+        }
+        let seconds = self.elapsed_s.clamp(0.1, 24.0 * 3600.0);
+        let _ = writeln!(
+            out,
+            "duration = {}  # how long it ran",
+            toml_text(&format!("{}ms", (seconds * 1e3).round() as u64))
+        );
+        out.push_str("\n[run]\nrepeats = 5\nwarmup = 1\n");
+        let mut policies = vec!["first-touch", "local", "interleave"];
+        if machine.memory_nodes >= 2 {
+            policies.push("remote");
+        }
+        let read_mostly = self.written_share().is_some_and(|(share, _)| share < 0.1);
+        if read_mostly && machine.cpu_nodes.len() >= 2 {
+            policies.push("replicate");
+        }
+        out.push_str("\n[sweep]  # numalab sweep tries each\n");
+        let _ = writeln!(
+            out,
+            "\"memory.policy\" = [{}]{}",
+            policies
+                .iter()
+                .map(|p| toml_text(p))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if read_mostly {
+                "  # replicate: under 10% of its pages written (Carrefour's rule for read-mostly data)"
+            } else {
+                ""
+            }
+        );
+        out
+    }
+}
+
+/// The read:write mix of a write share `share` (0 to 1), in small whole
+/// numbers: 0.25 is 3:1, 0.5 1:1, 0.8 1:4; at most 20 to 1 either way.
+fn read_write_of(share: f64) -> String {
+    if share <= 0.0 {
+        return "1:0".into();
+    }
+    if share <= 0.5 {
+        let reads = ((1.0 - share) / share).round().clamp(1.0, 20.0) as u32;
+        format!("{reads}:1")
+    } else {
+        let writes = (share / (1.0 - share).max(1e-9)).round().clamp(1.0, 20.0) as u32;
+        format!("1:{writes}")
+    }
 }

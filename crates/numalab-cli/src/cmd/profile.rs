@@ -11,7 +11,7 @@ use clap::Args;
 use numalab::launch::LaunchError;
 use numalab::profile::ProfileOptions;
 use numalab_bench::experiment::values::Seconds;
-use numalab_bench::profile::{profile_command, profile_pid};
+use numalab_bench::profile::{profile_command, profile_pid, EmitMachine, ProfileReport};
 
 use super::exec::{cannot_run, EXIT_OWN_FAILURE};
 use crate::output::{self, OutputArgs};
@@ -59,6 +59,12 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub writes: bool,
 
+    /// Also write an experiment file (TOML) that mimics what was seen —
+    /// threads, footprint, huge pages, write share, run time — with a
+    /// sweep over the placements worth trying (numalab sweep FILE)
+    #[arg(long, value_name = "FILE")]
+    pub emit: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub output: OutputArgs,
 
@@ -70,6 +76,9 @@ pub struct ProfileArgs {
 /// Runs `numalab profile`; returns the exit status to leave with.
 pub fn run(args: &ProfileArgs) -> Result<i32> {
     args.output.check()?;
+    if let Some(path) = &args.emit {
+        output::check_target(path).with_context(|| format!("--emit {}", path.display()))?;
+    }
     let mut options = ProfileOptions {
         duration: args.duration.map(|d| d.0),
         writes: args.writes,
@@ -102,6 +111,7 @@ pub fn run(args: &ProfileArgs) -> Result<i32> {
         anyhow::anyhow!("--pid {pid}: {why}")
     })?;
     render::emit(&report, &args.output)?;
+    emit_experiment(args, &report)?;
     Ok(interrupts.exit_status().unwrap_or(0))
 }
 
@@ -122,7 +132,28 @@ fn run_command(args: &ProfileArgs, options: ProfileOptions) -> Result<i32> {
         Some(path) => output::write_atomically(path, text.as_bytes())?,
         None => eprint!("{text}"),
     }
+    emit_experiment(args, &report)?;
     Ok(report
         .exit
         .map_or(EXIT_OWN_FAILURE, |exit| exit.shell_code()))
+}
+
+/// Writes the experiment that mimics `report` to `--emit FILE`, if asked.
+fn emit_experiment(args: &ProfileArgs, report: &ProfileReport) -> Result<()> {
+    let Some(path) = &args.emit else {
+        return Ok(());
+    };
+    let topology = numalab::Topology::system()?;
+    let machine = EmitMachine {
+        cpu_nodes: topology.nodes_with_cpus(),
+        memory_nodes: topology.nodes_with_memory().len(),
+        date: numalab_bench::document::now_rfc3339()[..10].to_owned(),
+    };
+    output::write_atomically(path, report.experiment(&machine).as_bytes())
+        .with_context(|| format!("--emit {}", path.display()))?;
+    eprintln!(
+        "numalab profile: wrote {} (numalab run {0} runs it; numalab sweep {0} tries every placement)",
+        path.display()
+    );
+    Ok(())
 }

@@ -274,3 +274,53 @@ fn profile_writes_estimates_the_share_written_or_says_why_not() {
     assert!(!shares.is_empty(), "no window after the 64 MiB was written");
     assert!(shares.iter().all(|s| (0.15..0.5).contains(s)), "{shares:?}");
 }
+
+#[test]
+fn profile_emit_writes_an_experiment_that_runs() {
+    let scratch = Scratch::new("profile-emit");
+    let exp = scratch.path("app.toml");
+    let script = "import time\nb = bytearray(96 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\ntime.sleep(0.5)\n";
+    let out = numalab(&[
+        "profile", "--emit", &exp, "--json", "--", "python3", "-c", script,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("wrote {exp}")),
+        "{}",
+        stderr(&out)
+    );
+    let text = std::fs::read_to_string(&exp).unwrap();
+    let value: toml::Value = toml::from_str(&text).expect("TOML");
+    // python3 runs one thread, and held its 96 MiB at some sample.
+    assert_eq!(value["threads"]["count"].as_integer(), Some(1), "{text}");
+    let size = value["memory"]["size"].as_str().unwrap();
+    let kib: u64 = size.strip_suffix("KiB").unwrap().parse().unwrap();
+    assert!((96 << 10..120 << 10).contains(&kib), "{size}");
+    assert_eq!(value["memory"]["policy"].as_str(), Some("first-touch"));
+    assert!(value["sweep"]["memory.policy"].as_array().unwrap().len() >= 3);
+    // numalab run takes it as it is (shortened here).
+    let run = numalab(&[
+        "run",
+        &exp,
+        "--set",
+        "access.duration=100ms",
+        "--set",
+        "run.repeats=1",
+        "--set",
+        "run.warmup=0",
+        "--set",
+        "memory.size=8MiB",
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+
+    // A link is never written through, and nothing runs.
+    let target = scratch.path("target");
+    std::fs::write(&target, "precious").unwrap();
+    let link = scratch.path("link.toml");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let out = numalab(&["profile", "--emit", &link, "--", "sh", "-c", "echo ran >&2"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(!stderr(&out).contains("ran"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--emit"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
+}
