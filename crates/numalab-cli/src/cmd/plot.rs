@@ -9,22 +9,25 @@ use numalab_bench::experiment::result::{
     RunResult, SweepResult, RUN_SCHEMA, SCHEMA_VERSION, SWEEP_SCHEMA,
 };
 use numalab_bench::matrix::MatrixResult;
+use numalab_bench::profile::ProfileReport;
 
 use crate::render::{experiment::text, figures};
 
-/// Redraw the figures of a saved result (numalab sweep/run/matrix --json)
-/// as SVG and PNG
+/// Redraw the figures of a saved result (numalab sweep/run/matrix/profile
+/// --json) as SVG and PNG
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
     numalab sweep exp.toml -o sweep.json && numalab plot sweep.json      sweep.svg, sweep.png\n  \
     numalab plot run.json -o figures/run                                 figures/run.svg, .png\n  \
-    numalab matrix --json -o m.json && numalab plot m.json               heat maps, loaded-latency curve\n\n\
+    numalab matrix --json -o m.json && numalab plot m.json               heat maps, loaded-latency curve\n  \
+    numalab profile -o p.json -- ./app && numalab plot p.json            memory per node over time\n\n\
 A sweep is drawn as the time to the last thread against the swept parameter, one line per \
 policy; a run as each thread's busy time, one line per repeat; a matrix as heat maps of \
-latency and bandwidth and, when measured, the loaded-latency curve.")]
+latency and bandwidth and, when measured, the loaded-latency curve; a profile as the program's \
+memory on each node over time.")]
 pub struct PlotArgs {
-    /// A result file written with --json (numalab.sweep, numalab.run or
-    /// numalab.matrix)
+    /// A result file written with --json (numalab.sweep, numalab.run,
+    /// numalab.matrix or numalab.profile)
     #[arg(value_name = "RESULTS.json")]
     pub results: PathBuf,
 
@@ -97,14 +100,19 @@ pub fn run(args: &PlotArgs) -> Result<()> {
             let result = Document::<MatrixResult>::parse(&text_in).with_context(load_err)?;
             figures::draw_matrix(&result, &stem)?
         }
+        ProfileReport::NAME => {
+            let report = Document::<ProfileReport>::parse(&text_in).with_context(load_err)?;
+            figures::draw_profile(&report, &stem)?
+        }
         "" => bail!(
-            "{} has no \"schema\" field; numalab plot reads files written by numalab run/sweep/matrix --json",
+            "{} has no \"schema\" field; numalab plot reads files written by numalab run/sweep/matrix/profile --json",
             path.display()
         ),
         other => bail!(
-            "{}: schema {other:?} has no figure; numalab plot draws {SWEEP_SCHEMA}, {RUN_SCHEMA} and {}",
+            "{}: schema {other:?} has no figure; numalab plot draws {SWEEP_SCHEMA}, {RUN_SCHEMA}, {} and {}",
             path.display(),
-            MatrixResult::NAME
+            MatrixResult::NAME,
+            ProfileReport::NAME
         ),
     };
     eprintln!("{}", text::wrote(&paths));

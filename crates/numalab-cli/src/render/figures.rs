@@ -1,14 +1,15 @@
 //! Figures drawn from results, live or saved: a sweep's figure of merit
 //! against its swept parameter, one line per policy (and per value of the
 //! other axes); a run's busy time per thread, one line per repeat; a
-//! matrix's heat maps and loaded-latency curves. [`crate::plot`] draws
-//! them.
+//! matrix's heat maps and loaded-latency curves; a profile's memory per
+//! node over time. [`crate::plot`] draws them.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use numalab_bench::experiment::result::{RunResult, SweepResult};
 use numalab_bench::matrix::{self, Figure, MatrixResult};
+use numalab_bench::profile::ProfileReport;
 
 use crate::output::human_bytes;
 use crate::plot::{line_chart, Drawing, Heatmap, LineChart, Series};
@@ -118,6 +119,57 @@ pub fn run_chart(r: &RunResult) -> LineChart {
         y_label: "busy time (ms)".to_owned(),
         series,
     }
+}
+
+/// A profile's chart: the program's memory on each node over time, MiB
+/// (every kind), one line per node, and its private memory (heap, stack,
+/// anonymous, huge pages) over all nodes.
+pub fn profile_chart(report: &ProfileReport) -> LineChart {
+    let samples = &report.timeline.samples;
+    let nodes: std::collections::BTreeSet<u32> = samples
+        .iter()
+        .flat_map(|s| s.memory.per_node().into_keys())
+        .collect();
+    let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
+    let mut series: Vec<Series> = nodes
+        .iter()
+        .map(|&node| Series {
+            name: format!("node {node}"),
+            points: samples
+                .iter()
+                .map(|s| {
+                    (
+                        s.at_s,
+                        mib(s.memory.per_node().get(&node).copied().unwrap_or(0)),
+                    )
+                })
+                .collect(),
+            ranges: Vec::new(),
+        })
+        .collect();
+    series.push(Series {
+        name: "private, all nodes".to_owned(),
+        points: samples
+            .iter()
+            .map(|s| (s.at_s, mib(s.memory.private_per_node().values().sum())))
+            .collect(),
+        ranges: Vec::new(),
+    });
+    let program = report
+        .command
+        .first()
+        .map_or("?", |c| c.rsplit('/').next().unwrap_or(c));
+    LineChart {
+        title: format!("{program}: memory per node over time"),
+        x_label: "time (s)".to_owned(),
+        y_label: "memory (MiB)".to_owned(),
+        series,
+    }
+}
+
+/// Writes the profile's timeline to `<stem>.svg` and `<stem>.png`.
+pub fn draw_profile(report: &ProfileReport, stem: &Path) -> Result<Vec<PathBuf>> {
+    line_chart(&profile_chart(report), stem)
 }
 
 /// Writes the sweep's figure to `<stem>.svg` and `<stem>.png`.
@@ -309,6 +361,42 @@ mod tests {
         let newer = text.replace("\"schema_version\": 1", "\"schema_version\": 99");
         let err = Document::<MatrixResult>::parse(&newer).unwrap_err();
         assert!(err.to_string().contains("version 99"), "{err}");
+    }
+
+    #[test]
+    fn a_profile_is_drawn_a_line_per_node() {
+        use numalab::locate::MemoryKind;
+        use numalab::profile::ProfileSample;
+        let mut report = ProfileReport::empty(vec!["/usr/bin/sort".into()], 1);
+        for (i, (on0, on1)) in [(1u64, 0u64), (64, 0), (64, 32), (0, 32)]
+            .into_iter()
+            .enumerate()
+        {
+            let mut sample = ProfileSample {
+                at_s: i as f64 * 0.5,
+                ..ProfileSample::default()
+            };
+            sample
+                .memory
+                .bytes
+                .insert(MemoryKind::Heap, [(0, on0 << 20), (1, on1 << 20)].into());
+            report.timeline.samples.push(sample);
+        }
+        let chart = profile_chart(&report);
+        assert_eq!(chart.title, "sort: memory per node over time");
+        let names: Vec<&str> = chart.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["node 0", "node 1", "private, all nodes"]);
+        assert_eq!(chart.series[1].points[2], (1.0, 32.0));
+        assert_eq!(chart.series[2].points[2], (1.0, 96.0));
+        let saved: ProfileReport = Document::parse(&report.json().unwrap()).unwrap();
+        let dir =
+            std::env::temp_dir().join(format!("numalab-profile-figure-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let written = draw_profile(&saved, &dir.join("sort")).unwrap();
+        assert_eq!(written.len(), 2);
+        let svg = std::fs::read_to_string(dir.join("sort.svg")).unwrap();
+        assert!(svg.contains("memory per node over time") && svg.contains("node 1"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
