@@ -2,7 +2,8 @@
 # Installs what numalab needs on a Debian or Ubuntu machine, then builds it.
 #   scripts/setup.sh            build dependencies, release build
 #   scripts/setup.sh --test     also the test tools (QEMU, a kernel, busybox, reference tools,
-#                               a C++ compiler for the fuzzer), no build
+#                               a C++ compiler for the fuzzer, and python3, sqlite3 and
+#                               stress-ng: programs numalab profile is checked on), no build
 #   scripts/setup.sh --fuzz     the build dependencies and a C++ compiler for libFuzzer
 #                               (bench/fuzz.sh), no build
 # Packages already installed are not installed again.
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 
 packages=(libhwloc-dev libudev-dev pkg-config numactl hwloc)
 case "${1:-}" in
-    --test) packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio g++ gdb) ;;
+    --test) packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio g++ gdb python3 sqlite3 stress-ng) ;;
     --fuzz) packages+=(g++ gdb) ;;
 esac
 

@@ -361,8 +361,9 @@ impl Timeline {
     }
 }
 
-/// Samples process `pid` (all its threads) every `options.interval` until
-/// it ends, `options.duration` passes or `stop()` says so; the samples so
+/// Samples process `pid` (all its threads, and the processes it has
+/// started and that still run, found again at each sample) every
+/// `options.interval` until it ends, `options.duration` passes or `stop()` says so; the samples so
 /// far are kept whichever comes first. Fails only when the process cannot
 /// be read at all (gone, or another user's without permission).
 ///
@@ -397,12 +398,14 @@ pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::
     'sampling: loop {
         let began = Instant::now();
         let cpu = crate::system::thread_cpu_time();
-        let mut now = sample(&[pid], &nodes, start);
-        if now.processes == 0 {
+        // The process and what it has started since the last sample.
+        let pids = procfs::with_descendants(pid);
+        let mut now = sample(&pids, &nodes, start);
+        if now.processes == 0 || !running(pid) {
             break;
         }
         if let Some(tracker) = writes.as_mut() {
-            now.written = tracker.sample(&[pid]);
+            now.written = tracker.sample(&pids);
         }
         timeline.push(now);
         let pause = Timeline::pause(

@@ -33,8 +33,8 @@ to standard error (the command owns standard output) or to --output, and numalab
 command's status (128 + N if signal N killed it; 125 when numalab fails, 126/127 when the command \
 cannot be run). With --pid, Ctrl-C ends the watch and the samples so far are reported.")]
 pub struct ProfileArgs {
-    /// Watch this running process (all its threads) instead of running a
-    /// command
+    /// Watch this running process (all its threads, and the processes it
+    /// starts) instead of running a command
     #[arg(
         long,
         value_name = "PID",

@@ -324,3 +324,202 @@ fn profile_emit_writes_an_experiment_that_runs() {
     assert!(stderr(&out).contains("--emit"), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
 }
+
+/// A program no one here wrote, started with its input on a pipe that
+/// stays open, so it holds its memory still once it has read what it was
+/// given; killed when dropped.
+struct Steady {
+    child: Child,
+}
+
+impl Steady {
+    /// Runs `program args`, writes `input` to it, and waits until its
+    /// resident memory is at least `mib` MiB and holds still.
+    fn start(program: &str, args: &[&str], input: &[u8], mib: u64) -> Option<Steady> {
+        use std::io::Write;
+        let child = match Command::new(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(err) => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "{program} is needed under CI (scripts/setup.sh --test installs it): {err}"
+                );
+                eprintln!("skipped {program}: it cannot run here: {err}");
+                return None;
+            }
+        };
+        let mut steady = Steady { child };
+        steady
+            .child
+            .stdin
+            .as_mut()
+            .unwrap()
+            .write_all(input)
+            .unwrap();
+        let mut last = 0;
+        for _ in 0..600 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let rss = rss_kib(steady.pid());
+            if rss >= mib << 10 && rss == last {
+                return Some(steady);
+            }
+            last = rss;
+        }
+        panic!("{program} never held {mib} MiB still (last {last} KiB)");
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Steady {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `numalab profile --pid` of `pid` for a moment, then `numastat -p` right
+/// after: the last sample's memory per node within 1% of numastat's.
+fn profile_agrees_with_numastat(what: &str, pid: u32) {
+    let pid = pid.to_string();
+    let out = numalab(&[
+        "profile",
+        "--pid",
+        &pid,
+        "--interval",
+        "50ms",
+        "--duration",
+        "300ms",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{what}: {}", stderr(&out));
+    let Some(numastat) = numastat_totals(&pid) else {
+        return;
+    };
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let samples = doc["timeline"]["samples"].as_array().unwrap();
+    let last = &samples.last().expect("a sample")["memory"]["bytes"];
+    let mut per_node = vec![0f64; numastat.len()];
+    for kind in last.as_object().unwrap().values() {
+        for (node, bytes) in kind.as_object().unwrap() {
+            per_node[node.parse::<usize>().unwrap()] += bytes.as_f64().unwrap() / (1 << 20) as f64;
+        }
+    }
+    for (node, (ours, theirs)) in per_node.iter().zip(&numastat).enumerate() {
+        assert!(
+            (ours - theirs).abs() <= theirs * 0.01 + 0.01,
+            "{what}, node {node}: numalab {ours:.2} MB, numastat {theirs:.2} MB"
+        );
+    }
+    eprintln!("{what}: numalab {per_node:.1?} MB per node, numastat -p {numastat:.1?}");
+}
+
+#[test]
+fn profile_of_real_programs_matches_numastat() {
+    // GNU sort holding 48 MiB of lines it has read, waiting for the rest.
+    let mut lines = Vec::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while lines.len() < 48 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        lines.extend_from_slice(format!("{x:016x}{x:032b}\n").as_bytes());
+    }
+    if let Some(sort) = Steady::start("sort", &["-S", "256M"], &lines, 48) {
+        profile_agrees_with_numastat("sort", sort.pid());
+    }
+    // SQLite with a 40 MiB table in memory, waiting for its next statement.
+    let sql = b"CREATE TABLE t(x); WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c LIMIT 300000) INSERT INTO t SELECT randomblob(128) FROM c;\n";
+    if let Some(sqlite) = Steady::start("sqlite3", &[":memory:"], sql, 40) {
+        profile_agrees_with_numastat("sqlite3", sqlite.pid());
+    }
+    // stress-ng's vm worker keeping 64 MiB mapped; profile --pid of its
+    // parent follows the worker too.
+    if let Some(stress) = Steady::start(
+        "stress-ng",
+        &[
+            "--vm",
+            "1",
+            "--vm-bytes",
+            "64M",
+            "--vm-keep",
+            "--vm-method",
+            "ror",
+            "--timeout",
+            "60s",
+        ],
+        b"",
+        1,
+    ) {
+        let parent = stress.pid().to_string();
+        // The vm stressor runs in a grandchild: the largest descendant.
+        let descendants = |root: &str| {
+            let mut all = vec![root.to_owned()];
+            let mut i = 0;
+            while i < all.len() {
+                let pid = all[i].clone();
+                i += 1;
+                let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                    .unwrap_or_default();
+                all.extend(children.split_whitespace().map(str::to_owned));
+            }
+            all
+        };
+        let mut worker = None;
+        for _ in 0..100 {
+            worker = descendants(&parent)
+                .into_iter()
+                .max_by_key(|p| rss_kib(p.parse().unwrap()));
+            if worker
+                .as_ref()
+                .is_some_and(|w| rss_kib(w.parse().unwrap()) >= 64 << 10)
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let worker = worker.expect("stress-ng started a vm worker");
+        let out = numalab(&[
+            "profile",
+            "--pid",
+            &parent,
+            "--interval",
+            "50ms",
+            "--duration",
+            "300ms",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let last = doc["timeline"]["samples"]
+            .as_array()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap();
+        assert!(
+            last["processes"].as_u64().unwrap() >= 2,
+            "the worker is followed: {last}"
+        );
+        // The worker writes its pages all the time, but keeps them mapped:
+        // its footprint holds still.
+        profile_agrees_with_numastat("stress-ng --vm worker", worker.parse().unwrap());
+    }
+}

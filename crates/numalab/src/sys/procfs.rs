@@ -296,6 +296,34 @@ pub fn task_stat(pid: i32, tid: i32) -> io::Result<TaskStat> {
         .ok_or_else(|| invalid("/proc/PID/stat", "fields missing"))
 }
 
+/// Process `pid` and every process descended from it, parents first (at
+/// most [`MAX_TASKS`]), from each thread's
+/// `/proc/PID/task/TID/children` (`CONFIG_PROC_CHILDREN`; without it,
+/// `pid` alone).
+pub fn with_descendants(pid: i32) -> Vec<i32> {
+    let mut all = vec![pid];
+    let mut next = 0;
+    while next < all.len() && all.len() < MAX_TASKS {
+        let parent = all[next];
+        next += 1;
+        for tid in task_ids(parent).unwrap_or_default() {
+            let Ok(text) = read_bounded(&format!("/proc/{parent}/task/{tid}/children"), 1 << 20)
+            else {
+                continue;
+            };
+            for child in text
+                .split_whitespace()
+                .filter_map(|w| w.parse::<i32>().ok())
+            {
+                if all.len() < MAX_TASKS && !all.contains(&child) {
+                    all.push(child);
+                }
+            }
+        }
+    }
+    all
+}
+
 /// The threads of process `pid` (at most [`MAX_TASKS`]).
 pub fn task_ids(pid: i32) -> io::Result<Vec<i32>> {
     let mut tids = Vec::new();
