@@ -332,13 +332,10 @@ impl ProfileReport {
         let private = |s: &ProfileSample| s.memory.private_per_node().values().sum::<u64>();
         let peak = samples.iter().max_by_key(|s| private(s));
         let peak_private = peak.map_or(0, private);
-        let threads = samples.iter().map(|s| s.threads).max().unwrap_or(1).max(1);
-        let processes = samples
-            .iter()
-            .map(|s| s.processes)
-            .max()
-            .unwrap_or(1)
-            .max(1);
+        // Threads and processes at the peak: a short helper process at
+        // the start (a shell, a launcher) is not the program.
+        let threads = peak.map_or(1, |s| s.threads).max(1);
+        let processes = peak.map_or(1, |s| s.processes).max(1);
         let ran_on: numalab::NodeSet = samples
             .iter()
             .flat_map(|s| s.threads_by_node.keys().copied())
@@ -382,10 +379,7 @@ impl ProfileReport {
             ))
         );
         out.push_str("\n[threads]\n");
-        let _ = writeln!(
-            out,
-            "count = {threads}  # the most threads seen at one sample"
-        );
+        let _ = writeln!(out, "count = {threads}  # its threads at its peak");
         let placement = if ran_on.is_empty() || ran_on == machine.cpu_nodes {
             "balanced".to_owned()
         } else {

@@ -44,6 +44,28 @@ pub fn allocate_in_turn(nodes: &str) -> Result<()> {
     Ok(())
 }
 
+/// `numalab profile FLAGS --json -- <this guest program> ARGS`: the
+/// report (on standard error: the command owns standard output).
+fn profile_me(guest: &Guest, flags: &[&str], args: &[&str]) -> Result<ProfileReport> {
+    let me = std::env::current_exe()?;
+    let me = me.to_str().context("the guest program's path")?;
+    let mut all = vec!["profile"];
+    all.extend(flags);
+    all.extend(["--json", "--", me]);
+    all.extend(args);
+    let ran = guest.numalab(&all)?;
+    if ran.code != Some(0) {
+        bail!(
+            "numalab {} exited {:?}:\n{}{}",
+            all.join(" "),
+            ran.code,
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    Ran::result_in(&ran.stderr)
+}
+
 /// `numalab-guest --write-quarter`: 64 MiB written once, then its first
 /// quarter written again every 50 ms for 5 s. What profile.writes
 /// watches.
@@ -69,27 +91,11 @@ pub fn write_quarter() {
 /// memory all the time: the samples after the first say about a quarter
 /// of its private writable pages were written.
 pub fn writes(guest: &Guest, out: &mut Outcome) -> Result<()> {
-    let me = std::env::current_exe()?;
-    let me = me.to_str().context("the guest program's path")?;
-    let ran = guest.numalab(&[
-        "profile",
-        "--writes",
-        "--interval",
-        "500ms",
-        "--json",
-        "--",
-        me,
-        "--write-quarter",
-    ])?;
-    if ran.code != Some(0) {
-        bail!(
-            "numalab profile exited {:?}:\n{}{}",
-            ran.code,
-            ran.stdout,
-            ran.stderr
-        );
-    }
-    let report: ProfileReport = Ran::result_in(&ran.stderr)?;
+    let report = profile_me(
+        guest,
+        &["--writes", "--interval", "500ms"],
+        &["--write-quarter"],
+    )?;
     let shares: Vec<String> = report
         .timeline
         .samples
@@ -150,29 +156,8 @@ pub fn timeline(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let (Some(first), Some(last)) = (nodes.first(), nodes.last()) else {
         bail!("the preset has no nodes");
     };
-    let me = std::env::current_exe()?;
-    let me = me.to_str().context("the guest program's path")?;
     let nodes_arg = format!("{first},{last}");
-    let ran = guest.numalab(&[
-        "profile",
-        "--interval",
-        "200ms",
-        "--json",
-        "--",
-        me,
-        "--allocate",
-        &nodes_arg,
-    ])?;
-    if ran.code != Some(0) {
-        bail!(
-            "numalab profile exited {:?}:\n{}{}",
-            ran.code,
-            ran.stdout,
-            ran.stderr
-        );
-    }
-    // The command owns standard output: the report is on standard error.
-    let report: ProfileReport = Ran::result_in(&ran.stderr)?;
+    let report = profile_me(guest, &["--interval", "200ms"], &["--allocate", &nodes_arg])?;
     let samples = &report.timeline.samples;
     out.note(format!(
         "samples at {} s; sampling took {:.0} ms of CPU",
