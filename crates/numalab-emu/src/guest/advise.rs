@@ -329,5 +329,45 @@ pub fn placements(guest: &Guest, out: &mut Outcome) -> Result<()> {
             && (text.stdout.contains("numactl --") || text.stdout.contains("run it as it is: dd")),
     );
     out.note(format!("advise's table:\n{}", text.stdout));
+
+    // A command that fails under one placement only: a shell that exits 1
+    // when its own numa_maps shows the policy bind:LAST.
+    let last = cpu_nodes.last().unwrap_or(0);
+    let script = format!("! grep -q 'bind:{last} ' /proc/self/numa_maps");
+    let ran = guest.numalab(&[
+        "advise", "--runs", "2", "--warmup", "0", "--json", "--", "sh", "-c", &script,
+    ])?;
+    out.same(
+        "advise of a command failing under bind:N: exit",
+        "Some(0)",
+        format!("{:?}", ran.code),
+    );
+    let report: AdviseReport = numalab_bench::document::Document::parse(&ran.stdout)
+        .context("reading numalab advise --json")?;
+    let failed: Vec<(&str, &str)> = report
+        .candidates
+        .iter()
+        .filter_map(|c| Some((c.candidate.name.as_str(), c.failed.as_deref()?)))
+        .collect();
+    let bound = format!("bind:{last}");
+    out.check(
+        "only that placement left out, named",
+        format!("{bound}: \"the command exits 1 under {bound} …\""),
+        format!("{failed:?}"),
+        failed.len() == 1
+            && failed[0].0 == bound
+            && failed[0]
+                .1
+                .starts_with(&format!("the command exits 1 under {bound} (run 1 of 2)")),
+    );
+    out.check(
+        "the others still compared",
+        "a recommendation other than it",
+        format!("{:?}", report.recommendation.as_ref().map(|r| &r.name)),
+        report
+            .recommendation
+            .as_ref()
+            .is_some_and(|r| r.name != bound),
+    );
     Ok(())
 }
