@@ -287,6 +287,18 @@ fn sources(writes: bool) -> Vec<String> {
 
 /// What [`ProfileReport::experiment`] knows of the machine: its nodes with
 /// CPUs, and how many nodes have memory.
+///
+/// ```
+/// use numalab_bench::profile::EmitMachine;
+/// let topology = numalab::Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let machine = EmitMachine {
+///     cpu_nodes: topology.nodes_with_cpus(),
+///     memory_nodes: topology.nodes_with_memory().len(),
+///     date: "2026-11-25".into(),
+/// };
+/// assert_eq!((machine.cpu_nodes.len(), machine.memory_nodes), (2, 2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmitMachine {
     /// Nodes with CPUs.
