@@ -371,3 +371,61 @@ pub fn placements(guest: &Guest, out: &mut Outcome) -> Result<()> {
     );
     Ok(())
 }
+
+/// `numalab advise` sent SIGTERM in the middle: the run in progress gets
+/// the signal, advising stops, the runs so far are reported (marked
+/// interrupted), and numalab exits 143.
+pub fn interrupted(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let marker = "/tmp/numalab-advise-runs";
+    let _ = std::fs::remove_file(marker);
+    // Each run notes itself, then sleeps long enough to be caught.
+    let script = format!("echo run >> {marker}; exec sleep 0.5");
+    let child = std::process::Command::new(&guest.numalab)
+        .args([
+            "advise", "--runs", "5", "--warmup", "0", "--json", "--", "sh", "-c", &script,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    // Let a few runs finish, then interrupt.
+    let runs = || std::fs::read_to_string(marker).map_or(0, |t| t.lines().count());
+    for _ in 0..3000 {
+        if runs() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()?;
+    let output = child.wait_with_output()?;
+    out.same(
+        "exit status",
+        "Some(143)",
+        format!("{:?}", output.status.code()),
+    );
+    let report: AdviseReport =
+        numalab_bench::document::Document::parse(&String::from_utf8_lossy(&output.stdout))
+            .context("reading the interrupted advise's JSON")?;
+    out.same(
+        "marked interrupted",
+        "Some(15)",
+        format!("{:?}", report.interrupted),
+    );
+    let kept: usize = report.candidates.iter().map(|c| c.runs.len()).sum();
+    let made = runs();
+    out.check(
+        "the runs so far are kept",
+        format!("{made} (the runs the command made), fewer than all"),
+        kept,
+        kept == made && kept < 5 * report.candidates.len(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    out.check(
+        "says so",
+        "signal 15 ended advising early",
+        stderr.lines().last().unwrap_or(""),
+        stderr.contains("signal 15 ended advising early"),
+    );
+    Ok(())
+}

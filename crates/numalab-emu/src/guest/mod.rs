@@ -170,6 +170,11 @@ pub const CHECKS: &[Check] = &[
         run: advise::placements,
     },
     Check {
+        name: "advise.interrupted",
+        about: "numalab advise sent SIGTERM between runs: exit 143, the runs so far reported and marked interrupted",
+        run: advise::interrupted,
+    },
+    Check {
         name: "fill.spill",
         about: "numalab fill beyond a node's free memory spills to the nearest node (default, preferred)",
         run: fill::spill,
