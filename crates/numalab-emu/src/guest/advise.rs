@@ -202,6 +202,21 @@ pub fn timeline(guest: &Guest, out: &mut Outcome) -> Result<()> {
 /// dd's 8 MiB buffer, in pages.
 const DD_PAGES: u64 = 2048;
 
+/// busybox dd filling an 8 MiB buffer.
+const DD: [&str; 5] = ["dd", "if=/dev/zero", "of=/dev/null", "bs=8M", "count=1"];
+
+/// `advise --runs 2 --warmup 0 [--json] -- COMMAND`: enough runs to see
+/// each placement's pages (timings here mean nothing).
+fn advise_args<'a>(json: bool, command: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["advise", "--runs", "2", "--warmup", "0"];
+    if json {
+        args.push("--json");
+    }
+    args.push("--");
+    args.extend(command);
+    args
+}
+
 /// Every candidate's runs put dd's pages where the preset says.
 pub fn placements(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // Base pages, so interleave is exact to the page.
@@ -209,20 +224,7 @@ pub fn placements(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let preset = &guest.preset;
     let nodes = preset.node_ids();
     let cpu_nodes = preset.cpu_nodes();
-    let ran = guest.numalab(&[
-        "advise",
-        "--runs",
-        "2",
-        "--warmup",
-        "0",
-        "--json",
-        "--",
-        "dd",
-        "if=/dev/zero",
-        "of=/dev/null",
-        "bs=8M",
-        "count=1",
-    ])?;
+    let ran = guest.numalab(&advise_args(true, &DD))?;
     if ran.code != Some(0) {
         bail!(
             "numalab advise exited {:?}:\n{}{}",
@@ -305,19 +307,7 @@ pub fn placements(guest: &Guest, out: &mut Outcome) -> Result<()> {
     }
     // The table a person reads: the same placements, a recommendation
     // and the lines to run it with.
-    let text = guest.numalab(&[
-        "advise",
-        "--runs",
-        "2",
-        "--warmup",
-        "0",
-        "--",
-        "dd",
-        "if=/dev/zero",
-        "of=/dev/null",
-        "bs=8M",
-        "count=1",
-    ])?;
+    let text = guest.numalab(&advise_args(false, &DD))?;
     out.check(
         "the table's recommendation",
         "recommended: …, and a numactl or plain line",
@@ -334,9 +324,7 @@ pub fn placements(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // when its own numa_maps shows the policy bind:LAST.
     let last = cpu_nodes.last().unwrap_or(0);
     let script = format!("! grep -q 'bind:{last} ' /proc/self/numa_maps");
-    let ran = guest.numalab(&[
-        "advise", "--runs", "2", "--warmup", "0", "--json", "--", "sh", "-c", &script,
-    ])?;
+    let ran = guest.numalab(&advise_args(true, &["sh", "-c", &script]))?;
     out.same(
         "advise of a command failing under bind:N: exit",
         "Some(0)",
