@@ -25,12 +25,13 @@ use super::{Guest, Outcome, Pages, Ran};
 const HELD_MIB: u64 = 32;
 
 /// How long each is held: an emulated CPU reads numa_maps slowly, and
-/// the sampling keeps to 1% of a CPU, so samples may be a second or more
-/// apart there.
-const HOLD: std::time::Duration = std::time::Duration::from_secs(3);
+/// the sampling keeps to 1% of a CPU, so samples may be seconds apart
+/// there (a first sample that took 36 ms of CPU was followed by 3.6 s of
+/// pause in one run).
+const HOLD: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `numalab-guest --allocate A,B`: for each node in turn, 32 MiB bound
-/// there, written, held for 3 s, then freed. What the profile watches.
+/// there, written, held for 5 s, then freed. What the profile watches.
 pub fn allocate_in_turn(nodes: &str) -> Result<()> {
     let nodes: NodeSet = nodes.parse().context("--allocate takes nodes, as 0,1")?;
     for node in nodes.iter() {
