@@ -45,6 +45,64 @@ pub fn allocate_in_turn(nodes: &str) -> Result<()> {
     Ok(())
 }
 
+/// How long a profile of the guest program may take before the check
+/// gives up on it (the programs run 10 s at most).
+const PROFILE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// `pid` and its descendants with their state and wait channel, threads
+/// included: what a hung profile was waiting for.
+fn process_states(pid: i32) -> String {
+    numalab_process_tree(pid)
+        .iter()
+        .flat_map(|&p| {
+            let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{p}/task"))
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            tasks.into_iter().map(move |tid| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/task/{tid}/stat"))
+                    .unwrap_or_default();
+                let state = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, r)| r.split_whitespace().next())
+                    .unwrap_or("?")
+                    .to_owned();
+                let wchan = std::fs::read_to_string(format!("/proc/{p}/task/{tid}/wchan"))
+                    .unwrap_or_default();
+                format!("{p}/{tid} {state} {wchan}")
+            })
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `pid` and every process below it.
+fn numalab_process_tree(pid: i32) -> Vec<i32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let p = all[i];
+        i += 1;
+        for entry in std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let children =
+                std::fs::read_to_string(entry.path().join("children")).unwrap_or_default();
+            all.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+        }
+    }
+    all
+}
+
 /// `numalab profile FLAGS --json -- <this guest program> ARGS`: the
 /// report (on standard error: the command owns standard output).
 fn profile_me(guest: &Guest, flags: &[&str], args: &[&str]) -> Result<ProfileReport> {
@@ -54,7 +112,33 @@ fn profile_me(guest: &Guest, flags: &[&str], args: &[&str]) -> Result<ProfileRep
     all.extend(flags);
     all.extend(["--json", "--", me]);
     all.extend(args);
-    let ran = guest.numalab(&all)?;
+    // A profile that does not end is a failure of this check, with the
+    // state of every process involved, not a guest that never powers off.
+    let mut child = std::process::Command::new(&guest.numalab)
+        .args(&all)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let began = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if began.elapsed() > PROFILE_DEADLINE {
+            let states = process_states(child.id() as i32);
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "numalab {} had not ended after {} s; its processes (pid state wchan): {states}",
+                all.join(" "),
+                PROFILE_DEADLINE.as_secs()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output()?;
+    let ran = Ran {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
     if ran.code != Some(0) {
         bail!(
             "numalab {} exited {:?}:\n{}{}",
