@@ -446,8 +446,9 @@ impl ProfileReport {
         out.push_str("\n[access]\n");
         out.push_str("pattern = \"random\"  # a guess: /proc cannot show the order of accesses\n");
         out.push_str("op_size = 64  # a guess: one cache line per access\n");
-        match self.written_share() {
-            Some((share, _)) => {
+        let written = self.written_share().map(|(share, _)| share);
+        match written {
+            Some(share) => {
                 let _ = writeln!(
                     out,
                     "read_write = {}  # {:.0}% of its private pages were written between samples (soft-dirty bits): an estimate of the write share, not of the store count",
@@ -468,7 +469,7 @@ impl ProfileReport {
         if machine.memory_nodes >= 2 {
             policies.push("remote");
         }
-        let read_mostly = self.written_share().is_some_and(|(share, _)| share < 0.1);
+        let read_mostly = written.is_some_and(|share| share < 0.1);
         if read_mostly && machine.cpu_nodes.len() >= 2 {
             policies.push("replicate");
         }

@@ -5,9 +5,11 @@
 //! when each of its processes exits, its `/proc/PID/numa_maps` is read
 //! before the kernel frees its memory, so even a short-lived command gets
 //! a full account. Meanwhile a sampler thread reads every process's memory
-//! (every 20 ms at most, never more than [`profile::MAX_SHARE`] of a CPU),
-//! so memory freed before exit still shows in the peak. Where tracing is not permitted (some containers), only the
-//! samples are reported and the report says so.
+//! (every 20 ms at most, never more than
+//! [`MAX_SHARE`](crate::profile::MAX_SHARE) of a CPU), so memory freed
+//! before exit still shows in the peak. Where tracing is not permitted
+//! (some containers), only the samples are reported and the report says
+//! so.
 //!
 //! The command is followed until it exits, not its descendants: whatever
 //! it leaves running (a daemon it started) is let go, untraced, as soon as
@@ -29,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::locate::ProcessMemory;
 use crate::policy::MemPolicy;
-use crate::profile::{self, CpuNodes, Timeline};
+use crate::profile::{Recorder, Timeline};
 use crate::sets::CpuSet;
 use crate::sys::{linux, procfs};
 
@@ -286,8 +288,9 @@ impl Launch {
     }
 
     /// With [`timeline`](Self::timeline): count each sample's pages
-    /// written since the sample before ([`profile::WriteTracker`]), where
-    /// the kernel keeps soft-dirty bits.
+    /// written since the sample before
+    /// ([`WriteTracker`](crate::profile::WriteTracker)), where the kernel
+    /// keeps soft-dirty bits.
     pub fn track_writes(mut self) -> Self {
         self.writes = true;
         self
@@ -302,10 +305,11 @@ impl Launch {
     }
 
     /// Samples the command's processes while it runs
-    /// ([`profile::sample`]) into [`LaunchReport::timeline`]: first every
-    /// `interval`, then half as long again after each sample up to
-    /// `grow_to`, stretched so the sampling takes at most
-    /// [`profile::MAX_SHARE`] of a CPU.
+    /// ([`sample`](crate::profile::sample)) into
+    /// [`LaunchReport::timeline`]: first every `interval`, then half as
+    /// long again after each sample up to `grow_to`, stretched so the
+    /// sampling takes at most [`MAX_SHARE`](crate::profile::MAX_SHARE) of
+    /// a CPU.
     pub fn timeline(mut self, interval: Duration, grow_to: Duration) -> Self {
         self.timeline = Some((interval, grow_to));
         self
@@ -673,7 +677,11 @@ const PEAK_INTERVAL: Duration = Duration::from_millis(20);
 /// each one's largest snapshot (by private memory) and latest snapshot.
 struct Sampler {
     shared: Arc<SamplerState>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The sampling thread; it hands back the timeline, when one was
+    /// asked for.
+    thread: Option<std::thread::JoinHandle<Option<Timeline>>>,
+    /// The timeline asked for: `(interval, grow_to)`.
+    timeline: Option<(Duration, Duration)>,
 }
 
 #[derive(Default)]
@@ -682,7 +690,6 @@ struct SamplerState {
     watched: Mutex<BTreeSet<i32>>,
     peak: Mutex<BTreeMap<i32, ProcessMemory>>,
     last: Mutex<BTreeMap<i32, ProcessMemory>>,
-    timeline: Mutex<Option<Timeline>>,
 }
 
 fn private_total(memory: &ProcessMemory) -> u64 {
@@ -709,21 +716,12 @@ impl Sampler {
     fn start(pid: i32, timeline: Option<(Duration, Duration)>, writes: bool) -> Sampler {
         let shared = Arc::new(SamplerState::default());
         lock(&shared.watched).insert(pid);
-        *lock(&shared.timeline) = timeline.map(|(interval, _)| Timeline {
-            interval_s: interval.as_secs_f64(),
-            ..Timeline::default()
-        });
         let state = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("numalab-sampler".into())
             .spawn(move || {
-                let begun = Instant::now();
-                let cpu_before = crate::system::thread_cpu_time();
-                let nodes = timeline.map(|_| CpuNodes::live()).unwrap_or_default();
-                let mut interval = timeline.map(|(interval, _)| interval);
-                let mut writes = (writes && timeline.is_some())
-                    .then(profile::WriteTracker::new)
-                    .flatten();
+                let mut recorder =
+                    timeline.map(|(interval, grow_to)| Recorder::new(interval, grow_to, writes));
                 while !state.stop.load(Ordering::Relaxed) {
                     let started = Instant::now();
                     let cpu = crate::system::thread_cpu_time();
@@ -734,30 +732,16 @@ impl Sampler {
                         .copied()
                         .filter(|&pid| procfs::tgid_of(pid).ok() == Some(pid))
                         .collect();
-                    let pause = match (interval, timeline) {
-                        (Some(every), Some((_, grow_to))) => {
-                            let mut now =
-                                profile::sample_with(&pids, &nodes, begun, |pid, memory| {
-                                    if !memory.bytes.is_empty() {
-                                        state.offer(pid, memory);
-                                    }
-                                });
-                            if let Some(tracker) = writes.as_mut() {
-                                now.written = tracker.sample(&pids);
-                            }
-                            if let Some(timeline) = lock(&state.timeline).as_mut() {
-                                timeline.push(now);
-                                timeline.sampling_cpu_s =
-                                    (crate::system::thread_cpu_time() - cpu_before).as_secs_f64();
-                            }
-                            interval = Some(Timeline::next_interval(every, grow_to));
-                            Timeline::pause(
-                                every,
-                                started.elapsed(),
-                                crate::system::thread_cpu_time() - cpu,
-                            )
+                    let pause = match recorder.as_mut() {
+                        Some(recorder) => {
+                            let now = recorder.sample(&pids, |pid, memory| {
+                                if !memory.bytes.is_empty() {
+                                    state.offer(pid, memory);
+                                }
+                            });
+                            recorder.keep(now, started, cpu)
                         }
-                        _ => {
+                        None => {
                             for pid in pids {
                                 if let Ok(memory) = ProcessMemory::of_process(pid) {
                                     if !memory.bytes.is_empty() {
@@ -781,9 +765,14 @@ impl Sampler {
                         std::thread::sleep((wake - Instant::now()).min(Duration::from_millis(10)));
                     }
                 }
+                recorder.map(Recorder::finish)
             })
             .ok();
-        Sampler { shared, thread }
+        Sampler {
+            shared,
+            thread,
+            timeline,
+        }
     }
 
     fn watch(&self, pid: i32) {
@@ -803,13 +792,22 @@ impl Sampler {
 
     fn finish(mut self) -> (ProcessMemory, Option<Timeline>) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        let recorded = self
+            .thread
+            .take()
+            .and_then(|thread| thread.join().ok())
+            .flatten();
+        // A sampling thread that could not start recorded nothing.
+        let timeline = recorded.or_else(|| {
+            self.timeline.map(|(interval, _)| Timeline {
+                interval_s: interval.as_secs_f64(),
+                ..Timeline::default()
+            })
+        });
         let mut total = ProcessMemory::default();
         for memory in lock(&self.shared.peak).values() {
             total.merge(memory);
         }
-        (total, lock(&self.shared.timeline).take())
+        (total, timeline)
     }
 }

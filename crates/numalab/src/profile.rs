@@ -302,8 +302,8 @@ impl Default for ProfileOptions {
 pub const MAX_SHARE: f64 = 0.01;
 
 /// The most samples one profile keeps: a day at the default interval is
-/// under half a million; past this the interval doubles and every other
-/// sample is dropped.
+/// under a hundred thousand; past this every other sample is dropped
+/// ([`Timeline::push`]), and the timeline says how many.
 pub const MAX_SAMPLES: usize = 100_000;
 
 /// Samples taken of a process ([`watch`]), or of a launched command
@@ -363,8 +363,8 @@ impl Timeline {
 
 /// Samples process `pid` (all its threads, and the processes it has
 /// started and that still run, found again at each sample) every
-/// `options.interval` until it ends, `options.duration` passes or `stop()` says so; the samples so
-/// far are kept whichever comes first. Fails only when the process cannot
+/// `options.interval` until it ends, `options.duration` passes or
+/// `stop()` says so; the samples so far are kept whichever comes first. Fails only when the process cannot
 /// be read at all (gone, or another user's without permission).
 ///
 /// ```
@@ -385,35 +385,17 @@ impl Timeline {
 pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::Result<Timeline> {
     // The first read says whether the process can be read at all.
     ProcessMemory::of_process(pid)?;
-    let nodes = CpuNodes::live();
-    let start = Instant::now();
-    let cpu_before = crate::system::thread_cpu_time();
-    let mut timeline = Timeline {
-        interval_s: options.interval.as_secs_f64(),
-        ..Timeline::default()
-    };
-    let mut interval = options.interval;
-    let ends = options.duration.map(|d| start + d);
-    let mut writes = options.writes.then(WriteTracker::new).flatten();
+    let mut recorder = Recorder::new(options.interval, options.grow_to, options.writes);
+    let ends = options.duration.map(|d| Instant::now() + d);
     'sampling: loop {
         let began = Instant::now();
         let cpu = crate::system::thread_cpu_time();
         // The process and what it has started since the last sample.
-        let pids = procfs::with_descendants(pid);
-        let mut now = sample(&pids, &nodes, start);
+        let now = recorder.sample(&descendants(pid), |_, _| {});
         if now.processes == 0 || !running(pid) {
             break;
         }
-        if let Some(tracker) = writes.as_mut() {
-            now.written = tracker.sample(&pids);
-        }
-        timeline.push(now);
-        let pause = Timeline::pause(
-            interval,
-            began.elapsed(),
-            crate::system::thread_cpu_time() - cpu,
-        );
-        interval = Timeline::next_interval(interval, options.grow_to);
+        let pause = recorder.keep(now, began, cpu);
         // Sleep in short steps, to notice the end and `stop` soon.
         let wake = Instant::now() + pause;
         while Instant::now() < wake {
@@ -426,8 +408,99 @@ pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::
             std::thread::sleep((wake - Instant::now()).min(Duration::from_millis(10)));
         }
     }
-    timeline.sampling_cpu_s = (crate::system::thread_cpu_time() - cpu_before).as_secs_f64();
-    Ok(timeline)
+    Ok(recorder.finish())
+}
+
+/// A timeline being recorded by the thread that samples: the samples,
+/// the write tracker, the interval's growth and the pause that keeps the
+/// sampling within [`MAX_SHARE`] of a CPU. [`watch`] and a launched
+/// command's sampler ([`Launch::timeline`](crate::launch::Launch::timeline))
+/// both record through it.
+pub(crate) struct Recorder {
+    nodes: CpuNodes,
+    start: Instant,
+    cpu_before: Duration,
+    interval: Duration,
+    grow_to: Duration,
+    writes: Option<WriteTracker>,
+    timeline: Timeline,
+}
+
+impl Recorder {
+    /// Begins now, on the calling thread: first every `interval`, growing
+    /// to `grow_to`; pages written counted when `writes` (and the kernel
+    /// can).
+    pub(crate) fn new(interval: Duration, grow_to: Duration, writes: bool) -> Recorder {
+        Recorder {
+            nodes: CpuNodes::live(),
+            start: Instant::now(),
+            cpu_before: crate::system::thread_cpu_time(),
+            interval,
+            grow_to,
+            writes: writes.then(WriteTracker::new).flatten(),
+            timeline: Timeline {
+                interval_s: interval.as_secs_f64(),
+                ..Timeline::default()
+            },
+        }
+    }
+
+    /// Samples `pids` ([`sample_with`], each process's memory handed to
+    /// `seen`), with their pages written when counted; not kept yet.
+    pub(crate) fn sample(
+        &mut self,
+        pids: &[i32],
+        seen: impl FnMut(i32, &ProcessMemory),
+    ) -> ProfileSample {
+        let mut now = sample_with(pids, &self.nodes, self.start, seen);
+        if let Some(tracker) = self.writes.as_mut() {
+            now.written = tracker.sample(pids);
+        }
+        now
+    }
+
+    /// Keeps `sample`, begun at `began` when this thread had used `cpu`
+    /// of CPU; returns how long to wait before the next.
+    pub(crate) fn keep(
+        &mut self,
+        sample: ProfileSample,
+        began: Instant,
+        cpu: Duration,
+    ) -> Duration {
+        self.timeline.push(sample);
+        let pause = Timeline::pause(
+            self.interval,
+            began.elapsed(),
+            crate::system::thread_cpu_time() - cpu,
+        );
+        self.interval = Timeline::next_interval(self.interval, self.grow_to);
+        pause
+    }
+
+    /// The timeline, with the CPU time this thread spent since [`new`](Self::new).
+    pub(crate) fn finish(mut self) -> Timeline {
+        self.timeline.sampling_cpu_s =
+            (crate::system::thread_cpu_time() - self.cpu_before).as_secs_f64();
+        self.timeline
+    }
+}
+
+/// Process `pid` and the processes descended from it that run now,
+/// parents first (at most 100,000); `pid` alone where the
+/// kernel does not list children (`CONFIG_PROC_CHILDREN`).
+///
+/// ```
+/// let me = std::process::id() as i32;
+/// let mut child = std::process::Command::new("sleep").arg("5").spawn()?;
+/// let found = numalab::profile::descendants(me);
+/// assert_eq!(found[0], me);
+/// assert!(found.contains(&(child.id() as i32)));
+/// child.kill()?;
+/// child.wait()?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn descendants(pid: i32) -> Vec<i32> {
+    procfs::with_descendants(pid)
 }
 
 /// Whether process `pid` still runs (exists and has not exited: a

@@ -52,7 +52,7 @@ const PROFILE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(90)
 /// `pid` and its descendants with their state and wait channel, threads
 /// included: what a hung profile was waiting for.
 fn process_states(pid: i32) -> String {
-    numalab_process_tree(pid)
+    numalab::profile::descendants(pid)
         .iter()
         .flat_map(|&p| {
             let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{p}/task"))
@@ -77,30 +77,6 @@ fn process_states(pid: i32) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// `pid` and every process below it.
-fn numalab_process_tree(pid: i32) -> Vec<i32> {
-    let mut all = vec![pid];
-    let mut i = 0;
-    while i < all.len() {
-        let p = all[i];
-        i += 1;
-        for entry in std::fs::read_dir(format!("/proc/{p}/task"))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let children =
-                std::fs::read_to_string(entry.path().join("children")).unwrap_or_default();
-            all.extend(
-                children
-                    .split_whitespace()
-                    .filter_map(|c| c.parse::<i32>().ok()),
-            );
-        }
-    }
-    all
 }
 
 /// `numalab profile FLAGS --json -- <this guest program> ARGS`: the

@@ -302,6 +302,7 @@ pub fn task_stat(pid: i32, tid: i32) -> io::Result<TaskStat> {
 /// `pid` alone).
 pub fn with_descendants(pid: i32) -> Vec<i32> {
     let mut all = vec![pid];
+    let mut seen = std::collections::BTreeSet::from([pid]);
     let mut next = 0;
     while next < all.len() && all.len() < MAX_TASKS {
         let parent = all[next];
@@ -315,7 +316,7 @@ pub fn with_descendants(pid: i32) -> Vec<i32> {
                 .split_whitespace()
                 .filter_map(|w| w.parse::<i32>().ok())
             {
-                if all.len() < MAX_TASKS && !all.contains(&child) {
+                if all.len() < MAX_TASKS && seen.insert(child) {
                     all.push(child);
                 }
             }
