@@ -124,7 +124,9 @@ fn profile_of_a_command_follows_it_and_exits_as_it_did() {
         "--",
         "python3",
         "-c",
-        "import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\ntime.sleep(0.3)\nraise SystemExit(3)",
+        // Held 2 s: the 1% rule may space samples half a second apart
+        // after one that read the buffer half written.
+        "import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\ntime.sleep(2)\nraise SystemExit(3)",
     ]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let doc: Value = serde_json::from_slice(&out.stderr).unwrap();
@@ -269,7 +271,7 @@ fn profile_writes_estimates_the_share_written_or_says_why_not() {
 fn profile_emit_writes_an_experiment_that_runs() {
     let scratch = Scratch::new("profile-emit");
     let exp = scratch.path("app.toml");
-    let script = "import time\nb = bytearray(96 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\ntime.sleep(0.5)\n";
+    let script = "import time\nb = bytearray(96 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\ntime.sleep(2)\n";
     let out = numalab(&[
         "profile", "--emit", &exp, "--json", "--", "python3", "-c", script,
     ]);
