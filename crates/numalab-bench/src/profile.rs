@@ -15,6 +15,7 @@ use numalab::profile::{watch, ProfileOptions, ProfileSample, Timeline, WrittenPa
 use serde::{Deserialize, Serialize};
 
 use crate::document::Schema;
+use crate::experiment::counters::{ProcessCounters, MEMORY};
 
 /// What `numalab profile` saw (`--json`).
 ///
@@ -52,8 +53,25 @@ pub struct ProfileReport {
     /// The machine's NUMA-balancing counters over the profile (every
     /// process's, `/proc/vmstat`): hinting faults, local ones, pages moved.
     pub machine_hint_faults: Option<HintFaults>,
+    /// The hardware memory events counted over the whole run by name
+    /// ([`MEMORY`](crate::experiment::counters::MEMORY): `loads`,
+    /// `stores`, `node-loads`, `node-load-misses`, ...), every thread and
+    /// process the program started included; empty where the machine has
+    /// no PMU (most VMs), and `sources` says why.
+    #[serde(default)]
+    pub memory_events: BTreeMap<String, u64>,
     /// Which figures are exact, which estimated, which missing and why.
     pub sources: Vec<String>,
+}
+
+/// The share `part / (part + rest)`, `None` when both are 0 or missing.
+fn share(events: &BTreeMap<String, u64>, part: &str, whole: &[&str]) -> Option<f64> {
+    let part = *events.get(part)?;
+    let mut total = 0u64;
+    for name in whole {
+        total += *events.get(*name)?;
+    }
+    (total > 0).then(|| part as f64 / total as f64)
 }
 
 /// NUMA balancing's counters over a span (`/proc/vmstat` differences).
@@ -164,6 +182,37 @@ impl ProfileReport {
         Some((all, crate::stats::quantile(&shares, 0.5).unwrap_or(0.0)))
     }
 
+    /// From the PMU's counts, where it gave them: stores as a share of
+    /// loads and stores, and node misses (memory accesses served by
+    /// another node) as a share of the node accesses, loads and stores
+    /// together where both are counted.
+    ///
+    /// ```
+    /// use numalab_bench::profile::ProfileReport;
+    /// let mut report = ProfileReport::empty(vec!["app".into()], 42);
+    /// assert_eq!(report.store_share(), None, "no PMU, no figure");
+    /// report.memory_events = [("loads", 300), ("stores", 100), ("node-loads", 40), ("node-load-misses", 10)]
+    ///     .into_iter()
+    ///     .map(|(n, c)| (n.to_owned(), c))
+    ///     .collect();
+    /// assert_eq!(report.store_share(), Some(0.25));
+    /// assert_eq!(report.remote_share(), Some(0.25));
+    /// ```
+    pub fn store_share(&self) -> Option<f64> {
+        share(&self.memory_events, "stores", &["loads", "stores"])
+    }
+
+    /// See [`store_share`](Self::store_share).
+    pub fn remote_share(&self) -> Option<f64> {
+        let events = &self.memory_events;
+        let both = || -> Option<f64> {
+            let misses = events.get("node-load-misses")? + events.get("node-store-misses")?;
+            let all = events.get("node-loads")? + events.get("node-stores")?;
+            (all > 0).then(|| misses as f64 / all as f64)
+        };
+        both().or_else(|| share(events, "node-load-misses", &["node-loads"]))
+    }
+
     /// A report of nothing yet: `command` (process `pid`), no samples.
     pub fn empty(command: Vec<String>, pid: i32) -> ProfileReport {
         ProfileReport {
@@ -176,6 +225,7 @@ impl ProfileReport {
             at_exit: None,
             numa_balancing: None,
             machine_hint_faults: None,
+            memory_events: BTreeMap::new(),
             sources: Vec::new(),
         }
     }
@@ -205,7 +255,9 @@ pub fn profile_command(
     if options.writes {
         launch = launch.track_writes();
     }
-    let run = launch.run()?;
+    let mut counters = None;
+    let run = launch.run_with(|pid| counters = Some(ProcessCounters::open(&[pid], &MEMORY)))?;
+    let (memory_events, events_source) = memory_events(counters, "over the whole run");
     let timeline = run.timeline.clone().unwrap_or_default();
     Ok(ProfileReport {
         command: command
@@ -218,7 +270,8 @@ pub fn profile_command(
         elapsed_s: run.elapsed.as_secs_f64(),
         numa_balancing: numa_balancing(),
         machine_hint_faults: before.zip(HintFaults::now()).map(|(b, a)| a.since(b)),
-        sources: sources(options.writes),
+        sources: sources(options.writes, events_source),
+        memory_events,
         at_exit: (run.observation == Observation::AtExit).then(|| run.memory.clone()),
         timeline,
     })
@@ -236,7 +289,9 @@ pub fn profile_pid(
         .unwrap_or_default();
     let before = HintFaults::now();
     let start = Instant::now();
+    let counters = ProcessCounters::open(&threads_of(pid), &MEMORY);
     let timeline = watch(pid, options, stop)?;
+    let (memory_events, events_source) = memory_events(Some(counters), "while it was watched");
     let elapsed_s = start.elapsed().as_secs_f64();
     let ended = !numalab::profile::running(pid);
     Ok(ProfileReport {
@@ -247,7 +302,8 @@ pub fn profile_pid(
         elapsed_s,
         numa_balancing: numa_balancing(),
         machine_hint_faults: before.zip(HintFaults::now()).map(|(b, a)| a.since(b)),
-        sources: sources(options.writes),
+        sources: sources(options.writes, events_source),
+        memory_events,
         at_exit: None,
         timeline,
     })
@@ -257,8 +313,59 @@ fn numa_balancing() -> Option<u32> {
     numalab::system::KernelSettings::current().numa_balancing
 }
 
+/// The threads of process `pid` now (at most [`MAX_THREADS`]).
+fn threads_of(pid: i32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .take(MAX_THREADS)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The most threads of a process watched (`--pid`) that get counters
+/// of their own (each costs a file descriptor per event; threads they
+/// start later are counted through their parent's).
+pub const MAX_THREADS: usize = 128;
+
+/// The counts, and the line saying what they rest on or why there are none.
+fn memory_events(counters: Option<ProcessCounters>, span: &str) -> (BTreeMap<String, u64>, String) {
+    const WHAT: &str = "loads, stores and node-local/remote memory accesses";
+    let Some(mut counters) = counters else {
+        return (
+            BTreeMap::new(),
+            format!("{WHAT}: not measured (the command did not start)"),
+        );
+    };
+    let counts = counters.read();
+    let failed: Vec<&str> = counters.failed().iter().map(|(name, _)| *name).collect();
+    let source = if counts.is_empty() {
+        let why = counters
+            .failed()
+            .first()
+            .map(|(name, err)| format!("perf_event_open {name}: {err}"))
+            .unwrap_or_default();
+        if crate::experiment::counters::Available::probe().hardware() {
+            format!("{WHAT}: not measured (not offered by this CPU or kernel as perf's generic events: {why})")
+        } else {
+            format!("{WHAT}: not measured (no hardware PMU here: {why})")
+        }
+    } else {
+        format!(
+            "{WHAT}: exact counts from the PMU {span}, every thread and process it started included (perf's generic events as this kernel maps them onto this CPU; a node miss is an access served by another node's memory){}",
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!("; not offered here: {}", failed.join(", "))
+            }
+        )
+    };
+    (counts, source)
+}
+
 /// What each figure rests on, and what is not measured here.
-fn sources(writes: bool) -> Vec<String> {
+fn sources(writes: bool, memory_events: String) -> Vec<String> {
     let mut sources = vec![
         "memory per node and kind: exact at each sample (/proc/PID/numa_maps); memory allocated and freed between two samples is not seen".to_owned(),
         "page faults and CPU time: exact, the whole process with its exited threads (/proc/PID/stat)".to_owned(),
@@ -272,16 +379,7 @@ fn sources(writes: bool) -> Vec<String> {
             "pages written: not measured (this kernel keeps no soft-dirty bits: CONFIG_MEM_SOFT_DIRTY)".to_owned()
         });
     }
-    let available = crate::experiment::counters::Available::probe();
-    match available.note {
-        Some(note) if !available.hardware() => sources.push(format!(
-            "loads, stores and local/remote DRAM accesses: not measured ({note})"
-        )),
-        _ => sources.push(
-            "loads, stores and local/remote DRAM accesses: not measured yet (numalab profile reads /proc only)"
-                .to_owned(),
-        ),
-    }
+    sources.push(memory_events);
     sources
 }
 
@@ -447,8 +545,16 @@ impl ProfileReport {
         out.push_str("pattern = \"random\"  # a guess: /proc cannot show the order of accesses\n");
         out.push_str("op_size = 64  # a guess: one cache line per access\n");
         let written = self.written_share().map(|(share, _)| share);
-        match written {
-            Some(share) => {
+        match (self.store_share(), written) {
+            (Some(share), _) => {
+                let _ = writeln!(
+                    out,
+                    "read_write = {}  # {:.0}% of its loads and stores were stores (counted by the PMU)",
+                    toml_text(&read_write_of(share)),
+                    share * 100.0
+                );
+            }
+            (None, Some(share)) => {
                 let _ = writeln!(
                     out,
                     "read_write = {}  # {:.0}% of its private pages were written between samples (soft-dirty bits): an estimate of the write share, not of the store count",
@@ -456,7 +562,7 @@ impl ProfileReport {
                     share * 100.0
                 );
             }
-            None => out.push_str("# read_write: not measured (profile --writes, on a kernel with soft-dirty bits, estimates it); the engine's default, reads only, applies\n"),
+            (None, None) => out.push_str("# read_write: not measured (profile --writes, on a kernel with soft-dirty bits, estimates it); the engine's default, reads only, applies\n"),
         }
         let seconds = self.elapsed_s.clamp(0.1, 24.0 * 3600.0);
         let _ = writeln!(
@@ -504,5 +610,40 @@ fn read_write_of(share: f64) -> String {
     } else {
         let writes = (share / (1.0 - share).max(1e-9)).round().clamp(1.0, 20.0) as u32;
         format!("1:{writes}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use numalab::profile::WrittenPages;
+
+    #[test]
+    fn emitted_read_write_prefers_counted_stores_to_soft_dirty_estimates() {
+        let mut report = ProfileReport::empty(vec!["app".into()], 42);
+        let sample = ProfileSample {
+            written: Some(WrittenPages {
+                present: 100,
+                written: 90,
+            }),
+            ..ProfileSample::default()
+        };
+        report.timeline.samples = vec![ProfileSample::default(), sample];
+        let machine = EmitMachine {
+            cpu_nodes: "0".parse().unwrap(),
+            memory_nodes: 1,
+            date: "2026-11-25".into(),
+        };
+        let line = |text: &str| {
+            text.lines()
+                .find(|l| l.starts_with("read_write"))
+                .unwrap()
+                .to_owned()
+        };
+        assert!(line(&report.experiment(&machine)).contains("soft-dirty"));
+        report.memory_events = [("loads".to_owned(), 750), ("stores".to_owned(), 250)].into();
+        let counted = line(&report.experiment(&machine));
+        assert!(counted.starts_with("read_write = \"3:1\""), "{counted}");
+        assert!(counted.contains("counted by the PMU"), "{counted}");
     }
 }

@@ -335,16 +335,35 @@ impl Launch {
     /// ends before it (`PR_SET_PDEATHSIG`): call this from a thread that
     /// lives as long as the command should.
     pub fn run(&self) -> Result<LaunchReport, LaunchError> {
+        self.run_with(|_| {})
+    }
+
+    /// [`run`](Self::run), calling `at_start` with the command's pid
+    /// once it runs the program: traced, after its `exec` and before the
+    /// program's first instruction (so counters opened there see all of
+    /// it); untraced, just after it was started.
+    ///
+    /// ```
+    /// use numalab::launch::{Exit, Launch};
+    /// let mut seen = None;
+    /// let report = Launch::new("true", None::<&str>).run_with(|pid| seen = Some(pid))?;
+    /// assert_eq!((seen, report.exit), (Some(report.pid), Exit::Code(0)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_with(&self, at_start: impl FnOnce(i32)) -> Result<LaunchReport, LaunchError> {
         let relay = SignalRelay::install().map_err(LaunchError::Signals)?;
         if let Some(signal) = relay.arrived() {
             return Err(LaunchError::Interrupted { signal });
         }
         let mut report = match self.spawn(true) {
-            Ok(pid) => self.trace(pid),
+            Ok(pid) => self.trace(pid, at_start),
             Err(err) if err.raw_os_error() == Some(libc::EPERM) => self
                 .spawn(false)
                 .map_err(|source| self.spawn_error(source))
-                .and_then(|pid| self.sample(pid)),
+                .and_then(|pid| {
+                    at_start(pid);
+                    self.sample(pid)
+                }),
             Err(source) => Err(self.spawn_error(source)),
         };
         linux::relay_to(0);
@@ -408,11 +427,12 @@ impl Launch {
 
     /// Follows a traced command and its descendants until the command
     /// exits, then lets the descendants still running go.
-    fn trace(&self, pid: i32) -> Result<LaunchReport, LaunchError> {
+    fn trace(&self, pid: i32, at_start: impl FnOnce(i32)) -> Result<LaunchReport, LaunchError> {
         let start = Instant::now();
         // The exec stops the child with SIGTRAP before its first instruction.
         linux::wait_any(pid).map_err(LaunchError::Wait)?;
         linux::trace_set_options(pid).map_err(LaunchError::Wait)?;
+        at_start(pid);
         let sampler = Sampler::start(pid, self.timeline, self.writes);
         linux::trace_continue(pid, 0).map_err(LaunchError::Wait)?;
 

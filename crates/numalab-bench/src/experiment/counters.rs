@@ -32,6 +32,10 @@ enum EventId {
     Sw(u64),
     NodeLoads,
     NodeLoadMisses,
+    L1dLoads,
+    L1dStores,
+    NodeStores,
+    NodeStoreMisses,
 }
 
 /// Every counter numalab tries, hardware first.
@@ -83,6 +87,80 @@ pub const ALL: [CounterKind; 9] = [
     },
 ];
 
+/// The memory events `numalab profile` counts for a program, where the
+/// PMU offers them: perf's generic events, as the kernel maps them onto
+/// this CPU (`L1-dcache-loads`, `L1-dcache-stores`, `node-loads`,
+/// `node-load-misses`, `node-stores`, `node-store-misses`). A node
+/// "miss" is an access served by another node's memory.
+///
+/// ```
+/// use numalab_bench::experiment::counters::MEMORY;
+/// assert!(MEMORY.iter().all(|k| k.hardware()));
+/// assert_eq!(MEMORY[2].name, "node-loads");
+/// ```
+pub const MEMORY: [CounterKind; 6] = [
+    CounterKind {
+        name: "loads",
+        hardware: true,
+        event: EventId::L1dLoads,
+    },
+    CounterKind {
+        name: "stores",
+        hardware: true,
+        event: EventId::L1dStores,
+    },
+    CounterKind {
+        name: "node-loads",
+        hardware: true,
+        event: EventId::NodeLoads,
+    },
+    CounterKind {
+        name: "node-load-misses",
+        hardware: true,
+        event: EventId::NodeLoadMisses,
+    },
+    CounterKind {
+        name: "node-stores",
+        hardware: true,
+        event: EventId::NodeStores,
+    },
+    CounterKind {
+        name: "node-store-misses",
+        hardware: true,
+        event: EventId::NodeStoreMisses,
+    },
+];
+
+impl CounterKind {
+    /// Whether it needs a hardware PMU (the kernel's software events do not).
+    pub fn hardware(&self) -> bool {
+        self.hardware
+    }
+
+    /// The counter named `name` among [`ALL`] and [`MEMORY`].
+    ///
+    /// ```
+    /// use numalab_bench::experiment::counters::CounterKind;
+    /// assert!(CounterKind::named("page-faults").is_some_and(|k| !k.hardware()));
+    /// assert!(CounterKind::named("stores").is_some());
+    /// assert!(CounterKind::named("bogus").is_none());
+    /// ```
+    pub fn named(name: &str) -> Option<CounterKind> {
+        ALL.iter()
+            .chain(MEMORY.iter())
+            .copied()
+            .find(|k| k.name == name)
+    }
+}
+
+fn cache(which: CacheId, operation: CacheOp, result: CacheResult) -> Builder<'static> {
+    Builder::new(Cache {
+        which,
+        operation,
+        result,
+    })
+}
+
 fn builder(kind: CounterKind) -> Builder<'static> {
     fn make(event: impl Event + 'static) -> Builder<'static> {
         Builder::new(event)
@@ -95,16 +173,12 @@ fn builder(kind: CounterKind) -> Builder<'static> {
         EventId::Sw(2) => make(Software::PAGE_FAULTS),
         EventId::Sw(3) => make(Software::CONTEXT_SWITCHES),
         EventId::Sw(_) => make(Software::CPU_MIGRATIONS),
-        EventId::NodeLoads => make(Cache {
-            which: CacheId::NODE,
-            operation: CacheOp::READ,
-            result: CacheResult::ACCESS,
-        }),
-        EventId::NodeLoadMisses => make(Cache {
-            which: CacheId::NODE,
-            operation: CacheOp::READ,
-            result: CacheResult::MISS,
-        }),
+        EventId::NodeLoads => cache(CacheId::NODE, CacheOp::READ, CacheResult::ACCESS),
+        EventId::NodeLoadMisses => cache(CacheId::NODE, CacheOp::READ, CacheResult::MISS),
+        EventId::L1dLoads => cache(CacheId::L1D, CacheOp::READ, CacheResult::ACCESS),
+        EventId::L1dStores => cache(CacheId::L1D, CacheOp::WRITE, CacheResult::ACCESS),
+        EventId::NodeStores => cache(CacheId::NODE, CacheOp::WRITE, CacheResult::ACCESS),
+        EventId::NodeStoreMisses => cache(CacheId::NODE, CacheOp::WRITE, CacheResult::MISS),
     }
 }
 
@@ -118,6 +192,19 @@ fn open(kind: CounterKind) -> std::io::Result<Counter> {
         b.observe_self().any_cpu().exclude_kernel(true);
         b.build()
     })
+}
+
+/// Reads a counter, scaled up when the kernel had to multiplex it
+/// (count × time enabled / time running).
+fn scaled(counter: &mut Counter) -> Option<u64> {
+    let read = counter.read_count_and_time().ok()?;
+    Some(
+        if read.time_running > 0 && read.time_running < read.time_enabled {
+            (read.count as f64 * read.time_enabled as f64 / read.time_running as f64) as u64
+        } else {
+            read.count
+        },
+    )
 }
 
 /// Which counters this machine can read, found by opening each once.
@@ -238,17 +325,93 @@ impl ThreadCounters {
         }
         self.counters
             .iter_mut()
-            .filter_map(|(name, counter)| {
-                let read = counter.read_count_and_time().ok()?;
-                let count = if read.time_running > 0 && read.time_running < read.time_enabled {
-                    (read.count as f64 * read.time_enabled as f64 / read.time_running as f64) as u64
-                } else {
-                    read.count
-                };
-                Some(((*name).to_owned(), count))
-            })
+            .filter_map(|(name, counter)| Some(((*name).to_owned(), scaled(counter)?)))
             .collect()
     }
+}
+
+/// Counters on another program: its threads as they are now and every
+/// thread and process they start from then on (the kernel's `inherit`:
+/// a task's counts are added to its parent's as it exits, so the totals
+/// hold exited ones too), counting from the moment they are opened.
+///
+/// ```
+/// use numalab_bench::experiment::counters::{CounterKind, ProcessCounters};
+/// let faults = CounterKind::named("page-faults").unwrap();
+/// let mut child = std::process::Command::new("sleep").arg("0.1").spawn()?;
+/// let mut counters = ProcessCounters::open(&[child.id() as i32], &[faults]);
+/// child.wait()?;
+/// // Where perf events are allowed, the count is there by name.
+/// if counters.failed().is_empty() {
+///     assert!(counters.read().contains_key("page-faults"));
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct ProcessCounters {
+    counters: Vec<(&'static str, Counter)>,
+    failed: Vec<(&'static str, std::io::Error)>,
+}
+
+impl ProcessCounters {
+    /// Opens each of `kinds` on each thread in `tids` (one program's),
+    /// counting at once. A kind that cannot be opened on some thread is
+    /// left out whole and kept in [`failed`](Self::failed).
+    pub fn open(tids: &[i32], kinds: &[CounterKind]) -> ProcessCounters {
+        let mut result = ProcessCounters::default();
+        for &kind in kinds {
+            let mut opened = Vec::with_capacity(tids.len());
+            let mut error = None;
+            for &tid in tids {
+                match open_on(kind, tid) {
+                    Ok(counter) => opened.push(counter),
+                    Err(err) => {
+                        error = Some(err);
+                        break;
+                    }
+                }
+            }
+            match error {
+                Some(err) => result.failed.push((kind.name, err)),
+                None => result
+                    .counters
+                    .extend(opened.into_iter().map(|c| (kind.name, c))),
+            }
+        }
+        result
+    }
+
+    /// The kinds that could not be opened, with the kernel's answer.
+    pub fn failed(&self) -> &[(&'static str, std::io::Error)] {
+        &self.failed
+    }
+
+    /// The counts so far by name, every thread's summed (scaled up where
+    /// the kernel multiplexed them).
+    pub fn read(&mut self) -> BTreeMap<String, u64> {
+        let mut counts = BTreeMap::new();
+        for (name, counter) in &mut self.counters {
+            if let Some(count) = scaled(counter) {
+                *counts.entry((*name).to_owned()).or_insert(0) += count;
+            }
+        }
+        counts
+    }
+}
+
+/// Opens `kind` on thread `tid`, inherited by what it starts, counting:
+/// kernel work included where allowed, user space only otherwise.
+fn open_on(kind: CounterKind, tid: i32) -> std::io::Result<Counter> {
+    let attempt = |exclude_kernel: bool| {
+        let mut b = builder(kind);
+        b.observe_pid(tid)
+            .any_cpu()
+            .inherit(true)
+            .enabled(true)
+            .exclude_kernel(exclude_kernel);
+        b.build()
+    };
+    attempt(false).or_else(|_| attempt(true))
 }
 
 #[cfg(test)]

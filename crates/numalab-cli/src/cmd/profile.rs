@@ -19,15 +19,18 @@ use crate::render;
 use crate::signals::Interrupts;
 
 /// Watch a program's memory node by node over time (numa_maps sampled like
-/// mpstat), with its faults, CPU migrations, NUMA balancing's moves and
-/// the nodes its threads ran on
+/// mpstat), with its faults, CPU migrations, NUMA balancing's moves, the
+/// nodes its threads ran on and, where the machine has a PMU, its loads,
+/// stores and remote memory accesses
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  \
     numalab profile -- sort -S 2G big.txt        run sort and watch it to its end\n  \
     numalab profile --pid 4242 --duration 30s    watch a running process for 30 s\n  \
     numalab profile --interval 1s --json -- ./app > profile.json\n\n\
-Everything is read from /proc: each sample is exact for that moment (numastat -p's numbers), \
-memory allocated and freed between two samples is not seen. The sampling is stretched so it \
+Memory by node is read from /proc: each sample is exact for that moment (numastat -p's numbers), \
+memory allocated and freed between two samples is not seen. Loads, stores and local/remote \
+memory accesses are counted by the PMU (perf's generic events, the whole run) where there is one; \
+the report says when there is not. The sampling is stretched so it \
 never takes more than 1% of a CPU, and what it took is printed. With a command, the report goes \
 to standard error (the command owns standard output) or to --output, and numalab exits with the \
 command's status (128 + N if signal N killed it; 125 when numalab fails, 126/127 when the command \

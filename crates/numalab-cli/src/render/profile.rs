@@ -221,6 +221,26 @@ fn human(report: &ProfileReport) -> String {
             share.1 * 100.0
         );
     }
+    if !report.memory_events.is_empty() {
+        let events = &report.memory_events;
+        let count = |name: &str| events.get(name).map_or("-".to_owned(), |c| c.to_string());
+        let _ = writeln!(
+            out,
+            "memory events (PMU): {} loads, {} stores{}; from memory {} loads ({} from another node), {} stores ({} to another node){}",
+            count("loads"),
+            count("stores"),
+            report
+                .store_share()
+                .map_or(String::new(), |s| format!(" ({:.1}% stores)", s * 100.0)),
+            count("node-loads"),
+            count("node-load-misses"),
+            count("node-stores"),
+            count("node-store-misses"),
+            report
+                .remote_share()
+                .map_or(String::new(), |s| format!("; {:.1}% of memory accesses remote", s * 100.0)),
+        );
+    }
     match (report.numa_balancing, report.machine_hint_faults) {
         (Some(0), _) => out.push_str(
             "NUMA balancing is off (kernel.numa_balancing = 0): no hinting faults or page moves to report\n",
@@ -301,4 +321,38 @@ fn csv(report: &ProfileReport) -> String {
         }
     }
     csv.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_events_are_shown_with_their_shares_only_when_counted() {
+        let mut report = ProfileReport::empty(vec!["app".into()], 42);
+        assert!(!human(&report).contains("memory events"));
+        // Counts as a PMU would give them (made up here: this shows the
+        // rendering, not a measurement).
+        report.memory_events = [
+            ("loads", 900u64),
+            ("stores", 100),
+            ("node-loads", 80),
+            ("node-load-misses", 20),
+        ]
+        .into_iter()
+        .map(|(n, c)| (n.to_owned(), c))
+        .collect();
+        let text = human(&report);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("memory events (PMU)"))
+            .unwrap();
+        assert!(
+            line.contains("900 loads, 100 stores (10.0% stores)"),
+            "{line}"
+        );
+        assert!(line.contains("80 loads (20 from another node)"), "{line}");
+        assert!(line.contains("- stores (- to another node)"), "{line}");
+        assert!(line.contains("25.0% of memory accesses remote"), "{line}");
+    }
 }

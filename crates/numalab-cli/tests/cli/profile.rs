@@ -528,3 +528,57 @@ fn profile_of_real_programs_matches_numastat() {
         profile_agrees_with_numastat("stress-ng --vm worker", worker.parse().unwrap(), "300ms");
     }
 }
+
+/// Whether the kernel lists a CPU PMU (`cpu` on x86, `cpu_core` on hybrid
+/// Intel parts, `armv8_*` on Arm): most VMs have none.
+fn pmu_here() -> bool {
+    std::fs::read_dir("/sys/bus/event_source/devices")
+        .map(|dir| {
+            dir.filter_map(Result::ok).any(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name == "cpu" || name.starts_with("cpu_") || name.starts_with("armv")
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn profile_counts_memory_events_where_the_kernel_has_a_pmu() {
+    // 32 MiB written a byte per page and read back whole.
+    let script =
+        "b = bytearray(32 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint(sum(b))";
+    let out = numalab(&["profile", "--json", "--", &python(), "-c", script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stderr).unwrap();
+    let events = doc["memory_events"].as_object().unwrap();
+    let sources: Vec<&str> = doc["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    let line = sources
+        .iter()
+        .find(|s| s.starts_with("loads, stores"))
+        .expect("a line on memory events");
+    eprintln!(
+        "PMU listed by the kernel: {}; {line}; {events:?}",
+        pmu_here()
+    );
+    if pmu_here() {
+        // A CPU may not map perf's generic events (AMD maps no node
+        // events); then the line says so.
+        if events.is_empty() {
+            assert!(line.contains("not offered by this CPU"), "{line}");
+        } else {
+            assert!(line.contains("exact counts from the PMU"), "{line}");
+            if let Some(loads) = events.get("loads") {
+                // sum() alone reads 32 MiB: at least a load per 64 bytes.
+                assert!(loads.as_u64().unwrap() >= (32 << 20) / 64, "{events:?}");
+            }
+        }
+    } else {
+        assert!(events.is_empty(), "no PMU, no counts: {events:?}");
+        assert!(line.contains("no hardware PMU here"), "{line}");
+    }
+}
