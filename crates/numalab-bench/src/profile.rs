@@ -54,7 +54,7 @@ pub struct ProfileReport {
     /// process's, `/proc/vmstat`): hinting faults, local ones, pages moved.
     pub machine_hint_faults: Option<HintFaults>,
     /// The hardware memory events counted over the whole run by name
-    /// ([`MEMORY`](crate::experiment::counters::MEMORY): `loads`,
+    /// ([`MEMORY`]: `loads`,
     /// `stores`, `node-loads`, `node-load-misses`, ...), every thread and
     /// process the program started included; empty where the machine has
     /// no PMU (most VMs), and `sources` says why.

@@ -2,16 +2,17 @@
 //! and every memory node, beside the firmware's SLIT and HMAT.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use numalab::topology::hwloc_xml::{self, Attribute, MeasuredValue};
 use numalab::{NodeSet, Role, Topology};
 use numalab_bench::matrix::{
-    self, run::run_until as measure, MatrixConfig, MatrixError, Measurements, NodeSelection,
-    PlanReport, Shape,
+    self, run::run_until as measure, Figure, MatrixConfig, MatrixError, MatrixResult, Measurements,
+    NodeSelection, PlanReport, Shape,
 };
 
 use crate::output::{human_bytes, OutputArgs};
@@ -29,6 +30,7 @@ Examples:\n  \
   numalab matrix                              latency + bandwidth, working set sized from the measured cache\n  \
   numalab matrix --loaded --c2c               latency under load, and core-to-core hand-over\n  \
   numalab matrix --cpu-nodes 0 --mem-nodes 0-3 --json -o m.json --plot figs/m\n  \
+  numalab matrix --hwloc-xml m.xml            the figures for hwloc: lstopo -i m.xml --memattrs\n  \
   numalab matrix --xml server.xml --plan      another machine's matrix shape and firmware values"
 )]
 pub struct MatrixArgs {
@@ -98,6 +100,19 @@ pub struct MatrixArgs {
     #[arg(long, value_name = "STEM")]
     pub plot: Option<PathBuf>,
 
+    /// Also write this machine's topology as hwloc XML (as `lstopo --of
+    /// xml` writes it) with the measured figures as hwloc memory
+    /// attributes, from each CPU node's cpuset to each memory node: Latency
+    /// and ReadLatency = the idle latency, ns; ReadBandwidth = read,
+    /// WriteBandwidth = non-temporal write, Bandwidth = their mean
+    /// (hwloc's definition), MiB/s; medians, rounded. Firmware (HMAT)
+    /// values for the measured pairs are replaced, others kept. Read it
+    /// with `lstopo -i FILE --memattrs`, or give it to hwloc-based
+    /// runtimes with HWLOC_XMLFILE=FILE. Needs latency or bandwidth
+    /// measured
+    #[arg(long, value_name = "FILE", conflicts_with = "plan")]
+    pub hwloc_xml: Option<PathBuf>,
+
     /// Show the matrix's shape and firmware values without measuring
     #[arg(long)]
     pub plan: bool,
@@ -141,6 +156,9 @@ pub fn run(args: &MatrixArgs) -> Result<i32> {
     if let Some(stem) = &args.plot {
         crate::plot::check_stem(stem)?;
     }
+    if let Some(path) = &args.hwloc_xml {
+        check_hwloc_xml(path, &config.measurements, &args.output)?;
+    }
 
     let show_progress = std::io::stderr().is_terminal();
     let mut progress = |line: &str| {
@@ -163,11 +181,128 @@ pub fn run(args: &MatrixArgs) -> Result<i32> {
             eprintln!("wrote {}", path.display());
         }
     }
+    if let Some(path) = &args.hwloc_xml {
+        if write_hwloc_xml(path, &topology, &result)? {
+            eprintln!("wrote {}", path.display());
+        }
+    }
     Ok(if result.interrupted {
         interrupts.exit_status().unwrap_or(1)
     } else {
         0
     })
+}
+
+/// Refuses an `--hwloc-xml` file that could not be written (the checks of
+/// [`crate::output::check_target`], with hints for this flag rather than
+/// for `-o`), that is the `-o` file too, or that would carry no figure.
+fn check_hwloc_xml(path: &Path, measurements: &Measurements, output: &OutputArgs) -> Result<()> {
+    use numalab::files::OutputError;
+    let flag = format!("--hwloc-xml {}", path.display());
+    if !measurements.latency && !measurements.bandwidth {
+        bail!(
+            "{flag}: the file carries idle latency and bandwidth, and neither is measured; \
+             add --latency or --bandwidth"
+        );
+    }
+    if output.output.as_deref() == Some(path) {
+        bail!("{flag}: -o names the same file; name another for one of them");
+    }
+    numalab::files::check_output(path).map_err(|err| {
+        let hint = match &err {
+            OutputError::NotAFile {
+                kind: "directory", ..
+            } => "; name a file in it",
+            OutputError::NotAFile { .. } => "; name a regular file, or a new one",
+            OutputError::NoDirectory { .. } => "; create it first",
+            _ => "",
+        };
+        anyhow!("{flag}: {err}{hint}")
+    })?;
+    Ok(())
+}
+
+/// Writes `result`'s figures into hwloc's XML of `topology`, atomically;
+/// says whether it did (a run stopped before its first figure writes
+/// nothing, and keeps its exit status).
+fn write_hwloc_xml(path: &Path, topology: &Topology, result: &MatrixResult) -> Result<bool> {
+    let flag = format!("--hwloc-xml {}", path.display());
+    let (values, left_out) = hwloc_values(result);
+    for cell in &left_out {
+        eprintln!(
+            "numalab: warning: {flag}: {cell} left out: its pages were not all on the target node"
+        );
+    }
+    if values.is_empty() && result.interrupted {
+        eprintln!("numalab: warning: {flag}: not written: stopped before any figure was measured");
+        return Ok(false);
+    }
+    if values.is_empty() {
+        bail!("{flag}: no figure to write: no working set was on its target node");
+    }
+    let xml = hwloc_xml::export(topology, &values).with_context(|| flag.clone())?;
+    crate::output::write_atomically(path, xml.as_bytes()).with_context(|| flag)?;
+    Ok(true)
+}
+
+/// The figures of `result` as hwloc memory-attribute values, in hwloc's
+/// integer units (ns, MiB/s, medians rounded to the nearest), and the
+/// cells left out because their working set was not on the target node
+/// (the figure is not that node's).
+fn hwloc_values(result: &MatrixResult) -> (Vec<MeasuredValue>, Vec<String>) {
+    let measured = |f: Option<&Figure>| f.filter(|f| f.summary.n > 0).map(Figure::median);
+    let mib_per_s = |gbps: f64| (gbps * 1e9 / (1u64 << 20) as f64).round() as u64;
+    let mut values = Vec::new();
+    let mut left_out = Vec::new();
+    for cell in result.latency.iter().flat_map(|m| &m.cells) {
+        let (initiator, target) = (cell.initiator, cell.target);
+        if !cell.placement.is_match() {
+            left_out.push(format!("latency {initiator}->{target}"));
+            continue;
+        }
+        if let Some(ns) = measured(Some(&cell.latency_ns)) {
+            for attribute in [Attribute::Latency, Attribute::ReadLatency] {
+                let value = ns.round() as u64;
+                values.push(MeasuredValue {
+                    attribute,
+                    initiator,
+                    target,
+                    value,
+                });
+            }
+        }
+    }
+    for cell in result.bandwidth.iter().flat_map(|m| &m.cells) {
+        let (initiator, target) = (cell.initiator, cell.target);
+        if !cell.placement.is_match() {
+            left_out.push(format!("bandwidth {initiator}->{target}"));
+            continue;
+        }
+        let (read, write) = (
+            measured(cell.read_gbps.as_ref()),
+            measured(cell.write_gbps.as_ref()),
+        );
+        let mean = match (read, write) {
+            (Some(r), Some(w)) => Some((r + w) / 2.0),
+            (one, other) => one.or(other),
+        };
+        for (attribute, gbps) in [
+            (Attribute::Bandwidth, mean),
+            (Attribute::ReadBandwidth, read),
+            (Attribute::WriteBandwidth, write),
+        ] {
+            if let Some(gbps) = gbps {
+                let value = mib_per_s(gbps);
+                values.push(MeasuredValue {
+                    attribute,
+                    initiator,
+                    target,
+                    value,
+                });
+            }
+        }
+    }
+    (values, left_out)
 }
 
 /// Names the option behind an error.
@@ -270,6 +405,120 @@ mod tests {
             let size = format_size(size as u64);
             assert!(help.contains(&size), "{size} missing from: {help}");
         }
+    }
+
+    #[test]
+    fn hwloc_values_are_medians_in_hwlocs_units_from_cells_where_asked() {
+        use numalab::audit::{audit, PlacementAudit};
+        use numalab::locate::PageHistogram;
+        use numalab::{HugePages, MemPolicy};
+        use numalab_bench::matrix::latency::Pages;
+        use numalab_bench::matrix::{
+            BandwidthCell, BandwidthMatrix, Firmware, LatencyCell, LatencyMatrix, PlacementSummary,
+            Settings,
+        };
+
+        // Pages of a working set bound to `target`, found on node `on`.
+        let placed = |target: u32, on: u32| -> PlacementAudit {
+            let pages = PageHistogram {
+                page_size: 4096,
+                queried: 256,
+                per_node: [(on, 256)].into(),
+                ..Default::default()
+            };
+            audit(
+                &MemPolicy::Bind(NodeSet::single(target)),
+                &NodeSet::new(),
+                &pages,
+            )
+        };
+        let pages = Pages {
+            requested: HugePages::None,
+            huge_share: None,
+        };
+        let latency = |target: u32, on: u32, ns: &[f64]| LatencyCell {
+            initiator: 0,
+            target,
+            cpu: 0,
+            size_bytes: 1 << 20,
+            pages,
+            latency_ns: Figure::of(ns),
+            cycles: None,
+            base_pages: None,
+            ratio_to_local: None,
+            firmware: Firmware::default(),
+            placement: placed(target, on),
+        };
+        let bandwidth =
+            |initiator: u32, read: Option<&[f64]>, write: Option<&[f64]>| BandwidthCell {
+                initiator,
+                target: 1,
+                cpus: vec![0],
+                size_bytes: 1 << 20,
+                pages,
+                read_gbps: read.map(Figure::of),
+                write_gbps: write.map(Figure::of),
+                copy_gbps: None,
+                read_ratio_to_local: None,
+                firmware: Firmware::default(),
+                placement: placed(1, 1),
+            };
+        let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1").unwrap();
+        let result = MatrixResult {
+            environment: None,
+            shape: Shape::of(&topology, &NodeSelection::default()).unwrap(),
+            firmware: Vec::new(),
+            settings: Settings {
+                measurements: Measurements::default(),
+                latency_bytes: 1 << 20,
+                size_source: "--size".into(),
+                bandwidth_bytes: 1 << 20,
+                threads: None,
+                repeats: 3,
+                sample_ms: 10,
+                quick: true,
+                huge_pages: None,
+                isa: numalab_bench::kernels::Isa::Scalar,
+                cpu_mhz: None,
+            },
+            cache_sweep: None,
+            latency: Some(LatencyMatrix {
+                // 0 -> 1: the pages were on node 0, so not node 1's figure.
+                cells: vec![latency(0, 0, &[90.4, 80.0, 99.0]), latency(1, 0, &[95.0])],
+            }),
+            bandwidth: Some(BandwidthMatrix {
+                cells: vec![
+                    bandwidth(0, Some(&[10.0, 9.0, 11.0]), Some(&[6.0])),
+                    bandwidth(1, None, Some(&[6.0])),
+                ],
+            }),
+            loaded: None,
+            c2c: None,
+            placement_summary: PlacementSummary::default(),
+            warnings: Vec::new(),
+            interrupted: false,
+        };
+        let (values, left_out) = hwloc_values(&result);
+        let value = |attribute, initiator, target, value| MeasuredValue {
+            attribute,
+            initiator,
+            target,
+            value,
+        };
+        // 10 GB/s = 9536.7 MiB/s, 6 GB/s = 5722.0, their mean 7629.4.
+        assert_eq!(
+            values,
+            [
+                value(Attribute::Latency, 0, 0, 90),
+                value(Attribute::ReadLatency, 0, 0, 90),
+                value(Attribute::Bandwidth, 0, 1, 7629),
+                value(Attribute::ReadBandwidth, 0, 1, 9537),
+                value(Attribute::WriteBandwidth, 0, 1, 5722),
+                value(Attribute::Bandwidth, 1, 1, 5722),
+                value(Attribute::WriteBandwidth, 1, 1, 5722),
+            ]
+        );
+        assert_eq!(left_out, ["latency 0->1"]);
     }
 
     fn args(flags: &[&str]) -> MatrixArgs {

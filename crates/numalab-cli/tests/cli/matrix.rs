@@ -288,3 +288,191 @@ fn matrix_plan_shows_another_machines_shape_and_firmware() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("has no CPUs"), "{}", stderr(&out));
 }
+
+/// hwloc's `lstopo` without graphics, or why it cannot run here (a failure
+/// under CI).
+fn lstopo() -> Option<&'static str> {
+    for program in ["lstopo-no-graphics", "lstopo"] {
+        if Command::new(program).arg("--version").output().is_ok() {
+            return Some(program);
+        }
+    }
+    let why = "lstopo (Debian's hwloc package) is not installed";
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{why}: CI must check --hwloc-xml against hwloc"
+    );
+    eprintln!("skipped: {why}");
+    None
+}
+
+fn run_lstopo(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(out.status.success(), "{program} {args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
+#[test]
+fn matrix_hwloc_xml_gives_hwloc_the_figures_of_the_json() {
+    let Some(lstopo) = lstopo() else { return };
+    let dir = Scratch::new("matrix-hwloc-xml");
+    let xml = dir.path("m.xml");
+    // One run, both outputs: the same figures.
+    let out = numalab(&[
+        "matrix",
+        "--quick",
+        "--size",
+        "8M",
+        "--json",
+        "--hwloc-xml",
+        &xml,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // What the JSON says, in hwloc's integer units: ns, and MiB/s from
+    // GB/s (10^9 bytes); Bandwidth is hwloc's mean of read and write.
+    let mib = |gbps: f64| (gbps * 1e9 / (1u64 << 20) as f64).round() as u64;
+    let median = |cell: &Value, figure: &str| cell[figure]["median"].as_f64().unwrap();
+    let mut expected = std::collections::BTreeMap::new();
+    let mut pair = |attribute: &str, cell: &Value, value: u64| {
+        let (i, t) = (
+            cell["initiator"].as_u64().unwrap(),
+            cell["target"].as_u64().unwrap(),
+        );
+        expected.insert((attribute.to_owned(), i, t), value);
+    };
+    for cell in doc["latency"]["cells"].as_array().unwrap() {
+        assert_eq!(cell["placement"]["verdict"], "match", "{cell}");
+        let ns = median(cell, "latency_ns").round() as u64;
+        pair("Latency", cell, ns);
+        pair("ReadLatency", cell, ns);
+    }
+    for cell in doc["bandwidth"]["cells"].as_array().unwrap() {
+        assert_eq!(cell["placement"]["verdict"], "match", "{cell}");
+        let (read, write) = (median(cell, "read_gbps"), median(cell, "write_gbps"));
+        pair("ReadBandwidth", cell, mib(read));
+        pair("WriteBandwidth", cell, mib(write));
+        pair("Bandwidth", cell, mib((read + write) / 2.0));
+    }
+    let (with_cpus, with_memory) = sysfs_roles();
+    assert_eq!(expected.len(), 5 * with_cpus.len() * with_memory.len());
+
+    // What hwloc reads from the file. Initiators are cpusets: each is the
+    // cpuset of a CPU node, as hwloc itself lists the nodes.
+    let mut node_of_cpuset = std::collections::HashMap::new();
+    for line in run_lstopo(lstopo, &["-i", &xml, "--only", "numa", "-c", "-p"]).lines() {
+        // NUMANode P#0 (18GB) cpuset=0x00000003
+        let node: u64 = line["NUMANode P#".len()..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let cpuset = line.rsplit_once("cpuset=").unwrap().1.to_owned();
+        if with_cpus.contains(&(node as u32)) {
+            node_of_cpuset.insert(cpuset, node);
+        }
+    }
+    let memattrs = run_lstopo(lstopo, &["-i", &xml, "--memattrs", "-p"]);
+    let mut found = std::collections::BTreeMap::new();
+    let mut attribute = String::new();
+    for line in memattrs.lines() {
+        // Memory attribute #3 name `Latency' flags 6
+        if let Some(rest) = line.strip_prefix("Memory attribute #") {
+            attribute = rest
+                .split('`')
+                .nth(1)
+                .unwrap()
+                .split('\'')
+                .next()
+                .unwrap()
+                .into();
+            continue;
+        }
+        //   NUMANode P#0 = 199 from cpuset 0x00000003 (Machine P#0)
+        let Some((target, rest)) = line
+            .trim()
+            .strip_prefix("NUMANode P#")
+            .and_then(|l| l.split_once(" = "))
+        else {
+            continue;
+        };
+        let Some((value, initiator)) = rest.split_once(" from cpuset ") else {
+            continue; // Capacity, Locality: no initiator
+        };
+        let cpuset = initiator.split(' ').next().unwrap();
+        let initiator = node_of_cpuset[cpuset];
+        found.insert(
+            (attribute.clone(), initiator, target.parse().unwrap()),
+            value.parse::<u64>().unwrap(),
+        );
+    }
+    assert_eq!(found, expected, "lstopo --memattrs:\n{memattrs}");
+
+    // The topology is this machine's, as lstopo sees it.
+    let count = |xml: &str, ty: &str| xml.matches(&format!("<object type=\"{ty}\"")).count();
+    let written = run_lstopo(lstopo, &["-i", &xml, "--of", "xml"]);
+    let live = run_lstopo(lstopo, &["--of", "xml"]);
+    for ty in ["NUMANode", "Package", "Core", "PU"] {
+        assert_eq!(count(&written, ty), count(&live, ty), "{ty} objects");
+    }
+    assert_eq!(count(&written, "NUMANode"), sysfs_nodes().len());
+    assert_eq!(dir.files(), ["m.xml"], "no temporary file left");
+}
+
+#[test]
+fn matrix_hwloc_xml_refuses_a_file_it_cannot_write_before_measuring() {
+    let dir = Scratch::new("matrix-hwloc-xml-refused");
+    let victim = dir.path("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let link = dir.path("link.xml");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let missing = dir.path("missing/m.xml");
+    let target = dir.path("m.xml");
+    for (args, needles) in [
+        (
+            vec!["--hwloc-xml", dir.0.to_str().unwrap()],
+            vec!["is a directory", "name a file in it"],
+        ),
+        (
+            vec!["--hwloc-xml", &link],
+            vec!["is a symbolic link", "numalab writes only regular files"],
+        ),
+        (
+            vec!["--hwloc-xml", &missing],
+            vec!["does not exist", "create it first"],
+        ),
+        (
+            vec!["-o", &target, "--hwloc-xml", &target],
+            vec!["-o names the same file"],
+        ),
+        (
+            vec!["--c2c", "--hwloc-xml", &target],
+            vec!["neither is measured", "add --latency or --bandwidth"],
+        ),
+    ] {
+        let out = numalab(&[&["matrix", "--quick"][..], &args].concat());
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: one error: {err}");
+        assert!(err.starts_with("numalab: error: --hwloc-xml "), "{err}");
+        for needle in needles {
+            assert!(
+                err.contains(needle),
+                "{args:?}: {needle} missing from: {err}"
+            );
+        }
+        assert!(stdout(&out).is_empty(), "{args:?}: nothing measured");
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert_eq!(dir.files(), ["link.xml", "victim"], "nothing written");
+    // Nothing is measured with --plan, so there is nothing to write.
+    let out = numalab(&["matrix", "--plan", "--hwloc-xml", &target]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -26,6 +26,7 @@ use crate::policy::{MemPolicy, PolicyError};
 use crate::sets::{CpuSet, NodeSet};
 use crate::sys::procfs;
 
+pub mod hwloc_xml;
 mod xml;
 
 /// Why a topology could not be loaded.
