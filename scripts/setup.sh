@@ -2,8 +2,9 @@
 # Installs what numalab needs on a Debian or Ubuntu machine, then builds it.
 #   scripts/setup.sh            build dependencies, release build
 #   scripts/setup.sh --test     also the test tools (QEMU, a kernel, busybox, reference tools,
-#                               a C++ compiler for the fuzzer, and python3, sqlite3 and
-#                               stress-ng: programs numalab profile is checked on), no build
+#                               a C++ compiler for the fuzzer, python3, sqlite3 and
+#                               stress-ng: programs numalab profile is checked on, and
+#                               chromium: the HTML pages checked in a real browser), no build
 #   scripts/setup.sh --fuzz     the build dependencies and a C++ compiler for libFuzzer
 #                               (bench/fuzz.sh), no build
 # Packages already installed are not installed again.
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 packages=(libhwloc-dev libudev-dev pkg-config numactl hwloc)
 case "${1:-}" in
-    --test) packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio g++ gdb python3 sqlite3 stress-ng) ;;
+    --test) packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio g++ gdb python3 sqlite3 stress-ng chromium) ;;
     --fuzz) packages+=(g++ gdb) ;;
 esac
 

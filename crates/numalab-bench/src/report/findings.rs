@@ -36,6 +36,8 @@ pub enum FindingKind {
     BasePages,
     /// A node's threads reading their own memory, and the slowest remote.
     LocalBandwidth,
+    /// Read bandwidth with one thread against the most threads.
+    ThreadScaling,
     /// A policy against local at the sweep's largest thread count.
     PolicyCost,
     /// The policy sweep could only run local memory.
@@ -432,6 +434,60 @@ const PAGE_CACHE_WORTH: u64 = 256 << 20;
 /// file pages for its size holds at least twice the share of its memory
 /// that the node holding the least does, and at least 256 MiB. Programs
 /// reading those files from the other node read them remotely.
+/// What one thread draws of the bandwidth the node's threads draw
+/// together: `None` with fewer than two points.
+///
+/// ```
+/// use numalab_bench::matrix::Figure;
+/// use numalab_bench::report::findings::scaling;
+/// use numalab_bench::report::scaling::{ScalingPoint, ThreadScaling};
+/// let point = |threads, gbps| ScalingPoint {
+///     threads,
+///     cpus: (0..threads as u32).collect(),
+///     read_gbps: Figure::of(&[gbps]),
+///     placement: None,
+///     pages: None,
+/// };
+/// let curve = ThreadScaling { initiator: 0, target: 0, size_bytes: 1 << 28, points: vec![point(1, 8.0), point(4, 30.0)] };
+/// let finding = scaling(&curve).unwrap();
+/// assert!(finding.text.contains("one thread reads 8.0 GB/s, 4 threads 30.0 GB/s (3.8×)"), "{}", finding.text);
+/// ```
+pub fn scaling(curve: &super::scaling::ThreadScaling) -> Option<Finding> {
+    let first = curve.points.first()?;
+    let best = curve
+        .points
+        .iter()
+        .max_by(|a, b| a.read_gbps.median().total_cmp(&b.read_gbps.median()))?;
+    let last = curve.points.last()?;
+    if curve.points.len() < 2 || first.read_gbps.median() <= 0.0 {
+        return None;
+    }
+    let one = first.read_gbps.median();
+    let text = format!(
+        "Reading node {}'s memory from node {}: one thread reads {one:.1} GB/s, {} threads {:.1} GB/s ({:.1}×){}.",
+        curve.target,
+        curve.initiator,
+        last.threads,
+        last.read_gbps.median(),
+        last.read_gbps.median() / one,
+        if best.threads != last.threads {
+            format!(
+                "; the most was {:.1} GB/s at {} threads",
+                best.read_gbps.median(),
+                best.threads
+            )
+        } else {
+            String::new()
+        }
+    );
+    Some(
+        Finding::new(FindingKind::ThreadScaling, text)
+            .with("one_thread_gbps", one)
+            .with("threads", last.threads as f64)
+            .with("all_threads_gbps", last.read_gbps.median()),
+    )
+}
+
 fn page_cache(memory: &[NodeMemory]) -> Option<Finding> {
     let nodes: Vec<&NodeMemory> = memory.iter().filter(|m| m.total_bytes > 0).collect();
     if nodes.len() < 2 {

@@ -11,6 +11,7 @@
 
 pub mod design;
 pub mod findings;
+pub mod scaling;
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +52,10 @@ pub struct Report {
     pub sweep: SweepResult,
     /// What the figures mean, one sentence each.
     pub findings: Vec<Finding>,
+    /// Read bandwidth by thread count on one node (reports before
+    /// numalab 0.1 of 2026-11-25 have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<scaling::ThreadScaling>,
 }
 
 impl Schema for Report {
@@ -66,7 +71,22 @@ impl Report {
             topology,
             matrix,
             sweep,
+            scaling: None,
         }
+    }
+
+    /// With read bandwidth by thread count, and the finding it makes.
+    pub fn with_scaling(mut self, scaling: Option<scaling::ThreadScaling>) -> Report {
+        if let Some(finding) = scaling.as_ref().and_then(findings::scaling) {
+            let at = self
+                .findings
+                .iter()
+                .position(|f| f.kind == FindingKind::LocalBandwidth)
+                .map_or(self.findings.len(), |i| i + 1);
+            self.findings.insert(at, finding);
+        }
+        self.scaling = scaling;
+        self
     }
 }
 

@@ -6,19 +6,21 @@
 //! goes.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use numalab::Topology;
+use numalab_bench::document::{Document, Schema};
 use numalab_bench::experiment::Control;
+use numalab_bench::profile::ProfileReport;
 use numalab_bench::report::{Report, ReportPlan};
 use numalab_bench::topo::TopoReport;
 
 use crate::exp::ProgressDisplay;
 use crate::output::{self, OutputArgs};
-use crate::render::{self, report::html_page};
+use crate::render::{self, page::html_page};
 
 /// Report on this machine: topology, node-to-node latency and bandwidth
 /// beside the firmware's values, what memory placement costs a workload,
@@ -29,7 +31,9 @@ use crate::render::{self, report::html_page};
     numalab report -o report.html       one HTML page with the figures inside\n  \
     numalab report --html report.html   the tables here, and the page too\n  \
     numalab report --json -o r.json     everything measured, for merging results of many machines\n  \
-    numalab report --quick              seconds: small working sets, fewer operations")]
+    numalab report --quick              seconds: small working sets, fewer operations\n  \
+    numalab report --from r.json -o r.html --open\n                                        the page again from saved results, opened in a browser\n  \
+    numalab report -o r.html --profile app.json\n                                        with a program's timeline (numalab profile --json)")]
 pub struct ReportArgs {
     /// Small working sets and fewer operations: seconds instead of a
     /// minute, less precise
@@ -53,6 +57,67 @@ pub struct ReportArgs {
     /// Print Markdown
     #[arg(long)]
     pub markdown: bool,
+
+    /// Measure nothing: report the results saved in FILE (`numalab report
+    /// --json`), e.g. to make its HTML page on another machine
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+
+    /// Add a program's memory timeline to the HTML page, from FILE
+    /// written by `numalab profile --json` (repeat for several)
+    #[arg(long, value_name = "FILE")]
+    pub profile: Vec<PathBuf>,
+
+    /// Open the HTML page in a browser once written ($BROWSER, else
+    /// xdg-open, else the first of chromium, firefox found)
+    #[arg(long)]
+    pub open: bool,
+}
+
+/// The largest saved report or profile read back: a report with every
+/// sample of a 64-node machine is a few megabytes.
+pub const MAX_SAVED_BYTES: u64 = 256 << 20;
+
+/// Reads a saved document of schema `T`, naming the file in every error.
+fn read_saved<T: Schema + serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &'static str,
+) -> Result<T> {
+    let text = numalab::files::read_text_limited(path, MAX_SAVED_BYTES, what)?;
+    Document::<T>::parse(&text)
+        .with_context(|| format!("reading {} as {}", path.display(), T::NAME))
+}
+
+/// Opens `page` in a browser without waiting for it; says so when none
+/// is found.
+fn open_in_browser(page: &Path) {
+    let page = std::fs::canonicalize(page).unwrap_or_else(|_| page.to_owned());
+    let mut candidates: Vec<String> = std::env::var("BROWSER")
+        .ok()
+        .into_iter()
+        .flat_map(|b| b.split(':').map(str::to_owned).collect::<Vec<_>>())
+        .filter(|b| !b.is_empty())
+        .collect();
+    candidates.extend(["xdg-open", "sensible-browser", "chromium", "firefox"].map(String::from));
+    for browser in candidates {
+        if numalab::launch::find_program(std::ffi::OsStr::new(&browser)).is_err() {
+            continue;
+        }
+        let spawned = std::process::Command::new(&browser)
+            .arg(&page)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        if spawned.is_ok() {
+            eprintln!("numalab report: opened {} with {browser}", page.display());
+            return;
+        }
+    }
+    eprintln!(
+        "numalab report: no browser found ($BROWSER, xdg-open, chromium, firefox): open {} yourself",
+        page.display()
+    );
 }
 
 /// Runs `numalab report`; returns the exit status (128 + the signal when
@@ -73,6 +138,38 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     for path in args.output.iter().chain(&args.html) {
         output::check_target(path)?;
     }
+    let page_path = args
+        .html
+        .clone()
+        .or_else(|| args.output.clone().filter(|_| html));
+    if args.open && page_path.is_none() {
+        bail!("--open opens the HTML page: give it a file with --html FILE or -o FILE.html");
+    }
+    let profiles = args
+        .profile
+        .iter()
+        .map(|p| read_saved::<ProfileReport>(p, "profiles numalab report draws"))
+        .collect::<Result<Vec<_>>>()?;
+    let write = |report: &Report| -> Result<()> {
+        let text = if html {
+            html_page(report, &profiles)?
+        } else {
+            render::to_string(report, out.format())?
+        };
+        if let Some(path) = &args.html {
+            output::write_atomically(path, html_page(report, &profiles)?.as_bytes())?;
+        }
+        out.emit(&text)?;
+        if let (true, Some(page)) = (args.open, &page_path) {
+            open_in_browser(page);
+        }
+        Ok(())
+    };
+    if let Some(saved) = &args.from {
+        let report = read_saved::<Report>(saved, "saved reports")?;
+        write(&report)?;
+        return Ok(0);
+    }
 
     // Everything planned and checked before anything is measured.
     let topology = Topology::system()?;
@@ -88,6 +185,9 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     progress("measuring latency and bandwidth between nodes");
     let matrix = plan.measure_matrix(&topology, &mut progress)?;
 
+    progress("measuring read bandwidth by thread count");
+    let scaling = numalab_bench::report::scaling::measure(&topology, &matrix, &|| false)?;
+
     progress("running the policy sweep");
     let control = Control::default();
     let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
@@ -100,15 +200,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     });
     display.finish();
 
-    let report = Report::new(machine, matrix, sweep?);
-    let text = if html {
-        html_page(&report)?
-    } else {
-        render::to_string(&report, out.format())?
-    };
-    if let Some(path) = &args.html {
-        output::write_atomically(path, html_page(&report)?.as_bytes())?;
-    }
-    out.emit(&text)?;
+    let report = Report::new(machine, matrix, sweep?).with_scaling(scaling);
+    write(&report)?;
     Ok(interrupts.exit_status().unwrap_or(0))
 }

@@ -15,10 +15,12 @@ pub mod figures;
 pub mod fill;
 pub mod fincore;
 pub mod matrix;
+pub mod page;
 pub mod pagecache;
 pub mod profile;
 pub mod report;
 pub mod ring;
+pub mod svg;
 pub mod topo;
 
 use anyhow::Result;

@@ -2,6 +2,7 @@
 //! helpers in `common`.
 
 mod advise;
+mod browser;
 mod common;
 mod exec;
 mod experiment;

@@ -66,3 +66,121 @@ fn report_measures_this_machine_and_says_what_it_means() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
 }
+
+/// The two saved reports of the emulated presets (two-socket: 2 nodes;
+/// cxl: 4 nodes, 2 without CPUs).
+fn saved(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../tests/results/report-{name}.json"))
+}
+
+#[test]
+fn report_from_saved_results_measures_nothing_and_says_what_is_wrong() {
+    let scratch = Scratch::new("report-from");
+    // Text from a saved report: the same findings it holds.
+    let out = numalab(&["report", "--from", saved("cxl").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let saved_doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(saved("cxl")).unwrap()).unwrap();
+    let first = saved_doc["findings"][0]["text"].as_str().unwrap();
+    assert!(stdout(&out).contains(first), "{}", stdout(&out));
+
+    // A profile's timeline on the page, in its own section.
+    let profile = scratch.path("profile.json");
+    let out = numalab(&[
+        "profile",
+        "--interval",
+        "20ms",
+        "-o",
+        &profile,
+        "--",
+        "sleep",
+        "0.2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let page = scratch.path("page.html");
+    let out = numalab(&[
+        "report",
+        "--from",
+        saved("two-socket").to_str().unwrap(),
+        "--profile",
+        &profile,
+        "-o",
+        &page,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("id=\"profiles\"") && html.contains("numalab profile of <code>sleep 0.2</code>"));
+
+    // Bad input: one sentence naming the file, nothing written.
+    let truncated = scratch.path("truncated.json");
+    std::fs::write(
+        &truncated,
+        &std::fs::read_to_string(saved("cxl")).unwrap()[..5000],
+    )
+    .unwrap();
+    let foreign = scratch.path("foreign.json");
+    std::fs::write(
+        &foreign,
+        r#"{"schema": "numalab.profile", "schema_version": 1}"#,
+    )
+    .unwrap();
+    for (input, says) in [
+        (truncated.as_str(), "truncated.json"),
+        (foreign.as_str(), "numalab.profile"),
+        ("/nonexistent/r.json", "/nonexistent/r.json"),
+    ] {
+        let target = scratch.path("bad.html");
+        let out = numalab(&["report", "--from", input, "-o", &target]);
+        assert!(!out.status.success(), "{input}");
+        assert!(stderr(&out).contains(says), "{input}: {}", stderr(&out));
+        assert!(
+            !std::path::Path::new(&target).exists(),
+            "{input}: nothing written"
+        );
+    }
+    // --open needs a page.
+    let out = numalab(&["report", "--from", saved("cxl").to_str().unwrap(), "--open"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--open opens the HTML page"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn report_open_hands_the_page_to_the_browser_named_in_browser() {
+    let scratch = Scratch::new("report-open");
+    // A "browser" that records what it was asked to open.
+    let browser = scratch.path("browser.sh");
+    let opened = scratch.path("opened");
+    std::fs::write(&browser, format!("#!/bin/sh\necho \"$1\" > {opened}\n")).unwrap();
+    std::process::Command::new("chmod")
+        .args(["+x", &browser])
+        .status()
+        .unwrap();
+    let page = scratch.path("page.html");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args([
+            "report",
+            "--from",
+            saved("two-socket").to_str().unwrap(),
+            "-o",
+            &page,
+            "--open",
+        ])
+        .env("BROWSER", &browser)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::path::Path::new(&opened).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let asked = std::fs::read_to_string(&opened).unwrap_or_default();
+    assert_eq!(
+        asked.trim(),
+        std::fs::canonicalize(&page).unwrap().to_str().unwrap()
+    );
+}
