@@ -460,7 +460,12 @@ impl Recorder {
     }
 
     /// Keeps `sample`, begun at `began` when this thread had used `cpu`
-    /// of CPU; returns how long to wait before the next.
+    /// of CPU; returns how long to wait before the next. The first
+    /// sample's CPU time does not stretch the pause: most of it is paid
+    /// once (the sampler's code and the parser's tables paged in; under
+    /// emulation 50-90 ms where later samples take a few), and charging
+    /// it at 1% would leave the program unwatched for seconds at its
+    /// start. It is in the printed sampling cost all the same.
     pub(crate) fn keep(
         &mut self,
         sample: ProfileSample,
@@ -468,11 +473,12 @@ impl Recorder {
         cpu: Duration,
     ) -> Duration {
         self.timeline.push(sample);
-        let pause = Timeline::pause(
-            self.interval,
-            began.elapsed(),
-            crate::system::thread_cpu_time() - cpu,
-        );
+        let used = if self.timeline.samples.len() == 1 {
+            Duration::ZERO
+        } else {
+            crate::system::thread_cpu_time() - cpu
+        };
+        let pause = Timeline::pause(self.interval, began.elapsed(), used);
         self.interval = Timeline::next_interval(self.interval, self.grow_to);
         pause
     }
