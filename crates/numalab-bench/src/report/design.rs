@@ -62,15 +62,7 @@ pub fn policy_sweep(topology: &Topology, quick: bool) -> Result<Experiment, Conf
         .max()
         .unwrap_or(1)
         .max(1);
-    let mut threads = vec![1];
-    let mut t = 2;
-    while t < per_node {
-        threads.push(t);
-        t *= 2;
-    }
-    if per_node > 1 {
-        threads.push(per_node);
-    }
+    let threads = super::scaling::thread_counts(per_node);
     let policies = if topology.nodes_with_memory().len() > 1 {
         r#"["local", "remote", "interleave"]"#
     } else {
