@@ -15,6 +15,8 @@
 #   profile     bench/profile.sh (sort bare and profiled) and
 #               cargo bench -p numalab --bench profile (processes sampled
 #               a second)
+#   fleet       cargo bench -p numalab-bench --bench fleet (10 000 host
+#               reports merged by numalab fleet)
 #
 # A benchmark, not a test: run it on a quiet machine (nothing else
 # running; the load average is recorded before and after). It takes about
@@ -28,19 +30,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "bench/all.sh: $*" >&2; exit 1; }
 
 quick=0
 psrdada=${PSRDADA_BIN:-}
-only="ring,replicated,engine,matrix,profile"
+only="ring,replicated,engine,matrix,profile,fleet"
 out=target/bench-all/summary.md
 while [ $# -gt 0 ]; do
     case "$1" in
         -h | --help) usage; exit 0 ;;
         --quick) quick=1 ;;
         --psrdada) [ $# -ge 2 ] || die "--psrdada needs a directory"; psrdada=$2; shift ;;
-        --only) [ $# -ge 2 ] || die "--only needs names (ring,replicated,engine,matrix,profile)"; only=$2; shift ;;
+        --only) [ $# -ge 2 ] || die "--only needs names (ring,replicated,engine,matrix,profile,fleet)"; only=$2; shift ;;
         -o) [ $# -ge 2 ] || die "-o needs a file"; out=$2; shift ;;
         *) usage >&2; die "unknown argument $1" ;;
     esac
@@ -48,8 +50,8 @@ while [ $# -gt 0 ]; do
 done
 for name in ${only//,/ }; do
     case "$name" in
-        ring | replicated | engine | matrix | profile) ;;
-        *) die "unknown benchmark $name (expected ring, replicated, engine, matrix, profile)" ;;
+        ring | replicated | engine | matrix | profile | fleet) ;;
+        *) die "unknown benchmark $name (expected ring, replicated, engine, matrix, profile, fleet)" ;;
     esac
 done
 wanted() { [[ ",$only," == *",$1,"* ]]; }
@@ -100,6 +102,10 @@ if wanted profile; then
         cargo bench --locked -q -p numalab --bench profile -- 1000 "$([ "$quick" = 1 ] && echo 3 || echo 7)"
     } 2>&1 | tee "$logs/profile.log"
 fi
+if wanted fleet; then
+    echo "== fleet (log: $logs/fleet.log)" >&2
+    cargo bench --locked -q -p numalab-bench --bench fleet 2>&1 | tee "$logs/fleet.log"
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 {
@@ -111,7 +117,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
     echo
     echo "| target | figures (numalab / reference) | goal | verdict |"
     echo "|---|---|---|---|"
-    for name in ring replicated engine matrix profile; do
+    for name in ring replicated engine matrix profile fleet; do
         wanted "$name" || continue
         grep -h '^TARGET' "$logs/$name.log" | awk -F'\t' '{ printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }' || true
     done

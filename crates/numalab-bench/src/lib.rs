@@ -8,6 +8,7 @@ pub mod exec;
 pub mod experiment;
 pub mod fill;
 pub mod fincore;
+pub mod fleet;
 pub mod kernels;
 pub mod matrix;
 pub mod pagecache;

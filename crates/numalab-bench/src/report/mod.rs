@@ -19,6 +19,7 @@ use crate::document::Schema;
 use crate::experiment::config::ConfigError;
 use crate::experiment::sweep::SweepError;
 use crate::experiment::SweepResult;
+use crate::fleet::{Fingerprint, TaskIdentity};
 use crate::matrix::{MatrixError, MatrixResult};
 use crate::topo::TopoReport;
 
@@ -44,6 +45,21 @@ pub use findings::{Finding, FindingKind};
 /// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
+    /// The host measured. Absent in reports written before `numalab
+    /// fleet` (version 1 all the same): `numalab fleet` reads their host
+    /// from `matrix.environment` then.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The machine's fingerprint, what `numalab fleet` groups hosts by.
+    /// Absent in older reports; [`Fingerprint::of`] computes it from
+    /// `topology` and `matrix.environment` for any report.
+    #[serde(default)]
+    pub fingerprint: Option<Fingerprint>,
+    /// The task that wrote the report, from the launcher's environment
+    /// variables (Slurm, Open MPI, PMI, PMIx, PBS, Kubernetes); empty
+    /// outside a job and in older reports.
+    #[serde(default)]
+    pub task: TaskIdentity,
     /// The machine.
     pub topology: TopoReport,
     /// Latency and bandwidth between nodes.
@@ -64,9 +80,25 @@ impl Schema for Report {
 }
 
 impl Report {
-    /// The report of these results, with its findings.
+    /// The report of these results, with its findings, its host and
+    /// fingerprint, and — when `topology` is this machine's — the task's
+    /// identity from this process's environment.
     pub fn new(topology: TopoReport, matrix: MatrixResult, sweep: SweepResult) -> Report {
+        let environment = matrix.environment.as_ref();
         Report {
+            host: environment
+                .map(|e| e.host.hostname.clone())
+                .or_else(|| topology.topology.host.clone()),
+            fingerprint: Some(Fingerprint::from_parts(
+                &topology,
+                environment,
+                matrix.settings.quick,
+            )),
+            task: if topology.topology.is_this_system() {
+                TaskIdentity::current()
+            } else {
+                TaskIdentity::default()
+            },
             findings: findings::findings(&topology, &matrix, &sweep),
             topology,
             matrix,

@@ -26,6 +26,7 @@ pub mod advise;
 pub mod exec;
 pub mod fill;
 pub mod fincore;
+pub mod fleet;
 pub mod matrix;
 pub mod pagecache;
 pub mod plot;

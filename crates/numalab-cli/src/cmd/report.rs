@@ -25,7 +25,7 @@ use crate::render::{self, page::html_page};
 /// Report on this machine: topology, node-to-node latency and bandwidth
 /// beside the firmware's values, what memory placement costs a workload,
 /// and what that means
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 #[command(after_help = "Examples:\n  \
     numalab report                      tables on the terminal (about half a minute)\n  \
     numalab report -o report.html       one HTML page with the figures inside\n  \
@@ -72,6 +72,12 @@ pub struct ReportArgs {
     /// xdg-open, else the first of chromium, firefox found)
     #[arg(long)]
     pub open: bool,
+
+    /// Write the JSON report to DIR/HOSTNAME.json, DIR checked before
+    /// measuring: one file per host when every node of a cluster job runs
+    /// it (`srun --ntasks-per-node=1`); merge them with numalab fleet DIR
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["output", "markdown", "from"])]
+    pub out_dir: Option<PathBuf>,
 }
 
 /// The largest saved report or profile read back: a report with every
@@ -124,6 +130,12 @@ fn open_in_browser(page: &Path) {
 /// Ctrl-C, SIGTERM or SIGHUP stopped the policy sweep, after writing the
 /// report of what was measured).
 pub fn run(args: &ReportArgs) -> Result<i32> {
+    // `--out-dir DIR` is `--json -o DIR/HOSTNAME.json`.
+    let mut args = args.clone();
+    if let Some(dir) = args.out_dir.take() {
+        (args.output, args.json) = (Some(crate::cmd::fleet::host_file(&dir)?), true);
+    }
+    let args = &args;
     let html = args
         .output
         .as_ref()

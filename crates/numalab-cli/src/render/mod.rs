@@ -14,6 +14,7 @@ pub mod experiment;
 pub mod figures;
 pub mod fill;
 pub mod fincore;
+pub mod fleet;
 pub mod matrix;
 pub mod page;
 pub mod pagecache;

@@ -9,6 +9,7 @@ mod experiment;
 mod files;
 mod fill;
 mod fincore;
+mod fleet;
 mod help;
 mod matrix;
 mod pagecache_bench;

@@ -110,7 +110,10 @@ fn report_from_saved_results_measures_nothing_and_says_what_is_wrong() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let html = std::fs::read_to_string(&page).unwrap();
-    assert!(html.contains("id=\"profiles\"") && html.contains("numalab profile of <code>sleep 0.2</code>"));
+    assert!(
+        html.contains("id=\"profiles\"")
+            && html.contains("numalab profile of <code>sleep 0.2</code>")
+    );
 
     // Bad input: one sentence naming the file, nothing written.
     let truncated = scratch.path("truncated.json");

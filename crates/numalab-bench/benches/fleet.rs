@@ -1,0 +1,190 @@
+//! How fast `numalab fleet` merges a cluster's reports: 10 000 host files
+//! made from a real report (`tests/results/report-two-socket.json`, the
+//! emulated two-socket machine, written pretty-printed as `numalab report
+//! --json` writes it) with every figure moved by up to ±3% and outliers
+//! planted in 10 hosts, merged by the library ([`numalab_bench::fleet`]:
+//! list, read and parse on threads, group, judge) and, when the release
+//! binary is there (`bash bench/all.sh` builds it; or `NUMALAB_BIN`), by
+//! `numalab fleet DIR --json -o FILE` as a user runs it.
+//!
+//! Target: 10 000 files merged in under 10 s. The files were just written,
+//! so they are read from the page cache: a shared file system read cold
+//! adds its own time. A benchmark, not a test:
+//!
+//! ```text
+//! cargo bench -p numalab-bench --bench fleet [-- FILES]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use numalab_bench::fleet::{fleet, FleetOptions};
+use serde_json::Value;
+
+const TARGET_S: f64 = 10.0;
+const PLANTED: usize = 10;
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The template as text split around its variable parts: the host name,
+/// then every median the fleet compares.
+fn template() -> (Vec<String>, Vec<f64>) {
+    let path = repository().join("tests/results/report-two-socket.json");
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    doc["host"] = "@@HOST@@".into();
+    let mut medians = Vec::new();
+    let mut mark = |figure: &mut Value| {
+        medians.push(figure.as_f64().unwrap());
+        *figure = format!("@@F{}@@", medians.len() - 1).into();
+    };
+    for cell in doc["matrix"]["latency"]["cells"].as_array_mut().unwrap() {
+        mark(&mut cell["latency_ns"]["median"]);
+    }
+    for cell in doc["matrix"]["bandwidth"]["cells"].as_array_mut().unwrap() {
+        for metric in ["read_gbps", "write_gbps", "copy_gbps"] {
+            if cell[metric].is_object() {
+                mark(&mut cell[metric]["median"]);
+            }
+        }
+    }
+    let text = serde_json::to_string_pretty(&doc).unwrap();
+    // Split at every "@@…@@" (quoted): the parts between, in order.
+    let mut parts = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find("\"@@") {
+        parts.push(rest[..start].to_owned());
+        let end = rest[start + 3..].find("@@\"").unwrap() + start + 6;
+        rest = &rest[end..];
+    }
+    parts.push(rest.to_owned());
+    assert_eq!(parts.len(), medians.len() + 2);
+    (parts, medians)
+}
+
+/// Writes `count` host files into `dir`; hosts 0, count/PLANTED, … have
+/// their first bandwidth figure at 70%. Returns the bytes written.
+fn generate(dir: &Path, count: usize) -> u64 {
+    let (parts, medians) = template();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let latency_cells = 4;
+    let mut bytes = 0;
+    for host in 0..count {
+        let name = format!("node{host:05}");
+        let planted = host % (count / PLANTED).max(1) == 0;
+        let mut text = String::with_capacity(parts.iter().map(String::len).sum::<usize>() + 512);
+        text.push_str(&parts[0]);
+        text.push_str(&format!("\"{name}\""));
+        for (i, median) in medians.iter().enumerate() {
+            text.push_str(&parts[i + 1]);
+            let mut value = median * (0.97 + 0.06 * next());
+            if planted && i == latency_cells {
+                value *= 0.7;
+            }
+            text.push_str(&value.to_string());
+        }
+        text.push_str(parts.last().unwrap());
+        std::fs::write(dir.join(format!("{name}.json")), &text).unwrap();
+        bytes += text.len() as u64;
+    }
+    bytes
+}
+
+fn main() {
+    let count: usize = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map_or(10_000, |a| a.parse().expect("FILES: a number of files"));
+    let dir = std::env::temp_dir().join(format!("numalab-bench-fleet-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = Instant::now();
+    let bytes = generate(&dir, count);
+    println!(
+        "generated {count} host files, {:.1} MiB ({:.0} KiB each), in {:.1} s",
+        bytes as f64 / f64::from(1 << 20),
+        bytes as f64 / 1024.0 / count as f64,
+        started.elapsed().as_secs_f64()
+    );
+    let options = FleetOptions::default();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    println!("{cpu}, {cpus} CPU(s); {} reader thread(s)", options.threads);
+
+    let started = Instant::now();
+    let report = fleet(std::slice::from_ref(&dir), &options).expect("the fleet merges");
+    let library_s = started.elapsed().as_secs_f64();
+    let flagged = report.hosts.iter().filter(|h| h.outliers > 0).count();
+    assert_eq!(report.hosts.len(), count, "{:?}", report.left_out.first());
+    assert_eq!(report.groups.len(), 1);
+    assert_eq!(
+        flagged,
+        count.min(PLANTED),
+        "every planted host, nothing else"
+    );
+    println!(
+        "library: {count} files in {library_s:.2} s, {:.0} files/s, {:.0} MiB/s; {flagged} host(s) flagged",
+        count as f64 / library_s,
+        bytes as f64 / f64::from(1 << 20) / library_s
+    );
+
+    let binary = std::env::var_os("NUMALAB_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map_or_else(|| repository().join("target"), PathBuf::from)
+                .join("release/numalab")
+        });
+    let mut verdict_s = library_s;
+    let mut measured = "library";
+    if binary.exists() {
+        let out = dir.with_extension("json");
+        let started = Instant::now();
+        let status = std::process::Command::new(&binary)
+            .arg("fleet")
+            .arg(&dir)
+            .args(["--json", "-o"])
+            .arg(&out)
+            .status()
+            .expect("numalab runs");
+        let cli_s = started.elapsed().as_secs_f64();
+        assert!(status.success(), "numalab fleet failed");
+        let written = std::fs::metadata(&out).map_or(0, |m| m.len());
+        let _ = std::fs::remove_file(&out);
+        println!(
+            "{}: {count} files in {cli_s:.2} s, {:.0} files/s (its JSON: {:.1} MiB)",
+            binary.display(),
+            count as f64 / cli_s,
+            written as f64 / f64::from(1 << 20)
+        );
+        verdict_s = cli_s;
+        measured = "numalab fleet";
+    } else {
+        println!(
+            "{} not built: the command itself not timed (cargo build --release -p numalab-cli)",
+            binary.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let scaled = verdict_s * 10_000.0 / count as f64;
+    let verdict = if scaled < TARGET_S { "met" } else { "missed" };
+    println!(
+        "TARGET\tfleet: merge 10 000 host reports ({measured}, {cpus} CPU(s))\t{:.0} files/s, {scaled:.1} s for 10 000\t< {TARGET_S:.0} s\t{verdict}",
+        count as f64 / verdict_s
+    );
+}

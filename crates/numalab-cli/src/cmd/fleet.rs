@@ -1,0 +1,211 @@
+//! `numalab fleet`: many hosts' reports merged, grouped by machine
+//! fingerprint, and the figures outside their group's range flagged
+//! ([`numalab_bench::fleet`]); its tables, page and batch script are in
+//! `render/fleet.rs`. Also where `numalab report --out-dir` finds its
+//! file.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use clap::Args;
+use numalab_bench::fleet::{fleet, FleetError, FleetOptions, LeftOut, DEFAULT_THRESHOLD};
+
+use crate::output::{self, OutputArgs};
+use crate::render::{self, fleet::html_page, fleet::sbatch_script};
+
+/// Merge the reports of many hosts (one `numalab report --json --out-dir
+/// DIR` per host, e.g. under Slurm): group the hosts by machine
+/// fingerprint, flag the figures outside their group's range, list the
+/// files left out
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  \
+    srun --ntasks-per-node=1 numalab report --json --out-dir results   on every node, then:\n  \
+    numalab fleet results                          the groups, the hosts flagged, the files left out\n  \
+    numalab fleet results --fail-on-outliers       exit 1 when a host is flagged: a health check\n  \
+    numalab fleet results --json -o fleet.json     box-plot numbers of every cell, per group\n  \
+    numalab fleet results --html fleet.html        one page, a box plot per cell\n  \
+    numalab fleet --sbatch > fleet.sbatch          a Slurm batch script doing all of it\n\n\
+Rule (Intel Cluster Checker's, on the median): within a group of 3 or more hosts of one \
+fingerprint, a bandwidth below THRESHOLD x the group's median for its cell, or a latency above \
+the median / THRESHOLD, is flagged. A fingerprint is the CPU model, packages, CPUs and memory \
+per node (within 2%: a missing DIMM differs, firmware reservations do not), SLIT, whether HMAT is \
+there, kernel release, THP and numa_balancing, and whether the report was --quick. Files of \
+another schema or version, cut short or not JSON, a second report of one host (the later is \
+kept), an empty directory: one line each on standard error, listed in the output too; the \
+rest is merged.")]
+pub struct FleetArgs {
+    /// Directories of report files (their *.json files, not walked
+    /// further), or report files
+    #[arg(value_name = "DIR", required_unless_present = "sbatch")]
+    pub dirs: Vec<PathBuf>,
+
+    /// Flag a bandwidth below THRESHOLD x its group's median, and a latency
+    /// above the median / THRESHOLD (above 0, at most 1)
+    #[arg(long, value_name = "THRESHOLD", default_value_t = DEFAULT_THRESHOLD, value_parser = threshold)]
+    pub threshold: f64,
+
+    /// Exit 1 when a figure is flagged, or when the hosts fall into more
+    /// groups than --max-groups (a health check)
+    #[arg(long)]
+    pub fail_on_outliers: bool,
+
+    /// With --fail-on-outliers: how many machine fingerprints the fleet
+    /// may have (2 for a cluster of two kinds of node)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = groups)]
+    pub max_groups: usize,
+
+    /// Also write one self-contained HTML page to FILE: the groups, the
+    /// figures flagged, a box plot per cell
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+
+    /// Threads reading files [default: the CPUs, at most 8]
+    #[arg(long, value_name = "N", value_parser = threads)]
+    pub threads: Option<usize>,
+
+    /// Print a Slurm batch script that runs `numalab report` on every
+    /// node of the job and merges the reports (printed, not submitted)
+    #[arg(long, conflicts_with_all = ["dirs", "html", "fail_on_outliers", "json", "csv", "markdown", "output"])]
+    pub sbatch: bool,
+
+    /// With --sbatch: where the script's reports go [default: results]
+    #[arg(long, value_name = "DIR", requires = "sbatch")]
+    pub out_dir: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `--threshold`: above 0, at most 1.
+fn threshold(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|t| *t > 0.0 && *t <= 1.0)
+        .ok_or_else(|| {
+            format!(
+                "give a threshold above 0 and at most 1 (0.9: 90% of the median), not \"{text}\""
+            )
+        })
+}
+
+/// `--max-groups`: at least 1.
+fn groups(text: &str) -> Result<usize, String> {
+    text.parse()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| format!("give 1 or more groups, not \"{text}\""))
+}
+
+/// `--threads`: 1 to 64.
+fn threads(text: &str) -> Result<usize, String> {
+    const MOST: usize = numalab_bench::fleet::read::MAX_THREADS;
+    text.parse()
+        .ok()
+        .filter(|n| (1..=MOST).contains(n))
+        .ok_or_else(|| format!("give 1 to {MOST} threads, not \"{text}\""))
+}
+
+/// Runs `numalab fleet`; returns the exit status: 1 with
+/// `--fail-on-outliers` when a figure is flagged or there are more groups
+/// than `--max-groups`, else 0 once anything was merged.
+pub fn run(args: &FleetArgs) -> Result<i32> {
+    if args.sbatch {
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("numalab"));
+        let out_dir = args.out_dir.clone().unwrap_or_else(|| "results".into());
+        output::print_stdout(&sbatch_script(&exe, &out_dir, args.threshold))?;
+        return Ok(0);
+    }
+    args.output.check()?;
+    if let Some(page) = &args.html {
+        output::check_target(page)?;
+    }
+    let mut options = FleetOptions {
+        threshold: args.threshold,
+        ..FleetOptions::default()
+    };
+    if let Some(threads) = args.threads {
+        options.threads = threads;
+    }
+    let report = match fleet(&args.dirs, &options) {
+        Ok(report) => report,
+        Err(FleetError::NoReports { left_out }) => {
+            say_left_out(&left_out);
+            bail!("no report to merge: every file and directory named was left out");
+        }
+        Err(err) => return Err(err.into()),
+    };
+    say_left_out(&report.left_out);
+    render::emit(&report, &args.output)?;
+    if let Some(page) = &args.html {
+        output::write_atomically(page, html_page(&report).as_bytes())?;
+    }
+    if !args.fail_on_outliers {
+        return Ok(0);
+    }
+    let flagged_hosts = report.hosts.iter().filter(|h| h.outliers > 0).count();
+    let mut failed = Vec::new();
+    if flagged_hosts > 0 {
+        failed.push(format!(
+            "{} figure(s) of {flagged_hosts} host(s) flagged",
+            report.outliers.len()
+        ));
+    }
+    if report.groups.len() > args.max_groups {
+        failed.push(format!(
+            "{} groups of hosts, more than --max-groups {}",
+            report.groups.len(),
+            args.max_groups
+        ));
+    }
+    if failed.is_empty() {
+        return Ok(0);
+    }
+    eprintln!(
+        "numalab: {}: exit status 1 (--fail-on-outliers)",
+        failed.join("; ")
+    );
+    Ok(1)
+}
+
+/// Each file or directory left out, one line each on standard error.
+fn say_left_out(left_out: &[LeftOut]) {
+    for left in left_out {
+        eprintln!("numalab: left out {}", output::printable(&left.to_string()));
+    }
+}
+
+/// The file `numalab report --out-dir DIR` writes: `DIR/HOSTNAME.json`.
+/// Refused before anything is measured: a DIR that does not exist or is
+/// not a directory, a host name that cannot be a file name, a link or
+/// anything but a regular file at the path.
+pub fn host_file(dir: &Path) -> Result<PathBuf> {
+    match std::fs::metadata(dir) {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            bail!(
+                "--out-dir {}: the directory does not exist; create it first (mkdir -p)",
+                dir.display()
+            )
+        }
+        Err(err) => bail!("--out-dir {}: {err}", dir.display()),
+        Ok(m) if !m.is_dir() => bail!(
+            "--out-dir {}: not a directory; name the directory the reports go to",
+            dir.display()
+        ),
+        Ok(_) => {}
+    }
+    let host = numalab::system::Host::current().hostname;
+    if host.is_empty()
+        || host == "."
+        || host == ".."
+        || host.len() > 255
+        || host.contains(['/', '\0'])
+    {
+        bail!(
+            "--out-dir: this host's name {:?} cannot name a file; write with -o FILE instead",
+            host
+        );
+    }
+    let path = dir.join(format!("{host}.json"));
+    output::check_target(&path)?;
+    Ok(path)
+}

@@ -1,0 +1,532 @@
+//! `numalab fleet` for people: the groups of hosts and what sets each
+//! apart, the figures flagged, each judged group's figures as box-plot
+//! numbers, and the files left out; its CSV (one row per group and cell);
+//! a self-contained HTML page with a box plot per cell drawn as inline
+//! SVG; and the Slurm batch script `--sbatch` prints.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use numalab_bench::fleet::{CellSummary, FleetReport, Group, Outlier, MIN_HOSTS};
+
+use super::{Render, Style};
+use crate::output::Csv;
+
+impl Render for FleetReport {
+    fn text(&self, style: Style) -> String {
+        text(self, style)
+    }
+
+    fn csv(&self) -> String {
+        csv(self)
+    }
+}
+
+/// Host names of `group`, at most `most`, then how many more.
+fn host_names(report: &FleetReport, group: usize, most: usize) -> String {
+    let mut names: Vec<&str> = report
+        .hosts
+        .iter()
+        .filter(|h| h.group == group)
+        .map(|h| h.host.as_str())
+        .take(most + 1)
+        .collect();
+    let count = report.groups.get(group - 1).map_or(0, |g| g.hosts);
+    if names.len() > most {
+        names.truncate(most);
+        format!("{} and {} more", names.join(", "), count - most)
+    } else {
+        names.join(", ")
+    }
+}
+
+/// A figure with three significant digits or so.
+fn figure(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+fn cpus_per_node(group: &Group) -> String {
+    let counts: Vec<String> = group
+        .fingerprint
+        .nodes
+        .iter()
+        .map(|n| {
+            if n.allowed_cpus == n.cpus {
+                n.cpus.to_string()
+            } else {
+                format!("{} ({} allowed)", n.cpus, n.allowed_cpus)
+            }
+        })
+        .collect();
+    counts.join("+")
+}
+
+fn text(report: &FleetReport, style: Style) -> String {
+    let markdown = style == Style::Markdown;
+    let heading = |title: &str| {
+        if markdown {
+            format!("\n## {title}\n\n")
+        } else {
+            format!("\n== {title}\n\n")
+        }
+    };
+    let unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
+    let mut out = String::new();
+    out.push_str(&style.line(&format!(
+        "{} host(s) from {} file(s), in {} group(s) of one fingerprint; {} figure(s) flagged; {} file(s) or director(ies) left out.",
+        report.hosts.len(),
+        report.files,
+        report.groups.len(),
+        report.outliers.len(),
+        report.left_out.len()
+    )));
+
+    out.push_str(&heading("Groups (hosts of one fingerprint, largest first)"));
+    let mut table = style.table(vec![
+        "group",
+        "hosts",
+        "CPU",
+        "packages",
+        "CPUs per node",
+        "memory per node",
+        "HMAT",
+        "kernel",
+        "THP",
+        "balancing",
+    ]);
+    for group in &report.groups {
+        let f = &group.fingerprint;
+        table.add_row(vec![
+            group.id.to_string(),
+            group.hosts.to_string(),
+            unknown(&f.cpu_model),
+            f.packages.to_string(),
+            cpus_per_node(group),
+            f.memory_summary(),
+            if f.hmat { "yes" } else { "no" }.to_string(),
+            unknown(&f.kernel),
+            unknown(&f.thp),
+            f.numa_balancing.map_or("unknown".into(), |b| b.to_string()),
+        ]);
+    }
+    out.push_str(&style.render(&table));
+    if markdown {
+        out.push('\n');
+    }
+    for group in report.groups.iter().skip(1) {
+        let _ = writeln!(
+            out,
+            "- group {} ({}): against group {}: {}",
+            group.id,
+            host_names(report, group.id, 5),
+            group.compared_with.unwrap_or(1),
+            group.differences.join("; ")
+        );
+    }
+    for group in report.groups.iter().filter(|g| !g.judged) {
+        let _ = writeln!(
+            out,
+            "- group {}: {} host(s), too few to judge ({MIN_HOSTS} needed)",
+            group.id, group.hosts
+        );
+    }
+
+    out.push_str(&heading("Flagged figures"));
+    out.push_str(&style.line(&format!("Rule: {}.", report.rule)));
+    if report.outliers.is_empty() {
+        out.push_str(&style.line("No figure is outside its group's range."));
+    } else {
+        let mut table = style.table(vec![
+            "host",
+            "group",
+            "cell",
+            "figure",
+            "group median",
+            "ratio",
+            "limit",
+        ]);
+        for o in &report.outliers {
+            let unit = o.cell.metric.unit();
+            table.add_row(vec![
+                o.host.clone(),
+                o.group.to_string(),
+                o.cell.to_string(),
+                format!("{} {unit}", figure(o.value)),
+                format!("{} {unit}", figure(o.median)),
+                format!("{:.2}", o.ratio),
+                format!("{} {unit}", figure(o.limit)),
+            ]);
+        }
+        out.push_str(&style.render(&table));
+    }
+
+    for group in report.groups.iter().filter(|g| g.judged) {
+        out.push_str(&heading(&format!(
+            "Group {}: each cell across its {} hosts",
+            group.id, group.hosts
+        )));
+        let mut table = style.table(vec![
+            "cell", "unit", "hosts", "min", "q1", "median", "q3", "max", "limit", "flagged",
+        ]);
+        for cell in &group.cells {
+            let flagged = report
+                .outliers
+                .iter()
+                .filter(|o| o.group == group.id && o.cell == cell.cell)
+                .count();
+            table.add_row(vec![
+                cell.cell.to_string(),
+                cell.unit.clone(),
+                cell.hosts.to_string(),
+                figure(cell.min),
+                figure(cell.q1),
+                figure(cell.median),
+                figure(cell.q3),
+                figure(cell.max),
+                cell.limit.map_or("-".into(), figure),
+                flagged.to_string(),
+            ]);
+        }
+        out.push_str(&style.render(&table));
+    }
+
+    if !report.left_out.is_empty() {
+        out.push_str(&heading("Left out"));
+        for left in &report.left_out {
+            let _ = writeln!(out, "- {left}");
+        }
+    }
+    out
+}
+
+/// One row per group and cell: the box-plot numbers, the limit and the
+/// hosts flagged.
+fn csv(report: &FleetReport) -> String {
+    let mut csv = Csv::new(&[
+        "group",
+        "cell",
+        "metric",
+        "initiator",
+        "target",
+        "unit",
+        "hosts",
+        "min",
+        "q1",
+        "median",
+        "q3",
+        "max",
+        "limit",
+        "flagged_hosts",
+    ]);
+    for group in &report.groups {
+        for cell in &group.cells {
+            let flagged: Vec<&str> = report
+                .outliers
+                .iter()
+                .filter(|o| o.group == group.id && o.cell == cell.cell)
+                .map(|o| o.host.as_str())
+                .collect();
+            csv.row([
+                group.id.to_string(),
+                cell.cell.to_string(),
+                cell.cell.metric.name().to_string(),
+                cell.cell.initiator.to_string(),
+                cell.cell.target.to_string(),
+                cell.unit.clone(),
+                cell.hosts.to_string(),
+                cell.min.to_string(),
+                cell.q1.to_string(),
+                cell.median.to_string(),
+                cell.q3.to_string(),
+                cell.max.to_string(),
+                cell.limit.map_or(String::new(), |l| l.to_string()),
+                flagged.join(" "),
+            ]);
+        }
+    }
+    csv.finish()
+}
+
+/// Text safe inside HTML.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Box plot width and height, px.
+const PLOT: (f64, f64) = (320.0, 26.0);
+
+/// One cell's box plot, drawn by hand as inline SVG: the whiskers from
+/// min to max, the box from q1 to q3, the median, the limit (dashed) and
+/// each flagged host (a dot, named in its tooltip).
+fn box_plot(cell: &CellSummary, flagged: &[&Outlier]) -> String {
+    let (width, height) = PLOT;
+    let mut low = cell.min;
+    let mut high = cell.max;
+    if let Some(limit) = cell.limit {
+        low = low.min(limit);
+        high = high.max(limit);
+    }
+    let span = if high > low {
+        high - low
+    } else {
+        high.abs().max(1.0)
+    };
+    let (low, high) = (low - 0.05 * span, high + 0.05 * span);
+    let x = |v: f64| 4.0 + (v - low) / (high - low) * (width - 8.0);
+    let mid = height / 2.0;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="{} box plot">"#,
+        escape(&cell.cell.to_string())
+    );
+    let _ = write!(
+        svg,
+        r##"<line x1="{:.1}" y1="{mid}" x2="{:.1}" y2="{mid}" stroke="#555"/><line x1="{:.1}" y1="{}" x2="{:.1}" y2="{}" stroke="#555"/><line x1="{:.1}" y1="{}" x2="{:.1}" y2="{}" stroke="#555"/>"##,
+        x(cell.min),
+        x(cell.max),
+        x(cell.min),
+        mid - 5.0,
+        x(cell.min),
+        mid + 5.0,
+        x(cell.max),
+        mid - 5.0,
+        x(cell.max),
+        mid + 5.0,
+    );
+    let _ = write!(
+        svg,
+        r##"<rect x="{:.1}" y="{}" width="{:.1}" height="{}" fill="#cfe0f3" stroke="#2b5d8a"/><line x1="{:.1}" y1="{}" x2="{:.1}" y2="{}" stroke="#2b5d8a" stroke-width="2"/>"##,
+        x(cell.q1),
+        mid - 8.0,
+        (x(cell.q3) - x(cell.q1)).max(1.0),
+        16.0,
+        x(cell.median),
+        mid - 8.0,
+        x(cell.median),
+        mid + 8.0,
+    );
+    if let Some(limit) = cell.limit {
+        let _ = write!(
+            svg,
+            r##"<line x1="{:.1}" y1="1" x2="{:.1}" y2="{}" stroke="#c0392b" stroke-dasharray="3,2"><title>limit {}</title></line>"##,
+            x(limit),
+            x(limit),
+            height - 1.0,
+            figure(limit)
+        );
+    }
+    for o in flagged {
+        let _ = write!(
+            svg,
+            r##"<circle cx="{:.1}" cy="{mid}" r="3.5" fill="#c0392b"><title>{}: {} {}</title></circle>"##,
+            x(o.value),
+            escape(&o.host),
+            figure(o.value),
+            o.cell.metric.unit()
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// The fleet as one self-contained HTML page: the groups, the figures
+/// flagged, a table per group with a box plot per cell, the files left
+/// out. No script, no external resource.
+pub fn html_page(report: &FleetReport) -> String {
+    let mut page = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>numalab fleet</title>\n<style>\n\
+         body { font-family: sans-serif; margin: 2em; color: #222; }\n\
+         table { border-collapse: collapse; margin: 0.5em 0 1.5em; }\n\
+         th, td { border-bottom: 1px solid #ddd; padding: 0.2em 0.6em; text-align: left; }\n\
+         td.n { text-align: right; font-variant-numeric: tabular-nums; }\n\
+         .flagged { color: #c0392b; font-weight: bold; }\n\
+         svg { vertical-align: middle; }\n\
+         </style>\n</head>\n<body>\n<h1>numalab fleet</h1>\n",
+    );
+    let _ = writeln!(
+        page,
+        "<p>{} host(s) from {} file(s), in {} group(s) of one fingerprint; {} figure(s) flagged; {} file(s) or director(ies) left out.</p>\n<p>Rule: {}.</p>",
+        report.hosts.len(),
+        report.files,
+        report.groups.len(),
+        report.outliers.len(),
+        report.left_out.len(),
+        escape(&report.rule)
+    );
+    page.push_str("<h2>Groups</h2>\n<table>\n<tr><th>group</th><th>hosts</th><th>CPU</th><th>packages</th><th>CPUs per node</th><th>memory per node</th><th>HMAT</th><th>kernel</th><th>THP</th><th>balancing</th><th>differs from the nearest larger group</th></tr>\n");
+    let unknown = |v: &Option<String>| escape(v.as_deref().unwrap_or("unknown"));
+    for group in &report.groups {
+        let f = &group.fingerprint;
+        let _ = writeln!(
+            page,
+            "<tr><td class=\"n\">{}</td><td class=\"n\" title=\"{}\">{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            group.id,
+            escape(&host_names(report, group.id, 20)),
+            group.hosts,
+            unknown(&f.cpu_model),
+            f.packages,
+            escape(&cpus_per_node(group)),
+            escape(&f.memory_summary()),
+            if f.hmat { "yes" } else { "no" },
+            unknown(&f.kernel),
+            unknown(&f.thp),
+            f.numa_balancing.map_or("unknown".into(), |b| b.to_string()),
+            group.compared_with.map_or(String::new(), |g| format!(
+                "group {g}: {}",
+                escape(&group.differences.join("; "))
+            ))
+        );
+    }
+    page.push_str("</table>\n<h2>Flagged figures</h2>\n");
+    if report.outliers.is_empty() {
+        page.push_str("<p>No figure is outside its group's range.</p>\n");
+    } else {
+        page.push_str("<table>\n<tr><th>host</th><th>group</th><th>cell</th><th>figure</th><th>group median</th><th>ratio</th><th>limit</th></tr>\n");
+        for o in &report.outliers {
+            let unit = o.cell.metric.unit();
+            let _ = writeln!(
+                page,
+                "<tr><td class=\"flagged\">{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{} {unit}</td><td class=\"n\">{} {unit}</td><td class=\"n\">{:.2}</td><td class=\"n\">{} {unit}</td></tr>",
+                escape(&o.host),
+                o.group,
+                o.cell,
+                figure(o.value),
+                figure(o.median),
+                o.ratio,
+                figure(o.limit)
+            );
+        }
+        page.push_str("</table>\n");
+    }
+    for group in &report.groups {
+        let _ = writeln!(
+            page,
+            "<h2>Group {} ({} host(s){})</h2>",
+            group.id,
+            group.hosts,
+            if group.judged {
+                String::new()
+            } else {
+                format!(", too few to judge: {MIN_HOSTS} needed")
+            }
+        );
+        page.push_str("<table>\n<tr><th>cell</th><th>hosts</th><th>min</th><th>q1</th><th>median</th><th>q3</th><th>max</th><th>limit</th><th>box plot (whiskers min to max, box q1 to q3, dashed: limit, dots: flagged)</th></tr>\n");
+        for cell in &group.cells {
+            let flagged: Vec<&Outlier> = report
+                .outliers
+                .iter()
+                .filter(|o| o.group == group.id && o.cell == cell.cell)
+                .collect();
+            let unit = &cell.unit;
+            let _ = writeln!(
+                page,
+                "<tr><td>{} ({unit})</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
+                cell.cell,
+                cell.hosts,
+                figure(cell.min),
+                figure(cell.q1),
+                figure(cell.median),
+                figure(cell.q3),
+                figure(cell.max),
+                cell.limit.map_or("-".into(), figure),
+                box_plot(cell, &flagged)
+            );
+        }
+        page.push_str("</table>\n");
+    }
+    if !report.left_out.is_empty() {
+        page.push_str("<h2>Left out</h2>\n<ul>\n");
+        for left in &report.left_out {
+            let _ = writeln!(page, "<li>{}</li>", escape(&left.to_string()));
+        }
+        page.push_str("</ul>\n");
+    }
+    page.push_str("</body>\n</html>\n");
+    page
+}
+
+/// `text` as one shell word, single-quoted.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The Slurm batch script `numalab fleet --sbatch` prints: a report from
+/// every node of the job into `out_dir`, then the merge, with
+/// `--fail-on-outliers` so the job fails when a host is flagged.
+pub fn sbatch_script(numalab: &Path, out_dir: &Path, threshold: f64) -> String {
+    let numalab = shell_quote(&numalab.display().to_string());
+    let out_dir = shell_quote(&out_dir.display().to_string());
+    format!(
+        r#"#!/bin/bash
+# numalab fleet: `numalab report` on every node of the job, then the merge.
+# Printed by `numalab fleet --sbatch`, not submitted. Submit it with
+#   sbatch --nodes=N [--partition=P] numalab-fleet.sbatch
+# from a directory every node shares (the reports are written there).
+#SBATCH --job-name=numalab-fleet
+#SBATCH --ntasks-per-node=1
+#SBATCH --exclusive
+#SBATCH --time=00:30:00
+#SBATCH --output=numalab-fleet-%j.out
+set -uo pipefail
+
+numalab={numalab}
+out_dir={out_dir}
+mkdir -p "$out_dir" || exit 1
+
+# One task per node, each writing "$out_dir/<hostname>.json" (atomically):
+# host, machine fingerprint, the task's Slurm identity, and the figures.
+srun --ntasks-per-node=1 --kill-on-bad-exit=0 "$numalab" report --json --out-dir "$out_dir"
+measured=$?
+if [ "$measured" -ne 0 ]; then
+    echo "numalab-fleet: srun exited $measured: some nodes wrote no report; merging those written" >&2
+fi
+
+# The merge, once every node is done: groups by fingerprint, flags figures
+# outside their group's range, and exits 1 when one is flagged. The table
+# goes to this job's output, the page beside it.
+# (Or merge in a job of its own once this one has ended well:
+#   sbatch --dependency=afterok:$SLURM_JOB_ID --wrap "$numalab fleet $out_dir --fail-on-outliers")
+"$numalab" fleet "$out_dir" --threshold {threshold} --fail-on-outliers \
+    --html "numalab-fleet-${{SLURM_JOB_ID:-local}}.html"
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_survive_quotes() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn html_text_is_escaped() {
+        assert_eq!(
+            escape("<a href='x'>&\x1b"),
+            "&lt;a href=&#39;x&#39;&gt;&amp;\\x1b"
+        );
+    }
+}

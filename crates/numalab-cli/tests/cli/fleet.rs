@@ -1,0 +1,508 @@
+//! `numalab report --out-dir` on every host, and `numalab fleet` merging
+//! the files: synthetic fleets made from real reports (`numalab report
+//! --quick --json` saved in the emulated two-socket, CXL and lopsided
+//! machines, and this machine, measured once here) with figures perturbed
+//! and outliers planted.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::common::*;
+use serde_json::Value;
+
+fn saved(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/results")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// This machine's report, measured once with `report --quick --out-dir`
+/// as a Slurm task would: its file name and its document.
+fn this_machine() -> &'static (String, Value) {
+    static REPORT: OnceLock<(String, Value)> = OnceLock::new();
+    REPORT.get_or_init(|| {
+        let dir = Scratch::new("fleet-this-machine");
+        let out = Command::new(env!("CARGO_BIN_EXE_numalab"))
+            .args(["report", "--quick", "--out-dir"])
+            .arg(&dir.0)
+            .env("SLURM_JOB_ID", "4242")
+            .env("SLURM_PROCID", "3")
+            .env("SLURM_NODEID", "3")
+            .env("SLURM_JOB_NODELIST", "node[001-128]")
+            .env("OMPI_COMM_WORLD_RANK", "3")
+            .env("OMPI_COMM_WORLD_SIZE", "128")
+            .env("PMIX_RANK", "3")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("JOB_COMPLETION_INDEX")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(out.stdout.is_empty(), "the report goes to the file only");
+        let files = dir.files();
+        assert_eq!(files.len(), 1, "{files:?}");
+        let text = std::fs::read_to_string(dir.0.join(&files[0])).unwrap();
+        (files[0].clone(), serde_json::from_str(&text).unwrap())
+    })
+}
+
+/// A tiny deterministic generator: numbers in [0, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Every figure the fleet compares, in place: (latency or read/write/copy
+/// GB/s, initiator, target, the median).
+fn for_each_figure(doc: &mut Value, mut change: impl FnMut(&str, u64, u64, &mut Value)) {
+    let matrix = &mut doc["matrix"];
+    if let Some(cells) = matrix["latency"]["cells"].as_array_mut() {
+        for cell in cells {
+            let (i, t) = (
+                cell["initiator"].as_u64().unwrap(),
+                cell["target"].as_u64().unwrap(),
+            );
+            change("latency", i, t, &mut cell["latency_ns"]["median"]);
+        }
+    }
+    if let Some(cells) = matrix["bandwidth"]["cells"].as_array_mut() {
+        for cell in cells {
+            let (i, t) = (
+                cell["initiator"].as_u64().unwrap(),
+                cell["target"].as_u64().unwrap(),
+            );
+            for metric in ["read", "write", "copy"] {
+                let figure = &mut cell[format!("{metric}_gbps")]["median"];
+                if figure.is_number() {
+                    change(metric, i, t, figure);
+                }
+            }
+        }
+    }
+}
+
+fn scale(figure: &mut Value, by: f64) {
+    *figure = (figure.as_f64().unwrap() * by).into();
+}
+
+/// A copy of `template` as host `name`, every figure moved by up to ±3%.
+fn host(template: &Value, name: &str, seed: u64) -> Value {
+    let mut doc = template.clone();
+    doc["host"] = name.into();
+    let mut rng = Rng(seed);
+    for_each_figure(&mut doc, |_, _, _, figure| {
+        scale(figure, 0.97 + 0.06 * rng.next())
+    });
+    doc
+}
+
+fn write(dir: &Path, name: &str, doc: &Value) {
+    std::fs::write(
+        dir.join(format!("{name}.json")),
+        serde_json::to_vec(doc).unwrap(),
+    )
+    .unwrap();
+}
+
+/// How much memory the planted host lacks on node 0: 8 GiB, or half the
+/// node on a machine with less than 16 GiB there.
+fn short_by(doc: &Value) -> u64 {
+    let memory = doc["topology"]["topology"]["nodes"][0]["memory_bytes"]
+        .as_u64()
+        .unwrap();
+    (8 << 30).min(memory / 2)
+}
+
+/// THP off, or on where this machine has it off.
+fn other_thp(doc: &Value) -> &'static str {
+    match doc["topology"]["kernel"]["thp_enabled"].as_str() {
+        Some("never") => "always",
+        _ => "never",
+    }
+}
+
+fn fleet(args: &[&str]) -> (std::process::Output, Value) {
+    let mut all = vec!["fleet", "--json"];
+    all.extend(args);
+    let out = numalab(&all);
+    let doc = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, doc)
+}
+
+#[test]
+fn report_out_dir_writes_one_self_describing_file_per_host() {
+    let (file, doc) = this_machine();
+    let host = doc["host"].as_str().unwrap();
+    assert_eq!(file, &format!("{host}.json"));
+    assert_eq!(doc["schema"], "numalab.report");
+    let task = &doc["task"];
+    assert_eq!(task["slurm"]["SLURM_JOB_ID"], "4242");
+    assert_eq!(task["slurm"]["SLURM_JOB_NODELIST"], "node[001-128]");
+    assert_eq!(task["open_mpi"]["OMPI_COMM_WORLD_SIZE"], "128");
+    assert_eq!(task["pmix"]["PMIX_RANK"], "3");
+    assert!(task.get("kubernetes").is_none(), "{task}");
+    let fingerprint = &doc["fingerprint"];
+    assert_eq!(
+        fingerprint["nodes"].as_array().unwrap().len(),
+        sysfs_nodes().len()
+    );
+    assert!(fingerprint["kernel"]
+        .as_str()
+        .is_some_and(|k| !k.is_empty()));
+    assert_eq!(fingerprint["quick"], true);
+
+    let dir = Scratch::new("fleet-out-dir");
+    let out = numalab(&["report", "--quick", "--out-dir", &dir.path("missing")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("the directory does not exist"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(dir.path("plain"), "").unwrap();
+    let out = numalab(&["report", "--quick", "--out-dir", &dir.path("plain")]);
+    assert!(stderr(&out).contains("not a directory"), "{}", stderr(&out));
+    // A link where the host's file goes is refused, not followed.
+    std::fs::create_dir(dir.path("links")).unwrap();
+    std::fs::write(dir.path("victim"), "precious").unwrap();
+    std::os::unix::fs::symlink(dir.path("victim"), dir.0.join("links").join(file)).unwrap();
+    let out = numalab(&["report", "--quick", "--out-dir", &dir.path("links")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.path("victim")).unwrap(),
+        "precious"
+    );
+}
+
+#[test]
+fn planted_outliers_are_each_found_and_named_and_nothing_else() {
+    let (_, vm) = this_machine();
+    let two_socket = saved("report-two-socket.json");
+    let cxl = saved("report-cxl.json");
+    let dir = Scratch::new("fleet-planted");
+    let mut seed = 1;
+    let mut made = |template: &Value, prefix: &str, count: usize| {
+        for i in 0..count {
+            let name = format!("{prefix}{i:03}");
+            let mut doc = host(template, &name, seed);
+            seed += 1;
+            match name.as_str() {
+                // A bandwidth cell at 70% of its figure.
+                "ts010" => for_each_figure(&mut doc, |metric, i, t, figure| {
+                    if (metric, i, t) == ("read", 0, 1) {
+                        scale(figure, 0.7)
+                    }
+                }),
+                // A latency 1.3 times its figure.
+                "cx020" => for_each_figure(&mut doc, |metric, i, t, figure| {
+                    if (metric, i, t) == ("latency", 1, 3) {
+                        scale(figure, 1.3)
+                    }
+                }),
+                // A node 8 GiB short, a DIMM or two (its saved
+                // fingerprint still says otherwise: fleet computes its own).
+                "vm030" => {
+                    let memory = &mut doc["topology"]["topology"]["nodes"][0]["memory_bytes"];
+                    *memory = (memory.as_u64().unwrap() - short_by(vm)).into();
+                }
+                // Transparent huge pages off (or on, if this machine has
+                // them off).
+                "vm040" => {
+                    let other = other_thp(vm);
+                    doc["topology"]["kernel"]["thp_enabled"] = other.into();
+                    doc["matrix"]["environment"]["kernel"]["thp_enabled"] = other.into();
+                }
+                _ => {}
+            }
+            write(&dir.0, &name, &doc);
+        }
+    };
+    made(&two_socket, "ts", 70);
+    made(&cxl, "cx", 70);
+    made(vm, "vm", 60);
+
+    let (out, doc) = fleet(&[dir.0.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+    assert_eq!(doc["schema"], "numalab.fleet");
+    assert_eq!(doc["files"], 200);
+    let found: Vec<(String, String, f64)> = doc["outliers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let cell = &o["cell"];
+            (
+                o["host"].as_str().unwrap().to_owned(),
+                format!(
+                    "{} {}->{}",
+                    cell["metric"].as_str().unwrap(),
+                    cell["initiator"],
+                    cell["target"]
+                ),
+                o["ratio"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(found.len(), 2, "no false alarm: {found:?}");
+    // By group: the CXL hosts (named first) make group 1.
+    assert_eq!(
+        (found[0].0.as_str(), found[0].1.as_str()),
+        ("cx020", "latency 1->3")
+    );
+    assert_eq!(
+        (found[1].0.as_str(), found[1].1.as_str()),
+        ("ts010", "read 0->1")
+    );
+    assert!((1.25..1.35).contains(&found[0].2), "{found:?}");
+    assert!((0.65..0.75).contains(&found[1].2), "{found:?}");
+
+    // Three groups of the three machines, and the two odd hosts alone.
+    let groups = doc["groups"].as_array().unwrap();
+    let sizes: Vec<u64> = groups
+        .iter()
+        .map(|g| g["hosts"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [70, 70, 58, 1, 1]);
+    let group_of = |name: &str| {
+        doc["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["host"] == name)
+            .unwrap()["group"]
+            .as_u64()
+            .unwrap() as usize
+    };
+    let differences = |name: &str| -> Vec<String> {
+        groups[group_of(name) - 1]["differences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Each odd host against its own machine's group: what differs, only.
+    let vm_group = group_of("vm000");
+    for odd in ["vm030", "vm040"] {
+        assert!(group_of(odd) > 3, "{odd} alone");
+        assert_eq!(
+            groups[group_of(odd) - 1]["compared_with"].as_u64(),
+            Some(vm_group as u64)
+        );
+    }
+    let thp = vm["topology"]["kernel"]["thp_enabled"]
+        .as_str()
+        .unwrap_or("unknown");
+    assert_eq!(
+        differences("vm040"),
+        [format!("THP {} instead of {thp}", other_thp(vm))]
+    );
+    let short = differences("vm030");
+    let gib = |bytes: u64| format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64);
+    let memory = vm["topology"]["topology"]["nodes"][0]["memory_bytes"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        short,
+        [format!(
+            "node 0: memory {} instead of {}",
+            gib(memory - short_by(vm)),
+            gib(memory)
+        )]
+    );
+
+    // For people: the hosts and cells named, with the group's median.
+    let out = numalab(&["fleet", dir.0.to_str().unwrap()]);
+    let text = stdout(&out);
+    for name in [
+        "ts010",
+        "cx020",
+        "vm030",
+        "vm040",
+        "read 0->1",
+        "latency 1->3",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    // A health check fails on them.
+    let out = numalab(&[
+        "fleet",
+        dir.0.to_str().unwrap(),
+        "--fail-on-outliers",
+        "--max-groups",
+        "5",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("2 figure(s) of 2 host(s) flagged"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The page: a table and a box plot per cell of every group.
+    let page = dir.path("fleet.html");
+    let out = numalab(&["fleet", dir.0.to_str().unwrap(), "--html", &page, "--csv"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = std::fs::read_to_string(&page).unwrap();
+    let cells: usize = groups
+        .iter()
+        .map(|g| g["cells"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(html.matches("<svg").count(), cells);
+    assert_eq!(html.matches("<table>").count(), 2 + groups.len());
+    assert!(html.contains("<circle") && html.contains("ts010"));
+    // CSV: a row per group and cell, flagged hosts named.
+    let csv = stdout(&out);
+    assert_eq!(csv.lines().count(), 1 + cells);
+    assert!(csv
+        .lines()
+        .any(|l| l.starts_with("1,") || l.starts_with("2,")));
+    assert!(
+        csv.contains(",ts010\n") && csv.contains(",cx020\n"),
+        "{csv}"
+    );
+}
+
+#[test]
+fn real_reports_of_different_machines_form_groups_of_their_own() {
+    let (_, vm) = this_machine();
+    let dir = Scratch::new("fleet-real");
+    let names = ["two-socket", "cxl", "lopsided"];
+    let docs = names.map(|name| saved(&format!("report-{name}.json")));
+    for (name, mut doc) in names.iter().zip(docs) {
+        // The emulated guests are all called "(none)": as many hosts.
+        doc["host"] = (*name).into();
+        write(&dir.0, name, &doc);
+    }
+    write(&dir.0, "this", vm);
+    let (out, doc) = fleet(&[dir.0.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let groups = doc["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 4, "{}", doc["groups"]);
+    for group in &groups[1..] {
+        assert!(!group["differences"].as_array().unwrap().is_empty());
+        assert_eq!(group["judged"], false, "one host is not judged");
+    }
+    assert!(doc["outliers"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn bad_input_is_named_one_line_each_and_the_rest_merges() {
+    let template = saved("report-two-socket.json");
+    let dir = Scratch::new("fleet-bad");
+    let reports = dir.0.join("results");
+    let empty = dir.0.join("empty");
+    std::fs::create_dir(&reports).unwrap();
+    std::fs::create_dir(&empty).unwrap();
+    for i in 0..5 {
+        write(
+            &reports,
+            &format!("n{i}"),
+            &host(&template, &format!("n{i}"), i),
+        );
+    }
+    let mut future = host(&template, "future", 9);
+    future["schema_version"] = 2.into();
+    write(&reports, "future", &future);
+    let text = serde_json::to_string(&host(&template, "cut", 10)).unwrap();
+    std::fs::write(reports.join("cut.json"), &text[..text.len() / 3]).unwrap();
+    std::fs::write(reports.join("foreign.json"), r#"{"jobs": [1, 2, 3]}"#).unwrap();
+    let mut topo = template["topology"].clone();
+    topo["schema"] = "numalab.topo".into();
+    topo["schema_version"] = 1.into();
+    write(&reports, "topo", &topo);
+    // The second report of n1, written earlier: left out.
+    let mut again = host(&template, "n1", 11);
+    again["created"] = "2000-01-01T00:00:00Z".into();
+    write(&reports, "n1-old", &again);
+    std::fs::write(reports.join("notes.txt"), "not a report, not read").unwrap();
+
+    let (out, doc) = fleet(&[reports.to_str().unwrap(), empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(doc["hosts"].as_array().unwrap().len(), 5);
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 6, "{err}");
+    let said = |file: &str, why: &str| {
+        assert!(
+            lines.iter().any(|l| l.starts_with("numalab: left out ")
+                && l.contains(file)
+                && l.contains(why)),
+            "{file}: {why} not said:\n{err}"
+        )
+    };
+    said(
+        "future.json",
+        "numalab.report version 2; this numalab reads version 1",
+    );
+    said("cut.json", "truncated: the JSON ends at line");
+    said(
+        "foreign.json",
+        "not a numalab document: it has no \"schema\" field",
+    );
+    said("topo.json", "a numalab.topo document, not numalab.report");
+    said("n1-old.json", "a second report of host n1: kept");
+    said("empty", "no *.json file in this directory");
+    // The output lists them too.
+    let left: Vec<&str> = doc["left_out"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(left.len(), 6, "{left:?}");
+
+    // Nothing readable at all: an error, after the reasons.
+    let out = numalab(&["fleet", empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no *.json file") && err.contains("no report to merge"),
+        "{err}"
+    );
+    let out = numalab(&["fleet", &dir.path("nonexistent")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("cannot read"), "{}", stderr(&out));
+    let out = numalab(&["fleet", reports.to_str().unwrap(), "--threshold", "1.5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("above 0 and at most 1"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn sbatch_prints_a_script_that_parses() {
+    let out = numalab(&["fleet", "--sbatch", "--out-dir", "node results/it's"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let script = stdout(&out);
+    assert!(script.starts_with("#!/bin/bash\n"));
+    for line in [
+        "#SBATCH --ntasks-per-node=1",
+        "srun --ntasks-per-node=1",
+        "report --json --out-dir \"$out_dir\"",
+        "fleet \"$out_dir\" --threshold 0.9 --fail-on-outliers",
+        "--dependency=afterok:$SLURM_JOB_ID",
+        r"out_dir='node results/it'\''s'",
+    ] {
+        assert!(script.contains(line), "{line} missing:\n{script}");
+    }
+    let dir = Scratch::new("fleet-sbatch");
+    let path = dir.path("fleet.sbatch");
+    std::fs::write(&path, &script).unwrap();
+    let bash = Command::new("bash").args(["-n", &path]).output().unwrap();
+    assert!(bash.status.success(), "{}", stderr(&bash));
+    let out = numalab(&["fleet", "--sbatch", "results"]);
+    assert_eq!(out.status.code(), Some(2), "--sbatch takes no directory");
+}
