@@ -4,14 +4,20 @@
 //! `render/fleet.rs`. Also where `numalab report --out-dir` finds its
 //! file.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use clap::Args;
-use numalab_bench::fleet::{fleet, FleetError, FleetOptions, LeftOut, DEFAULT_THRESHOLD};
+use numalab_bench::document::Document;
+use numalab_bench::fleet::{
+    fleet, FleetError, FleetOptions, FleetReport, HostEntry, LeftOut, DEFAULT_THRESHOLD,
+    MAX_FILE_BYTES,
+};
+use numalab_bench::report::Report;
 
 use crate::output::{self, OutputArgs};
-use crate::render::{self, fleet::html_page, fleet::sbatch_script};
+use crate::render::{self, fleet::html_page, fleet::sbatch_script, page};
 
 /// Merge the reports of many hosts (one `numalab report --json --out-dir
 /// DIR` per host, e.g. under Slurm): group the hosts by machine
@@ -137,7 +143,8 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     say_left_out(&report.left_out);
     render::emit(&report, &args.output)?;
     if let Some(page) = &args.html {
-        output::write_atomically(page, html_page(&report).as_bytes())?;
+        let pages = host_pages(&report, page);
+        output::write_atomically(page, html_page(&report, &pages).as_bytes())?;
     }
     if !args.fail_on_outliers {
         return Ok(0);
@@ -168,6 +175,105 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
 }
 
 /// Each file or directory left out, one line each on standard error.
+/// The most hosts that get a report page of their own beside the fleet's.
+pub const MAX_HOST_PAGES: usize = 200;
+
+/// The drill-down of the fleet page `page`: each host that stands out
+/// (a figure flagged, or in a group too small to judge: one or two hosts
+/// unlike the rest) gets its own report
+/// page, `<page stem>-hosts/<host>.html`, made from its file as `numalab
+/// report --from` makes it; at most [`MAX_HOST_PAGES`], flagged hosts
+/// first. Returns host → link relative to the fleet page; a page that
+/// cannot be made is said on standard error and left out.
+fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
+    let mut standing_out: Vec<&HostEntry> = report
+        .hosts
+        .iter()
+        .filter(|h| {
+            h.outliers > 0
+                || report
+                    .groups
+                    .iter()
+                    .any(|g| g.id == h.group && !g.judged && report.groups.len() > 1)
+        })
+        .collect();
+    standing_out.sort_by_key(|h| (h.outliers == 0, h.group));
+    let mut links = BTreeMap::new();
+    if standing_out.is_empty() {
+        return links;
+    }
+    if standing_out.len() > MAX_HOST_PAGES {
+        eprintln!(
+            "numalab fleet: {} hosts stand out; report pages for the first {MAX_HOST_PAGES} (flagged first)",
+            standing_out.len()
+        );
+        standing_out.truncate(MAX_HOST_PAGES);
+    }
+    let stem = page
+        .file_stem()
+        .map_or("fleet".into(), |s| s.to_string_lossy().into_owned());
+    let dir_name = format!("{stem}-hosts");
+    let dir = page.with_file_name(&dir_name);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            eprintln!(
+                "numalab fleet: {} is not a directory: no report pages for the hosts",
+                dir.display()
+            );
+            return links;
+        }
+        Err(_) => {
+            if let Err(err) = std::fs::create_dir(&dir) {
+                eprintln!("numalab fleet: cannot make {}: {err}", dir.display());
+                return links;
+            }
+        }
+    }
+    let mut used = std::collections::BTreeSet::new();
+    for entry in standing_out {
+        let mut name: String = entry
+            .host
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if name.is_empty() || name.starts_with('.') {
+            name.insert(0, 'h');
+        }
+        let mut file = format!("{name}.html");
+        let mut n = 2;
+        while !used.insert(file.clone()) {
+            file = format!("{name}-{n}.html");
+            n += 1;
+        }
+        let made = numalab::files::read_text_limited(
+            Path::new(&entry.file),
+            MAX_FILE_BYTES,
+            "host reports",
+        )
+        .map_err(anyhow::Error::from)
+        .and_then(|text| Ok(Document::<Report>::parse(&text)?))
+        .and_then(|host_report| page::html_page(&host_report, &[]))
+        .and_then(|html| output::write_atomically(&dir.join(&file), html.as_bytes()));
+        match made {
+            Ok(()) => {
+                links.insert(entry.host.clone(), format!("{dir_name}/{file}"));
+            }
+            Err(err) => eprintln!(
+                "numalab fleet: no report page for {}: {err:#}",
+                output::printable(&entry.host)
+            ),
+        }
+    }
+    links
+}
+
 fn say_left_out(left_out: &[LeftOut]) {
     for left in left_out {
         eprintln!("numalab: left out {}", output::printable(&left.to_string()));

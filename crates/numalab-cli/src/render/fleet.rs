@@ -4,6 +4,7 @@
 //! a self-contained HTML page with a box plot per cell drawn as inline
 //! SVG; and the Slurm batch script `--sbatch` prints.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -273,7 +274,7 @@ fn escape(text: &str) -> String {
 }
 
 /// Box plot width and height, px.
-const PLOT: (f64, f64) = (320.0, 26.0);
+const PLOT: (f64, f64) = (320.0, 36.0);
 
 /// One cell's box plot, drawn by hand as inline SVG: the whiskers from
 /// min to max, the box from q1 to q3, the median, the limit (dashed) and
@@ -351,18 +352,32 @@ fn box_plot(cell: &CellSummary, flagged: &[&Outlier]) -> String {
 /// The fleet as one self-contained HTML page: the groups, the figures
 /// flagged, a table per group with a box plot per cell, the files left
 /// out. No script, no external resource.
-pub fn html_page(report: &FleetReport) -> String {
+///
+/// `pages` maps a host to its own report page (a link relative to this
+/// page): the drill-down for the hosts that stand out.
+pub fn html_page(report: &FleetReport, pages: &BTreeMap<String, String>) -> String {
     let mut page = String::from(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>numalab fleet</title>\n<style>\n\
-         body { font-family: sans-serif; margin: 2em; color: #222; }\n\
+         :root { color-scheme: light dark; --fg: #222; --bg: #fff; --rule: #ddd; --bad: #c0392b; }\n\
+         @media (prefers-color-scheme: dark) { :root { --fg: #e4e6ea; --bg: #15171b; --rule: #3a3f48; --bad: #ff7b7b; } }\n\
+         html, body { background: var(--bg); color: var(--fg); }\n\
+         body { font-family: sans-serif; margin: 0 auto; padding: 1em; max-width: 1200px; overflow-wrap: anywhere; }\n\
+         .scroll { overflow-x: auto; max-width: 100%; }\n\
          table { border-collapse: collapse; margin: 0.5em 0 1.5em; }\n\
-         th, td { border-bottom: 1px solid #ddd; padding: 0.2em 0.6em; text-align: left; }\n\
+         th, td { border-bottom: 1px solid var(--rule); padding: 0.2em 0.6em; text-align: left; white-space: nowrap; }\n\
          td.n { text-align: right; font-variant-numeric: tabular-nums; }\n\
-         .flagged { color: #c0392b; font-weight: bold; }\n\
-         svg { vertical-align: middle; }\n\
+         .flagged { color: var(--bad); font-weight: bold; }\n\
+         a { color: inherit; }\n\
+         svg { vertical-align: middle; background: #fff; }\n\
+         @media print { .scroll { overflow: visible; } }\n\
          </style>\n</head>\n<body>\n<h1>numalab fleet</h1>\n",
     );
+    let host = |name: &str| match pages.get(name) {
+        Some(href) => format!("<a href=\"{}\">{}</a>", escape(href), escape(name)),
+        None => escape(name),
+    };
     let _ = writeln!(
         page,
         "<p>{} host(s) from {} file(s), in {} group(s) of one fingerprint; {} figure(s) flagged; {} file(s) or director(ies) left out.</p>\n<p>Rule: {}.</p>",
@@ -373,7 +388,7 @@ pub fn html_page(report: &FleetReport) -> String {
         report.left_out.len(),
         escape(&report.rule)
     );
-    page.push_str("<h2>Groups</h2>\n<table>\n<tr><th>group</th><th>hosts</th><th>CPU</th><th>packages</th><th>CPUs per node</th><th>memory per node</th><th>HMAT</th><th>kernel</th><th>THP</th><th>balancing</th><th>differs from the nearest larger group</th></tr>\n");
+    page.push_str("<h2>Groups</h2>\n<div class=\"scroll\"><table>\n<tr><th>group</th><th>hosts</th><th>CPU</th><th>packages</th><th>CPUs per node</th><th>memory per node</th><th>HMAT</th><th>kernel</th><th>THP</th><th>balancing</th><th>differs from the nearest larger group</th></tr>\n");
     let unknown = |v: &Option<String>| escape(v.as_deref().unwrap_or("unknown"));
     for group in &report.groups {
         let f = &group.fingerprint;
@@ -397,17 +412,17 @@ pub fn html_page(report: &FleetReport) -> String {
             ))
         );
     }
-    page.push_str("</table>\n<h2>Flagged figures</h2>\n");
+    page.push_str("</table></div>\n<h2>Flagged figures</h2>\n");
     if report.outliers.is_empty() {
         page.push_str("<p>No figure is outside its group's range.</p>\n");
     } else {
-        page.push_str("<table>\n<tr><th>host</th><th>group</th><th>cell</th><th>figure</th><th>group median</th><th>ratio</th><th>limit</th></tr>\n");
+        page.push_str("<div class=\"scroll\"><table>\n<tr><th>host</th><th>group</th><th>cell</th><th>figure</th><th>group median</th><th>ratio</th><th>limit</th></tr>\n");
         for o in &report.outliers {
             let unit = o.cell.metric.unit();
             let _ = writeln!(
                 page,
                 "<tr><td class=\"flagged\">{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{} {unit}</td><td class=\"n\">{} {unit}</td><td class=\"n\">{:.2}</td><td class=\"n\">{} {unit}</td></tr>",
-                escape(&o.host),
+                host(&o.host),
                 o.group,
                 o.cell,
                 figure(o.value),
@@ -416,7 +431,7 @@ pub fn html_page(report: &FleetReport) -> String {
                 figure(o.limit)
             );
         }
-        page.push_str("</table>\n");
+        page.push_str("</table></div>\n");
     }
     for group in &report.groups {
         let _ = writeln!(
@@ -430,7 +445,7 @@ pub fn html_page(report: &FleetReport) -> String {
                 format!(", too few to judge: {MIN_HOSTS} needed")
             }
         );
-        page.push_str("<table>\n<tr><th>cell</th><th>hosts</th><th>min</th><th>q1</th><th>median</th><th>q3</th><th>max</th><th>limit</th><th>box plot (whiskers min to max, box q1 to q3, dashed: limit, dots: flagged)</th></tr>\n");
+        page.push_str("<div class=\"scroll\"><table>\n<tr><th>cell</th><th>hosts</th><th>min</th><th>q1</th><th>median</th><th>q3</th><th>max</th><th>limit</th><th>box plot (whiskers min to max, box q1 to q3, dashed: limit, dots: flagged)</th></tr>\n");
         for cell in &group.cells {
             let flagged: Vec<&Outlier> = report
                 .outliers
@@ -452,7 +467,20 @@ pub fn html_page(report: &FleetReport) -> String {
                 box_plot(cell, &flagged)
             );
         }
-        page.push_str("</table>\n");
+        page.push_str("</table></div>\n");
+    }
+    if !pages.is_empty() {
+        page.push_str("<h2>Hosts that stand out, each with its own report</h2>\n<ul>\n");
+        for entry in report.hosts.iter().filter(|h| pages.contains_key(&h.host)) {
+            let _ = writeln!(
+                page,
+                "<li>{} (group {}, {} figure(s) flagged)</li>",
+                host(&entry.host),
+                entry.group,
+                entry.outliers
+            );
+        }
+        page.push_str("</ul>\n");
     }
     if !report.left_out.is_empty() {
         page.push_str("<h2>Left out</h2>\n<ul>\n");

@@ -1134,3 +1134,41 @@ fn the_topology_picture_stays_readable_at_64_nodes() {
     assert_eq!(figures["nodes"], 64, "{figures}");
     assert_eq!(figures["arcs"], 0, "no 2,016 arcs: {figures}");
 }
+
+#[test]
+fn the_fleet_page_and_its_host_pages_render() {
+    // Three machines, three hosts each, one host's read bandwidth planted
+    // at 60%: one flagged host with a page of its own.
+    let scratch = Scratch::new("browser-fleet");
+    let results = scratch.0.join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    for name in ["two-socket", "cxl", "lopsided"] {
+        let text = std::fs::read_to_string(saved(&format!("report-{name}.json"))).unwrap();
+        for i in 0..3 {
+            let mut doc: Value = serde_json::from_str(&text).unwrap();
+            let host = format!("{name}-{i}");
+            doc["host"] = Value::from(host.clone());
+            if i == 2 && name == "two-socket" {
+                for cell in doc["matrix"]["bandwidth"]["cells"].as_array_mut().unwrap() {
+                    let median = cell["read_gbps"]["median"].as_f64().unwrap();
+                    cell["read_gbps"]["median"] = Value::from(median * 0.6);
+                }
+            }
+            std::fs::write(results.join(format!("{host}.json")), doc.to_string()).unwrap();
+        }
+    }
+    let page = scratch.path("fleet.html");
+    let out = numalab(&["fleet", results.to_str().unwrap(), "--html", &page]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let Some(checked) = check_page(Path::new(&page), "fleet") else {
+        return;
+    };
+    assert!(checked.dark_differs, "{:?}", checked.backgrounds);
+    let host_page = scratch.0.join("fleet-hosts/two-socket-2.html");
+    assert!(
+        host_page.exists(),
+        "the flagged host's page: {}",
+        stdout(&out)
+    );
+    check_page(&host_page, "fleet-host");
+}

@@ -360,7 +360,31 @@ fn planted_outliers_are_each_found_and_named_and_nothing_else() {
         .sum();
     assert_eq!(html.matches("<svg").count(), cells);
     assert_eq!(html.matches("<table>").count(), 2 + groups.len());
+    assert_eq!(
+        html.matches("<div class=\"scroll\"><table>").count(),
+        2 + groups.len()
+    );
     assert!(html.contains("<circle") && html.contains("ts010"));
+    // The drill-down: the flagged hosts and the two odd ones alone in
+    // their groups, each linked to its own report page, and no other.
+    let hosts_dir = dir.0.join("fleet-hosts");
+    let mut pages: Vec<String> = std::fs::read_dir(&hosts_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    assert_eq!(
+        pages,
+        ["cx020.html", "ts010.html", "vm030.html", "vm040.html"]
+    );
+    for page in &pages {
+        assert!(
+            html.contains(&format!("href=\"fleet-hosts/{page}\"")),
+            "{page}"
+        );
+        let own = std::fs::read_to_string(hosts_dir.join(page)).unwrap();
+        assert!(own.contains("<h2>Findings</h2>"), "{page} is a report page");
+    }
     // CSV: a row per group and cell, flagged hosts named.
     let csv = stdout(&out);
     assert_eq!(csv.lines().count(), 1 + cells);
