@@ -3,8 +3,10 @@
 #   scripts/setup.sh            build dependencies, release build
 #   scripts/setup.sh --test     also the test tools (QEMU, a kernel, busybox, reference tools,
 #                               a C++ compiler for the fuzzer, python3, sqlite3 and
-#                               stress-ng: programs numalab profile is checked on, and
-#                               chromium: the HTML pages checked in a real browser), no build
+#                               stress-ng: programs numalab profile is checked on,
+#                               chromium: the HTML pages checked in a real browser, and
+#                               slurmctld slurmd slurm-client munge: numalab fleet's batch
+#                               script run by a real one-node Slurm), no build
 #   scripts/setup.sh --fuzz     the build dependencies and a C++ compiler for libFuzzer
 #                               (bench/fuzz.sh), no build
 # Packages already installed are not installed again.
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 packages=(libhwloc-dev libudev-dev pkg-config numactl hwloc)
 case "${1:-}" in
-    --test) packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio g++ gdb python3 sqlite3 stress-ng chromium) ;;
+    --test) packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio g++ gdb python3 sqlite3 stress-ng chromium slurmctld slurmd slurm-client munge) ;;
     --fuzz) packages+=(g++ gdb) ;;
 esac
 

@@ -74,6 +74,11 @@ pub struct FleetArgs {
     #[arg(long, conflicts_with_all = ["dirs", "html", "fail_on_outliers", "json", "csv", "markdown", "output"])]
     pub sbatch: bool,
 
+    /// With --sbatch: each node runs `numalab report --quick` (seconds
+    /// instead of a minute, less precise)
+    #[arg(long, requires = "sbatch")]
+    pub quick: bool,
+
     /// With --sbatch: where the script's reports go [default: results]
     #[arg(long, value_name = "DIR", requires = "sbatch")]
     pub out_dir: Option<PathBuf>,
@@ -118,7 +123,7 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     if args.sbatch {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("numalab"));
         let out_dir = args.out_dir.clone().unwrap_or_else(|| "results".into());
-        output::print_stdout(&sbatch_script(&exe, &out_dir, args.threshold))?;
+        output::print_stdout(&sbatch_script(&exe, &out_dir, args.threshold, args.quick))?;
         return Ok(0);
     }
     args.output.check()?;

@@ -501,7 +501,8 @@ fn shell_quote(text: &str) -> String {
 /// The Slurm batch script `numalab fleet --sbatch` prints: a report from
 /// every node of the job into `out_dir`, then the merge, with
 /// `--fail-on-outliers` so the job fails when a host is flagged.
-pub fn sbatch_script(numalab: &Path, out_dir: &Path, threshold: f64) -> String {
+pub fn sbatch_script(numalab: &Path, out_dir: &Path, threshold: f64, quick: bool) -> String {
+    let quick = if quick { " --quick" } else { "" };
     let numalab = shell_quote(&numalab.display().to_string());
     let out_dir = shell_quote(&out_dir.display().to_string());
     format!(
@@ -523,7 +524,7 @@ mkdir -p "$out_dir" || exit 1
 
 # One task per node, each writing "$out_dir/<hostname>.json" (atomically):
 # host, machine fingerprint, the task's Slurm identity, and the figures.
-srun --ntasks-per-node=1 --kill-on-bad-exit=0 "$numalab" report --json --out-dir "$out_dir"
+srun --ntasks-per-node=1 --kill-on-bad-exit=0 "$numalab" report{quick} --json --out-dir "$out_dir"
 measured=$?
 if [ "$measured" -ne 0 ]; then
     echo "numalab-fleet: srun exited $measured: some nodes wrote no report; merging those written" >&2

@@ -17,5 +17,6 @@ mod profile;
 mod report;
 mod ring;
 mod signals;
+mod slurm;
 mod topo;
 mod unprivileged;
