@@ -70,13 +70,7 @@ fn cpus_per_node(group: &Group) -> String {
 
 fn text(report: &FleetReport, style: Style) -> String {
     let markdown = style == Style::Markdown;
-    let heading = |title: &str| {
-        if markdown {
-            format!("\n## {title}\n\n")
-        } else {
-            format!("\n== {title}\n\n")
-        }
-    };
+    let heading = |title: &str| style.section(title);
     let unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
     let mut out = String::new();
     out.push_str(&style.line(&format!(

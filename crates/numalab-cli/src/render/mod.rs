@@ -41,6 +41,15 @@ pub enum Style {
 }
 
 impl Style {
+    /// A report's top-level section: `== title` in columns, `## title`
+    /// in Markdown, a blank line before and after.
+    pub fn section(self, title: &str) -> String {
+        match self {
+            Style::Plain => format!("\n== {title}\n\n"),
+            Style::Markdown => format!("\n## {title}\n\n"),
+        }
+    }
+
     /// A table with `header` in this style.
     pub fn table(self, header: impl Into<comfy_table::Row>) -> Table {
         match self {

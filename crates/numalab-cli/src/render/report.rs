@@ -24,14 +24,7 @@ const MATRIX: &str = "What NUMA costs here (numalab matrix)";
 const SWEEP: &str = "What placement costs a workload (numalab sweep)";
 
 fn text(report: &Report, style: Style) -> String {
-    let markdown = style == Style::Markdown;
-    let heading = |title: &str| {
-        if markdown {
-            format!("\n## {title}\n\n")
-        } else {
-            format!("\n== {title}\n\n")
-        }
-    };
+    let heading = |title: &str| style.section(title);
     let mut out = String::new();
     out.push_str(&heading(MACHINE));
     out.push_str(&report.topology.text(style));
