@@ -10,7 +10,7 @@ use std::path::Path;
 
 use numalab_bench::fleet::{CellSummary, FleetReport, Group, Outlier, MIN_HOSTS};
 
-use super::{Render, Style};
+use super::{escape_html as escape, Render, Style};
 use crate::output::Csv;
 
 impl Render for FleetReport {
@@ -246,25 +246,6 @@ fn csv(report: &FleetReport) -> String {
         }
     }
     csv.finish()
-}
-
-/// Text safe inside HTML.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Box plot width and height, px.

@@ -24,12 +24,34 @@ pub mod ring;
 pub mod svg;
 pub mod topo;
 
+use std::fmt::Write as _;
+
 use anyhow::Result;
 use comfy_table::Table;
 use numalab_bench::document::{Document, Schema};
 use serde::Serialize;
 
 use crate::output::{self, Format, OutputArgs};
+
+/// Text safe inside HTML and SVG, in text and in quoted attributes; a
+/// control character is written as its `\xNN` escape, never raw.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 /// Plain columns or Markdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -345,34 +345,22 @@ fn slit_ratio_table(report: &Report) -> Option<String> {
     Some(out)
 }
 
-/// A profile's memory per node over time as a page chart.
+/// A profile's memory per node over time as a page chart: the lines
+/// `numalab plot` draws for it ([`figures::profile_chart`]).
 fn profile_chart(profile: &ProfileReport) -> Chart {
-    let nodes: std::collections::BTreeSet<u32> = profile
-        .timeline
-        .samples
-        .iter()
-        .flat_map(|s| s.memory.per_node().into_keys())
-        .collect();
-    let lines = nodes
-        .iter()
-        .map(|&node| Line {
-            name: format!("node {node}"),
-            points: profile
-                .timeline
-                .samples
-                .iter()
-                .map(|s| {
-                    let bytes = s.memory.per_node().get(&node).copied().unwrap_or(0);
-                    (s.at_s, bytes as f64 / (1u64 << 20) as f64)
-                })
-                .collect(),
-        })
-        .collect();
+    let chart = figures::profile_chart(profile);
     Chart {
-        title: format!("{}: memory per node", profile.command.join(" ")),
-        x_label: "seconds".into(),
-        y_label: "MiB".into(),
-        lines,
+        title: chart.title,
+        x_label: chart.x_label,
+        y_label: chart.y_label,
+        lines: chart
+            .series
+            .into_iter()
+            .map(|s| Line {
+                name: s.name,
+                points: s.points,
+            })
+            .collect(),
         log_x: false,
         marks: Vec::new(),
         x_format: svg::plain,

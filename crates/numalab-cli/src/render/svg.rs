@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 
 use numalab::Topology;
 
+pub use super::escape_html as escape;
 use crate::output::human_bytes;
 
 /// One line of a [`line_chart`].
@@ -46,14 +47,6 @@ const LEFT: f64 = 64.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 56.0;
-
-/// Escapes text for SVG and HTML.
-pub fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 /// A round number of about `span / 5` (1, 2 or 5 times a power of ten).
 fn tick_step(span: f64) -> f64 {
@@ -405,6 +398,15 @@ pub fn topology(topology: &Topology) -> String {
             }
         }
     }
+    // Devices near every node (one host bridge for all) are shown once,
+    // on the first node.
+    let shared: Vec<String> = topology
+        .devices
+        .iter()
+        .filter(|d| d.nodes.len() >= topology.nodes.len().max(2))
+        .filter_map(|d| d.os_devices.first().cloned())
+        .filter(|name| !name.is_empty())
+        .collect();
     for (i, node) in nodes.iter().enumerate() {
         let (x, y) = (x_of(i), y_of(i));
         let caches: Vec<String> = topology
@@ -425,12 +427,6 @@ pub fn topology(topology: &Topology) -> String {
                     .unwrap_or_else(|| format!("{:?}", d.kind).to_lowercase())
             })
             .collect();
-        let shared: Vec<String> = topology
-            .devices
-            .iter()
-            .filter(|d| d.nodes.len() >= topology.nodes.len().max(2) && i == 0)
-            .map(|d| d.os_devices.first().cloned().unwrap_or_default())
-            .collect();
         let kind = if node.cpus.is_empty() {
             node.subtype
                 .clone()
@@ -444,7 +440,9 @@ pub fn topology(topology: &Topology) -> String {
             caches.unwrap_or_default(),
         ];
         let mut near = devices;
-        near.extend(shared.into_iter().filter(|s| !s.is_empty()));
+        if i == 0 {
+            near.extend(shared.iter().cloned());
+        }
         if !near.is_empty() {
             let shown: Vec<String> = near.iter().take(3).cloned().collect();
             let more = near.len().saturating_sub(3);
