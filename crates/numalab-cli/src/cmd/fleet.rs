@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use clap::Args;
-use numalab_bench::document::Document;
 use numalab_bench::fleet::{
     fleet, FleetError, FleetOptions, FleetReport, HostEntry, LeftOut, DEFAULT_THRESHOLD,
     MAX_FILE_BYTES,
 };
 use numalab_bench::report::Report;
 
+use super::report::read_saved;
 use crate::output::{self, OutputArgs};
 use crate::render::{self, fleet::html_page, fleet::sbatch_script, page};
 
@@ -257,15 +257,9 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
             file = format!("{name}-{n}.html");
             n += 1;
         }
-        let made = numalab::files::read_text_limited(
-            Path::new(&entry.file),
-            MAX_FILE_BYTES,
-            "host reports",
-        )
-        .map_err(anyhow::Error::from)
-        .and_then(|text| Ok(Document::<Report>::parse(&text)?))
-        .and_then(|host_report| page::html_page(&host_report, &[]))
-        .and_then(|html| output::write_atomically(&dir.join(&file), html.as_bytes()));
+        let made = read_saved::<Report>(Path::new(&entry.file), MAX_FILE_BYTES, "host reports")
+            .and_then(|host_report| page::html_page(&host_report, &[]))
+            .and_then(|html| output::write_atomically(&dir.join(&file), html.as_bytes()));
         match made {
             Ok(()) => {
                 links.insert(entry.host.clone(), format!("{dir_name}/{file}"));

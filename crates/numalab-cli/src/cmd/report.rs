@@ -18,6 +18,7 @@ use numalab_bench::profile::ProfileReport;
 use numalab_bench::report::{Report, ReportPlan};
 use numalab_bench::topo::TopoReport;
 
+use super::plot::MAX_RESULT_BYTES;
 use crate::exp::ProgressDisplay;
 use crate::output::{self, OutputArgs};
 use crate::render::{self, page::html_page};
@@ -80,16 +81,15 @@ pub struct ReportArgs {
     pub out_dir: Option<PathBuf>,
 }
 
-/// The largest saved report or profile read back: a report with every
-/// sample of a 64-node machine is a few megabytes.
-pub const MAX_SAVED_BYTES: u64 = 256 << 20;
-
-/// Reads a saved document of schema `T`, naming the file in every error.
-fn read_saved<T: Schema + serde::de::DeserializeOwned>(
+/// Reads a saved document of schema `T` of at most `limit` bytes, naming
+/// the file in every error: a report or profile read back
+/// ([`MAX_RESULT_BYTES`]), a fleet's host file.
+pub(crate) fn read_saved<T: Schema + serde::de::DeserializeOwned>(
     path: &Path,
+    limit: u64,
     what: &'static str,
 ) -> Result<T> {
-    let text = numalab::files::read_text_limited(path, MAX_SAVED_BYTES, what)?;
+    let text = numalab::files::read_text_limited(path, limit, what)?;
     Document::<T>::parse(&text)
         .with_context(|| format!("reading {} as {}", path.display(), T::NAME))
 }
@@ -160,16 +160,21 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     let profiles = args
         .profile
         .iter()
-        .map(|p| read_saved::<ProfileReport>(p, "profiles numalab report draws"))
+        .map(|p| read_saved::<ProfileReport>(p, MAX_RESULT_BYTES, "profiles numalab report draws"))
         .collect::<Result<Vec<_>>>()?;
     let write = |report: &Report| -> Result<()> {
-        let text = if html {
-            html_page(report, &profiles)?
+        // The page is made once, whether it goes to -o, --html or both.
+        let page = if html || args.html.is_some() {
+            Some(html_page(report, &profiles)?)
         } else {
-            render::to_string(report, out.format())?
+            None
         };
-        if let Some(path) = &args.html {
-            output::write_atomically(path, html_page(report, &profiles)?.as_bytes())?;
+        let text = match &page {
+            Some(page) if html => page.clone(),
+            _ => render::to_string(report, out.format())?,
+        };
+        if let (Some(path), Some(page)) = (&args.html, &page) {
+            output::write_atomically(path, page.as_bytes())?;
         }
         out.emit(&text)?;
         if let (true, Some(page)) = (args.open, &page_path) {
@@ -178,7 +183,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         Ok(())
     };
     if let Some(saved) = &args.from {
-        let report = read_saved::<Report>(saved, "saved reports")?;
+        let report = read_saved::<Report>(saved, MAX_RESULT_BYTES, "saved reports")?;
         write(&report)?;
         return Ok(0);
     }
