@@ -289,7 +289,9 @@ pub fn profile_pid(
         .unwrap_or_default();
     let before = HintFaults::now();
     let start = Instant::now();
-    let counters = ProcessCounters::open(&threads_of(pid), &MEMORY);
+    let mut threads = numalab::profile::threads(pid);
+    threads.truncate(MAX_THREADS);
+    let counters = ProcessCounters::open(&threads, &MEMORY);
     let timeline = watch(pid, options, stop)?;
     let (memory_events, events_source) = memory_events(Some(counters), "while it was watched");
     let elapsed_s = start.elapsed().as_secs_f64();
@@ -311,17 +313,6 @@ pub fn profile_pid(
 
 fn numa_balancing() -> Option<u32> {
     numalab::system::KernelSettings::current().numa_balancing
-}
-
-/// The threads of process `pid` now (at most [`MAX_THREADS`]).
-fn threads_of(pid: i32) -> Vec<i32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .take(MAX_THREADS)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The most threads of a process watched (`--pid`) that get counters

@@ -491,6 +491,18 @@ impl Recorder {
     }
 }
 
+/// The threads of process `pid` now (at most 100,000); none when it is
+/// gone or cannot be read.
+///
+/// ```
+/// let me = std::process::id() as i32;
+/// assert!(numalab::profile::threads(me).contains(&me), "the main thread's id is the pid");
+/// assert!(numalab::profile::threads(-1).is_empty());
+/// ```
+pub fn threads(pid: i32) -> Vec<i32> {
+    procfs::task_ids(pid).unwrap_or_default()
+}
+
 /// Process `pid` and the processes descended from it that run now,
 /// parents first (at most 100,000); `pid` alone where the
 /// kernel does not list children (`CONFIG_PROC_CHILDREN`).

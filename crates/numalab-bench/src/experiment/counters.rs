@@ -182,16 +182,26 @@ fn builder(kind: CounterKind) -> Builder<'static> {
     }
 }
 
-/// Opens `kind` for the calling thread: kernel work included where
-/// allowed (page faults are kernel work), user space only otherwise.
-fn open(kind: CounterKind) -> std::io::Result<Counter> {
-    let mut b = builder(kind);
-    b.observe_self().any_cpu().include_kernel();
-    b.build().or_else(|_| {
+/// Opens `kind` for the calling thread (`None`), or for thread `tid`
+/// and what it starts from then on, counting at once: kernel work
+/// included where allowed (page faults are kernel work), user space only
+/// otherwise.
+fn open_for(kind: CounterKind, tid: Option<i32>) -> std::io::Result<Counter> {
+    let attempt = |exclude_kernel: bool| {
         let mut b = builder(kind);
-        b.observe_self().any_cpu().exclude_kernel(true);
+        match tid {
+            None => b.observe_self(),
+            Some(tid) => b.observe_pid(tid).inherit(true).enabled(true),
+        };
+        b.any_cpu().exclude_kernel(exclude_kernel);
         b.build()
-    })
+    };
+    attempt(false).or_else(|_| attempt(true))
+}
+
+/// Opens `kind` for the calling thread, stopped until started.
+fn open(kind: CounterKind) -> std::io::Result<Counter> {
+    open_for(kind, None)
 }
 
 /// Reads a counter, scaled up when the kernel had to multiplex it
@@ -363,7 +373,7 @@ impl ProcessCounters {
             let mut opened = Vec::with_capacity(tids.len());
             let mut error = None;
             for &tid in tids {
-                match open_on(kind, tid) {
+                match open_for(kind, Some(tid)) {
                     Ok(counter) => opened.push(counter),
                     Err(err) => {
                         error = Some(err);
@@ -397,21 +407,6 @@ impl ProcessCounters {
         }
         counts
     }
-}
-
-/// Opens `kind` on thread `tid`, inherited by what it starts, counting:
-/// kernel work included where allowed, user space only otherwise.
-fn open_on(kind: CounterKind, tid: i32) -> std::io::Result<Counter> {
-    let attempt = |exclude_kernel: bool| {
-        let mut b = builder(kind);
-        b.observe_pid(tid)
-            .any_cpu()
-            .inherit(true)
-            .enabled(true)
-            .exclude_kernel(exclude_kernel);
-        b.build()
-    };
-    attempt(false).or_else(|_| attempt(true))
 }
 
 #[cfg(test)]
