@@ -128,24 +128,64 @@ fn profile_me(guest: &Guest, flags: &[&str], args: &[&str]) -> Result<ProfileRep
 }
 
 /// `numalab-guest --write-quarter`: 64 MiB written once, then its first
-/// quarter written again every 50 ms for 5 s. What profile.writes
-/// watches.
+/// quarter written again every 50 ms for at least 5 s, and on until the
+/// profiler has closed a window after the whole 64 MiB was written (at
+/// most 60 s). What profile.writes watches.
+///
+/// The profiler's pacing spaces its samples by what each cost, and the
+/// sample that clears the soft-dirty bits of all 64 MiB is the dearest
+/// (seconds of pause under emulation on a busy host): a fixed 5 s could
+/// end before the next sample. The program sees the clears in its own
+/// soft-dirty bits (`/proc/self/pagemap` bit 55) of a sentinel page
+/// outside the rewritten quarter: clean once the profiler cleared the
+/// whole write, dirtied once, clean again when the next sample came.
 pub fn write_quarter() {
     let mut buffer = vec![0u8; 64 << 20];
     let page = numalab::system::page_size();
     for byte in buffer.iter_mut().step_by(page) {
         *byte = 1;
     }
+    let sentinel = buffer.len() - page;
     let began = std::time::Instant::now();
     let mut round = 0u8;
-    while began.elapsed() < std::time::Duration::from_secs(5) {
+    // 0: waiting for the clear of the whole write; 1: sentinel dirtied,
+    // waiting for the next clear; 2: a window after the write was closed.
+    let mut seen = 0;
+    loop {
+        let elapsed = began.elapsed();
+        let enough = elapsed >= std::time::Duration::from_secs(5);
+        if (enough && seen == 2) || elapsed >= std::time::Duration::from_secs(60) {
+            break;
+        }
         round = round.wrapping_add(1);
         for byte in buffer[..16 << 20].iter_mut().step_by(page) {
             *byte = round;
         }
+        if soft_dirty(buffer[sentinel..].as_ptr()) == Some(false) {
+            match seen {
+                0 => {
+                    buffer[sentinel] = round;
+                    seen = 1;
+                }
+                1 => seen = 2,
+                _ => {}
+            }
+        }
         std::hint::black_box(&buffer);
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// The soft-dirty bit of the page holding `at`, from `/proc/self/pagemap`;
+/// `None` where it cannot be read.
+fn soft_dirty(at: *const u8) -> Option<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let page = numalab::system::page_size() as u64;
+    let mut pagemap = std::fs::File::open("/proc/self/pagemap").ok()?;
+    pagemap.seek(SeekFrom::Start(at as u64 / page * 8)).ok()?;
+    let mut entry = [0u8; 8];
+    pagemap.read_exact(&mut entry).ok()?;
+    Some(u64::from_le_bytes(entry) >> 55 & 1 == 1)
 }
 
 /// `numalab profile --writes` of a program rewriting a quarter of its
