@@ -645,8 +645,9 @@ impl Frames {
     /// The table, read once per process (reading every node's memory
     /// blocks costs more than counting a small file); `None` without root
     /// (no frame numbers) or without memory blocks in sysfs. A block
-    /// hot-plugged later is in no known block: its pages are asked of
-    /// `move_pages(2)`.
+    /// hot-plugged later has no known node, nor a frame of a block shared
+    /// by two nodes that their zones' spans do not tell: such pages are
+    /// asked of `move_pages(2)`.
     fn get() -> Option<&'static Frames> {
         static FRAMES: std::sync::OnceLock<Option<Frames>> = std::sync::OnceLock::new();
         FRAMES
@@ -748,15 +749,18 @@ impl Frames {
             if entry.pfn == 0 {
                 return None;
             }
-            // Runs of pages mostly sit in one block: look it up once.
+            // Runs of pages mostly sit in one block: look it up once (a
+            // block shared by two nodes, frame by frame).
             let block = self.blocks.block_of(entry.pfn, page as u64);
             let node = match last {
                 Some((b, node)) if b == block => node,
-                _ => {
-                    let node = *self.blocks.nodes.get(&block)?;
-                    last = Some((block, node));
-                    node
-                }
+                _ => match self.blocks.nodes.get(&block) {
+                    Some(&node) => {
+                        last = Some((block, node));
+                        node
+                    }
+                    None => self.blocks.node_by_span(entry.pfn)?,
+                },
             };
             *run.per_node.entry(node).or_default() += 1;
         }

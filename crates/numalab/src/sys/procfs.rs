@@ -128,6 +128,41 @@ pub fn node_meminfo(node: u32) -> io::Result<NodeMemInfo> {
     ))?))
 }
 
+/// Pages the kernel's memory tiering has moved off and onto `node` since
+/// boot, from its `vmstat`: demoted to a slower tier by reclaim
+/// (`pgdemote_kswapd` + `pgdemote_direct` + `pgdemote_khugepaged`) and
+/// promoted onto it by NUMA balancing's tiering mode
+/// (`pgpromote_success`). `None` when the kernel counts neither.
+pub fn node_tiering_moves(node: u32) -> Option<(u64, u64)> {
+    let text = read_bounded(&format!("{NODE_ROOT}/node{node}/vmstat"), 1 << 20).ok()?;
+    parse_tiering_moves(&text)
+}
+
+/// [`node_tiering_moves`] of a node's `vmstat` text.
+pub fn parse_tiering_moves(text: &str) -> Option<(u64, u64)> {
+    let (mut demoted, mut promoted, mut counted) = (0u64, 0u64, false);
+    for line in text.lines() {
+        let Some((name, value)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<u64>() else {
+            continue;
+        };
+        match name {
+            "pgdemote_kswapd" | "pgdemote_direct" | "pgdemote_khugepaged" => {
+                demoted = demoted.saturating_add(value);
+                counted = true;
+            }
+            "pgpromote_success" => {
+                promoted = value;
+                counted = true;
+            }
+            _ => {}
+        }
+    }
+    counted.then_some((demoted, promoted))
+}
+
 /// Huge pages of one size on one node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HugePool {
@@ -178,6 +213,36 @@ pub fn numa_balancing() -> Option<u32> {
         .ok()?
         .parse()
         .ok()
+}
+
+const TIERS_DIR: &str = "/sys/devices/virtual/memory_tiering";
+
+/// The kernel's memory tiers, by id, with their nodes; `None` when it
+/// has none. Bounded: Linux makes at most a few dozen tiers.
+pub fn memory_tiers() -> Option<Vec<(u32, NodeSet)>> {
+    let mut tiers = Vec::new();
+    for entry in fs::read_dir(TIERS_DIR).ok()?.flatten().take(4096) {
+        let Some(id) = numbered::<u32>(&entry.file_name(), "memory_tier") else {
+            continue;
+        };
+        if let Ok(nodes) = read_list::<NodeSet>(&entry.path().join("nodelist").to_string_lossy()) {
+            tiers.push((id, nodes));
+        }
+    }
+    tiers.sort_by_key(|(id, _)| *id);
+    (!tiers.is_empty()).then_some(tiers)
+}
+
+/// Whether reclaim demotes cold pages to a slower memory tier.
+pub fn demotion_enabled() -> Option<bool> {
+    match read_trimmed("/sys/kernel/mm/numa/demotion_enabled")
+        .ok()?
+        .as_str()
+    {
+        "true" | "1" => Some(true),
+        "false" | "0" => Some(false),
+        _ => None,
+    }
 }
 
 /// The selected word of a sysfs choice file such as `always [madvise] never`.
@@ -836,6 +901,36 @@ AnonHugePages:         0 kB
         assert_eq!(model.as_deref(), Some("Intel(R) Xeon(R) Platinum"));
         assert_eq!(mhz, Some(2100.0));
     }
+
+    #[test]
+    fn a_frame_in_a_block_shared_by_two_nodes_goes_by_the_zone_spans() {
+        // 320 MiB nodes, 128 MiB blocks: block 2 holds the end of node 0
+        // and the start of node 1.
+        let zoneinfo = "Node 0, zone      DMA\n  pages free 3840\n        spanned  4095\n  start_pfn:           1\n\
+                        Node 0, zone    DMA32\n        spanned  77824\n  start_pfn:           4096\n\
+                        Node 0, zone   Normal\n        spanned  0\n  start_pfn:           0\n\
+                        Node 1, zone    DMA32\n        spanned  81920\n  start_pfn:           81920\n";
+        let spans = super::parse_zone_spans(zoneinfo);
+        assert_eq!(spans, [(0, 1, 4096), (0, 4096, 81920), (1, 81920, 163840)]);
+        let blocks = super::MemoryBlocks {
+            block_size: 128 << 20,
+            nodes: [(0, 0), (1, 0), (3, 1)].into_iter().collect(),
+            spans,
+        };
+        let page = 4096;
+        assert_eq!(blocks.node_of_frame(100, page), Some(0), "whole block");
+        assert_eq!(
+            blocks.node_of_frame(81919, page),
+            Some(0),
+            "shared block, node 0's part"
+        );
+        assert_eq!(
+            blocks.node_of_frame(81920, page),
+            Some(1),
+            "shared block, node 1's part"
+        );
+        assert_eq!(blocks.node_of_frame(1 << 30, page), None, "no known block");
+    }
 }
 
 /// What `/proc/self/pagemap` says of one page: present (mapped to a page
@@ -978,12 +1073,21 @@ pub fn pagemap_of_self(addresses: &[usize], page_size: usize) -> io::Result<Vec<
 
 /// The node of every memory block (`/sys/devices/system/node/nodeN/memoryM`)
 /// and the block size, to tell the node of a page frame.
+///
+/// A block that holds the end of one node and the start of the next
+/// (nodes whose size is not a multiple of the block size, as on the
+/// emulated `snc` preset's 320 MiB nodes with 128 MiB blocks) is linked
+/// under both: it is left out of `nodes`, and a frame in it is told by
+/// the page-frame spans of the nodes' zones (`/proc/zoneinfo`) when
+/// exactly one node's span holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryBlocks {
     /// Bytes per block.
     pub block_size: u64,
-    /// Block → node.
+    /// Block → node, for blocks wholly on one node.
     pub nodes: BTreeMap<u64, u32>,
+    /// Each populated zone's node and page frames, `start..end`.
+    pub spans: Vec<(u32, u64, u64)>,
 }
 
 impl MemoryBlocks {
@@ -992,10 +1096,63 @@ impl MemoryBlocks {
         pfn * page_size / self.block_size
     }
 
-    /// The node of page frame `pfn`, `None` in no known block.
+    /// The node of page frame `pfn`: its block's, or in a block shared by
+    /// two nodes the one node whose zones span it; `None` in no known
+    /// block or where the spans do not tell.
     pub fn node_of_frame(&self, pfn: u64, page_size: u64) -> Option<u32> {
-        self.nodes.get(&self.block_of(pfn, page_size)).copied()
+        match self.nodes.get(&self.block_of(pfn, page_size)) {
+            Some(&node) => Some(node),
+            None => self.node_by_span(pfn),
+        }
     }
+
+    /// The one node whose zones span frame `pfn`.
+    pub fn node_by_span(&self, pfn: u64) -> Option<u32> {
+        let mut found = None;
+        for &(node, start, end) in &self.spans {
+            if (start..end).contains(&pfn) {
+                match found {
+                    Some(other) if other != node => return None,
+                    _ => found = Some(node),
+                }
+            }
+        }
+        found
+    }
+}
+
+/// Each populated zone's node and page-frame span from `/proc/zoneinfo`
+/// (`Node N, zone NAME`, then `spanned` and `start_pfn:` lines).
+///
+/// ```text
+/// Node 1, zone   Normal
+///   pages free     81234
+///         spanned  81920
+///   start_pfn:           344064
+/// ```
+pub fn parse_zone_spans(text: &str) -> Vec<(u32, u64, u64)> {
+    let mut spans = Vec::new();
+    let mut node = None;
+    let mut spanned = 0;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["Node", id, "zone", ..] => {
+                node = id.trim_end_matches(',').parse::<u32>().ok();
+                spanned = 0;
+            }
+            ["spanned", n] => spanned = n.parse().unwrap_or(0),
+            ["start_pfn:", pfn] => {
+                if let (Some(node), Ok(start)) = (node, pfn.parse::<u64>()) {
+                    if spanned > 0 {
+                        spans.push((node, start, start + spanned));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    spans
 }
 
 /// Every memory block's node ([`MemoryBlocks`]); `None` where the kernel
@@ -1003,20 +1160,32 @@ impl MemoryBlocks {
 pub fn memory_block_nodes() -> Option<MemoryBlocks> {
     let text = read_trimmed("/sys/devices/system/memory/block_size_bytes").ok()?;
     let block_size = u64::from_str_radix(&text, 16).ok().filter(|&b| b > 0)?;
-    let mut blocks = BTreeMap::new();
+    // Block → its node, or `None` once it is seen under a second node.
+    let mut seen: BTreeMap<u64, Option<u32>> = BTreeMap::new();
     for node in fs::read_dir(NODE_ROOT).ok()?.flatten() {
         let Some(id) = numbered::<u32>(&node.file_name(), "node") else {
             continue;
         };
         for entry in fs::read_dir(node.path()).ok()?.flatten() {
             if let Some(block) = numbered::<u64>(&entry.file_name(), "memory") {
-                blocks.insert(block, id);
+                seen.entry(block)
+                    .and_modify(|n| *n = n.filter(|&n| n == id))
+                    .or_insert(Some(id));
             }
         }
     }
+    let blocks: BTreeMap<u64, u32> = seen
+        .into_iter()
+        .filter_map(|(block, node)| Some((block, node?)))
+        .collect();
+    // Bounded: a few hundred lines per zone, a handful of zones per node.
+    let spans = read_bounded("/proc/zoneinfo", 16 << 20)
+        .map(|t| parse_zone_spans(&t))
+        .unwrap_or_default();
     (!blocks.is_empty()).then_some(MemoryBlocks {
         block_size,
         nodes: blocks,
+        spans,
     })
 }
 
