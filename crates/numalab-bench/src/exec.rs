@@ -139,6 +139,12 @@ impl ExecReport {
             Some(cpus) => topology.nodes_of(cpus),
             None => topology.nodes_of(&topology.allowed_cpus),
         };
+        // `local` and default pages of a memory-less node's CPUs go to the
+        // nearest node with memory.
+        let ran_on: NodeSet = ran_on
+            .iter()
+            .map(|n| topology.local_memory_node(n).unwrap_or(n))
+            .collect();
         ExecReport {
             command,
             audit: audit_in_units(

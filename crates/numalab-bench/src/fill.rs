@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use numalab::audit::PlacementAudit;
 use numalab::locate::{LocateError, PageHistogram, ProcessMemory, Sample};
-use numalab::system::{Environment, KernelSettings, NodeMemory};
+use numalab::system::{Environment, KernelSettings, NodeMemory, TieringMoves};
 use numalab::units::Size;
 use numalab::{
     affinity, BufferError, BufferOptions, CpuSet, HugePages, InterleaveWeights, MemPolicy,
@@ -65,7 +65,8 @@ impl FillConfig {
 /// ```
 /// use numalab_bench::fill::FillNode;
 ///
-/// let node = FillNode { node: 1, bytes: 64 << 20, share: 0.25, free_before: None, free_after: None };
+/// let node = FillNode { node: 1, bytes: 64 << 20, share: 0.25, free_before: None, free_after: None,
+///     tiering: None };
 /// assert_eq!(node.bytes >> 20, 64);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,6 +81,12 @@ pub struct FillNode {
     pub free_before: Option<u64>,
     /// Free memory after the fill (the buffer still held), in bytes.
     pub free_after: Option<u64>,
+    /// Pages the kernel's memory tiering moved during the fill, on the
+    /// whole machine: demoted off this node to a slower tier by reclaim,
+    /// promoted onto it by `numa_balancing` mode 2. `None` where the
+    /// kernel keeps no such counts (or in results from before them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiering: Option<TieringMoves>,
 }
 
 /// The `numalab.fill` document.
@@ -196,6 +203,14 @@ pub fn fill(topology: &Topology, config: &FillConfig) -> Result<FillReport, Fill
             .collect()
     };
     let free_before = free(topology);
+    let moves = |topology: &Topology| -> BTreeMap<u32, TieringMoves> {
+        topology
+            .nodes
+            .iter()
+            .filter_map(|n| TieringMoves::read(n.id).map(|m| (n.id, m)))
+            .collect()
+    };
+    let moves_before = moves(topology);
     let kernel = KernelSettings::current();
 
     let size = usize::try_from(config.size).map_err(|_| FillError::TooLarge(Size(config.size)))?;
@@ -217,6 +232,7 @@ pub fn fill(topology: &Topology, config: &FillConfig) -> Result<FillReport, Fill
         .map(|m| m.private_per_node())
         .unwrap_or_default();
     let free_after = free(topology);
+    let moves_after = moves(topology);
     let present = pages.present().max(1);
     let nodes: Vec<FillNode> = topology
         .nodes
@@ -227,6 +243,10 @@ pub fn fill(topology: &Topology, config: &FillConfig) -> Result<FillReport, Fill
             share: pages.on_node(n.id) as f64 / present as f64,
             free_before: free_before.get(&n.id).copied(),
             free_after: free_after.get(&n.id).copied(),
+            tiering: moves_after
+                .get(&n.id)
+                .zip(moves_before.get(&n.id))
+                .map(|(after, before)| after.since(before)),
         })
         .collect();
     let fallback_pages = pages.present() - pages.on_nodes(&audit.expected_nodes);

@@ -543,11 +543,13 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
             if let (Some(why), false) = (&skip, config.skip_impossible) {
                 return invalid(format!("{readers} reader(s) on {place}: {why}"));
             }
+            // A memory-less node's readers read the copies on the nearest
+            // node with memory, as its CPUs' other memory comes from there.
             let copies_skip = match (&skip, reader_node) {
                 (Some(why), _) => Some(why.clone()),
-                (None, Some(node)) if !inventory.with_memory.contains(node) => Some(format!(
-                    "node {node} has no memory for copies (it reads the cache on node {cache_node} either way)"
-                )),
+                (None, Some(node)) if topology.local_memory_node(node).is_none() => {
+                    Some(format!("no node has memory for node {node}'s copies"))
+                }
                 _ => None,
             };
             let copies = config.copies.is_some().then(|| PlannedCell {
@@ -1088,7 +1090,7 @@ pub fn run(
         }
         let readers = Readers {
             cpus: &planned.cpus,
-            node: planned.reader_node.unwrap_or_default(),
+            copy_node: numalab::system::local_memory_node(planned.reader_node.unwrap_or_default()),
             copies: through,
         };
         for _ in 0..config.repeats {
@@ -1102,7 +1104,7 @@ pub fn run(
         }
         cell.cache_after = Some(cache::file_cache(&file).map_err(wrap)?);
         if let Some(copies) = through {
-            cell.copy_audit = copy_audit(copies, readers.node).map_err(wrap)?;
+            cell.copy_audit = copy_audit(copies, readers.copy_node).map_err(wrap)?;
         }
         cell.status = if interrupted {
             CellStatus::Interrupted
@@ -1151,7 +1153,8 @@ fn make_file(dir: &std::path::Path, size: u64, node: u32) -> Result<File, BenchE
 }
 
 /// Per-node copies of the file, for the cells that read through them:
-/// on every node such a cell reads from.
+/// on every node such a cell reads from (for a memory-less node, the
+/// nearest node with memory).
 fn make_copies(plan: &Plan, file: &File) -> Result<Option<ReplicatedFile>, FileCopyError> {
     let Some(config) = &plan.config.copies else {
         return Ok(None);
@@ -1161,6 +1164,7 @@ fn make_copies(plan: &Plan, file: &File) -> Result<Option<ReplicatedFile>, FileC
         .iter()
         .filter(|c| c.copies && c.skip.is_none())
         .filter_map(|c| c.reader_node)
+        .map(numalab::system::local_memory_node)
         .collect();
     if nodes.is_empty() {
         return Ok(None);
@@ -1186,11 +1190,12 @@ fn copy_audit(copies: &ReplicatedFile, node: u32) -> Result<Option<CopyAudit>, P
     Ok(Some(CopyAudit { stats, pages }))
 }
 
-/// A cell's readers: their CPUs, their node, and the copies they read
-/// through (`None`: the file).
+/// A cell's readers: their CPUs, the node of the copies they read (their
+/// own, or the nearest with memory for a memory-less node), and the
+/// copies they read through (`None`: the file).
 struct Readers<'a> {
     cpus: &'a [u32],
-    node: u32,
+    copy_node: u32,
     copies: Option<&'a ReplicatedFile>,
 }
 
@@ -1249,7 +1254,7 @@ fn one_repeat(
                 Reader {
                     buffer,
                     mapping,
-                    copies: readers.copies.map(|c| c.reader(readers.node)),
+                    copies: readers.copies.map(|c| c.reader(readers.copy_node)),
                 }
             },
             |i, reader| {

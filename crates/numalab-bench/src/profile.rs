@@ -23,7 +23,8 @@ use crate::experiment::counters::{ProcessCounters, MEMORY};
 /// use numalab_bench::profile::{profile_command, ProfileReport};
 /// use numalab::profile::ProfileOptions;
 /// let fixed = std::time::Duration::from_millis(20);
-/// let options = ProfileOptions { interval: fixed, grow_to: fixed, duration: None, writes: false };
+/// let options = ProfileOptions { interval: fixed, grow_to: fixed, duration: None, writes: false,
+///     max_share: numalab::profile::MAX_SHARE };
 /// let report = profile_command(&["sleep".into(), "0.2".into()], options)?;
 /// assert!(report.timeline.samples.len() >= 3);
 /// assert_eq!(report.exit, Some(numalab::launch::Exit::Code(0)));
@@ -251,7 +252,9 @@ pub fn profile_command(
         source: io::Error::from(io::ErrorKind::NotFound),
     })?;
     let before = HintFaults::now();
-    let mut launch = Launch::new(program, args).timeline(options.interval, options.grow_to);
+    let mut launch = Launch::new(program, args)
+        .timeline(options.interval, options.grow_to)
+        .sampling_share(options.max_share);
     if options.writes {
         launch = launch.track_writes();
     }

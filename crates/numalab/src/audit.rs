@@ -99,9 +99,10 @@ impl fmt::Display for PlacementAudit {
     }
 }
 
-/// Checks `found` against `policy`. `touched_from` are the nodes of the
-/// threads that first touched the memory (what `local` and `default`
-/// follow).
+/// Checks `found` against `policy`. `touched_from` are the nodes whose
+/// memory `local` and `default` follow: the nodes of the threads that
+/// first touched the memory, each memory-less one replaced by the nearest
+/// node with memory ([`local_memory_node`](crate::system::local_memory_node)).
 ///
 /// ```
 /// use std::collections::BTreeMap;

@@ -394,13 +394,38 @@ impl NodeBuffer {
     /// the policy, knowing how the buffer is backed: huge pages are placed
     /// whole, so an interleave of them is even to within one per node.
     pub fn audit_pages(&self, found: &PageHistogram) -> PlacementAudit {
+        // `local` and default pages of a memory-less node's CPUs go to
+        // the nearest node with memory.
+        let home: NodeSet = self
+            .touched_from
+            .iter()
+            .map(crate::system::local_memory_node)
+            .collect();
+        audit_in_units(&self.options.policy, &home, found, self.unit_pages())
+    }
+
+    /// Base pages Linux places at once in this buffer: 1, or a huge
+    /// page's worth (512 for 2 MiB on x86-64) when it asks for huge pages,
+    /// which an interleave deals out whole.
+    ///
+    /// ```
+    /// use numalab::{BufferOptions, HugePages, MemPolicy, NodeBuffer};
+    /// let plain = NodeBuffer::new(1 << 20, MemPolicy::Default)?;
+    /// assert_eq!(plain.unit_pages(), 1);
+    /// let thp = NodeBuffer::with_options(
+    ///     4 << 20,
+    ///     BufferOptions::new(MemPolicy::Default).huge_pages(HugePages::Transparent),
+    /// )?;
+    /// assert!(thp.unit_pages() >= 1);
+    /// # Ok::<(), numalab::BufferError>(())
+    /// ```
+    pub fn unit_pages(&self) -> u64 {
         let page = linux::page_size() as u64;
-        let unit_pages = match self.options.huge_pages {
+        match self.options.huge_pages {
             HugePages::None => 1,
-            HugePages::Transparent => procfs::thp_size() / page,
+            HugePages::Transparent => (procfs::thp_size() / page).max(1),
             HugePages::Explicit2M => HUGE_2M as u64 / page,
-        };
-        audit_in_units(&self.options.policy, &self.touched_from, found, unit_pages)
+        }
     }
 
     /// Bytes of the buffer backed by huge pages: all of it for explicit

@@ -140,7 +140,8 @@ pub struct NodeInventory {
     pub with_memory: NodeSet,
     /// Nodes with CPUs.
     pub with_cpus: NodeSet,
-    /// Nodes this process may allocate from.
+    /// Nodes this process may use: those it may allocate from, and
+    /// memory-less nodes whose CPUs it may run on.
     pub allowed_nodes: NodeSet,
     /// Every CPU.
     pub cpus: CpuSet,
@@ -159,11 +160,21 @@ impl NodeInventory {
             .collect();
         let cpus = procfs::online_cpus().unwrap_or_default();
         let (allowed_cpus, allowed_nodes) = procfs::allowed_for_self().unwrap_or((None, None));
+        let with_memory = procfs::nodes_with_memory().unwrap_or_else(|_| nodes.clone());
+        let allowed_cpus = allowed_cpus.unwrap_or_else(|| cpus.clone());
+        let mut allowed_nodes = allowed_nodes.unwrap_or_else(|| nodes.clone());
+        // A cpuset's mems list nodes with memory only: a memory-less node
+        // is usable when its CPUs are.
+        for node in nodes.difference(&with_memory).iter() {
+            if procfs::node_cpus(node).is_ok_and(|c| !c.intersection(&allowed_cpus).is_empty()) {
+                allowed_nodes.insert(node);
+            }
+        }
         NodeInventory {
-            with_memory: procfs::nodes_with_memory().unwrap_or_else(|_| nodes.clone()),
+            with_memory,
             with_cpus,
-            allowed_nodes: allowed_nodes.unwrap_or_else(|| nodes.clone()),
-            allowed_cpus: allowed_cpus.unwrap_or_else(|| cpus.clone()),
+            allowed_nodes,
+            allowed_cpus,
             nodes,
             cpus,
         }

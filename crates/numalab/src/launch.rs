@@ -265,6 +265,7 @@ pub struct Launch {
     policy: Option<MemPolicy>,
     cpus: Option<CpuSet>,
     timeline: Option<(Duration, Duration)>,
+    share: f64,
     writes: bool,
     quiet: bool,
 }
@@ -282,6 +283,7 @@ impl Launch {
             policy: None,
             cpus: None,
             timeline: None,
+            share: crate::profile::MAX_SHARE,
             writes: false,
             quiet: false,
         }
@@ -312,6 +314,13 @@ impl Launch {
     /// a CPU.
     pub fn timeline(mut self, interval: Duration, grow_to: Duration) -> Self {
         self.timeline = Some((interval, grow_to));
+        self
+    }
+
+    /// Lets the sampling take up to `share` of a CPU (0 to 1) instead of
+    /// [`MAX_SHARE`](crate::profile::MAX_SHARE).
+    pub fn sampling_share(mut self, share: f64) -> Self {
+        self.share = share;
         self
     }
 
@@ -433,7 +442,7 @@ impl Launch {
         linux::wait_any(pid).map_err(LaunchError::Wait)?;
         linux::trace_set_options(pid).map_err(LaunchError::Wait)?;
         at_start(pid);
-        let sampler = Sampler::start(pid, self.timeline, self.writes);
+        let sampler = Sampler::start(pid, self.timeline, self.writes, self.share);
         linux::trace_continue(pid, 0).map_err(LaunchError::Wait)?;
 
         let mut at_exit: BTreeMap<i32, ProcessMemory> = BTreeMap::new();
@@ -527,7 +536,7 @@ impl Launch {
     /// Samples an untraced command's memory until it exits.
     fn sample(&self, pid: i32) -> Result<LaunchReport, LaunchError> {
         let start = Instant::now();
-        let sampler = Sampler::start(pid, self.timeline, self.writes);
+        let sampler = Sampler::start(pid, self.timeline, self.writes, self.share);
         let exit = loop {
             match linux::wait_nohang(pid).map_err(LaunchError::Wait)? {
                 Some(linux::WaitEvent::Exited(code)) => break Exit::Code(code),
@@ -733,15 +742,20 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Sampler {
-    fn start(pid: i32, timeline: Option<(Duration, Duration)>, writes: bool) -> Sampler {
+    fn start(
+        pid: i32,
+        timeline: Option<(Duration, Duration)>,
+        writes: bool,
+        share: f64,
+    ) -> Sampler {
         let shared = Arc::new(SamplerState::default());
         lock(&shared.watched).insert(pid);
         let state = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("numalab-sampler".into())
             .spawn(move || {
-                let mut recorder =
-                    timeline.map(|(interval, grow_to)| Recorder::new(interval, grow_to, writes));
+                let mut recorder = timeline
+                    .map(|(interval, grow_to)| Recorder::new(interval, grow_to, writes, share));
                 while !state.stop.load(Ordering::Relaxed) {
                     let started = Instant::now();
                     let cpu = crate::system::thread_cpu_time();
@@ -776,6 +790,7 @@ impl Sampler {
                                 PEAK_INTERVAL,
                                 started.elapsed(),
                                 crate::system::thread_cpu_time() - cpu,
+                                share,
                             )
                         }
                     };

@@ -270,7 +270,7 @@ pub fn sample_with(
 /// assert_eq!(options.interval, std::time::Duration::from_millis(100));
 /// assert_eq!(options.grow_to, std::time::Duration::from_secs(1));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProfileOptions {
     /// Time between the first samples; stretched when reading takes long,
     /// so the reading never takes more than [`MAX_SHARE`] of a CPU.
@@ -284,6 +284,10 @@ pub struct ProfileOptions {
     /// Count the pages written between samples ([`WriteTracker`]; costs
     /// the program a page fault per page it writes per sample).
     pub writes: bool,
+    /// The most of one CPU the sampling may take, 0 to 1 ([`MAX_SHARE`]
+    /// unless the user allows more for denser samples of a large
+    /// program).
+    pub max_share: f64,
 }
 
 impl Default for ProfileOptions {
@@ -293,6 +297,7 @@ impl Default for ProfileOptions {
             grow_to: Duration::from_secs(1),
             duration: None,
             writes: false,
+            max_share: MAX_SHARE,
         }
     }
 }
@@ -354,9 +359,11 @@ impl Timeline {
     /// How long to wait after a sample that took `took` (wall time) and
     /// `cpu` (the sampling thread's CPU time: reading `numa_maps` may also
     /// wait for the program's own memory-map lock, which costs it
-    /// nothing), to keep the sampling under [`MAX_SHARE`] of a CPU.
-    pub fn pause(interval: Duration, took: Duration, cpu: Duration) -> Duration {
-        let least = cpu.mul_f64(1.0 / MAX_SHARE - 1.0);
+    /// nothing), to keep the sampling under `share` of a CPU
+    /// ([`MAX_SHARE`] by default).
+    pub fn pause(interval: Duration, took: Duration, cpu: Duration, share: f64) -> Duration {
+        let share = share.clamp(1e-4, 1.0);
+        let least = cpu.mul_f64(1.0 / share - 1.0);
         interval.saturating_sub(took).max(least)
     }
 }
@@ -375,6 +382,7 @@ impl Timeline {
 ///     grow_to: Duration::from_millis(10),
 ///     duration: Some(Duration::from_millis(200)),
 ///     writes: false,
+///     max_share: numalab::profile::MAX_SHARE,
 /// };
 /// let timeline = watch(std::process::id() as i32, options, || false)?;
 /// // At most every 10 ms; fewer when reading costs more than 1% of a CPU.
@@ -385,7 +393,12 @@ impl Timeline {
 pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::Result<Timeline> {
     // The first read says whether the process can be read at all.
     ProcessMemory::of_process(pid)?;
-    let mut recorder = Recorder::new(options.interval, options.grow_to, options.writes);
+    let mut recorder = Recorder::new(
+        options.interval,
+        options.grow_to,
+        options.writes,
+        options.max_share,
+    );
     let ends = options.duration.map(|d| Instant::now() + d);
     'sampling: loop {
         let began = Instant::now();
@@ -422,21 +435,28 @@ pub(crate) struct Recorder {
     cpu_before: Duration,
     interval: Duration,
     grow_to: Duration,
+    max_share: f64,
     writes: Option<WriteTracker>,
     timeline: Timeline,
 }
 
 impl Recorder {
     /// Begins now, on the calling thread: first every `interval`, growing
-    /// to `grow_to`; pages written counted when `writes` (and the kernel
-    /// can).
-    pub(crate) fn new(interval: Duration, grow_to: Duration, writes: bool) -> Recorder {
+    /// to `grow_to`, the sampling within `max_share` of a CPU; pages
+    /// written counted when `writes` (and the kernel can).
+    pub(crate) fn new(
+        interval: Duration,
+        grow_to: Duration,
+        writes: bool,
+        max_share: f64,
+    ) -> Recorder {
         Recorder {
             nodes: CpuNodes::live(),
             start: Instant::now(),
             cpu_before: crate::system::thread_cpu_time(),
             interval,
             grow_to,
+            max_share,
             writes: writes.then(WriteTracker::new).flatten(),
             timeline: Timeline {
                 interval_s: interval.as_secs_f64(),
@@ -478,7 +498,7 @@ impl Recorder {
         } else {
             crate::system::thread_cpu_time() - cpu
         };
-        let pause = Timeline::pause(self.interval, began.elapsed(), used);
+        let pause = Timeline::pause(self.interval, began.elapsed(), used, self.max_share);
         self.interval = Timeline::next_interval(self.interval, self.grow_to);
         pause
     }
@@ -539,11 +559,13 @@ mod tests {
     fn the_pause_keeps_the_sampling_within_its_share_of_a_cpu() {
         let ms = Duration::from_millis;
         // A cheap read: the interval.
-        assert_eq!(Timeline::pause(ms(200), ms(1), ms(1)), ms(199));
+        assert_eq!(Timeline::pause(ms(200), ms(1), ms(1), MAX_SHARE), ms(199));
         // A read costing 10 ms of CPU: at least 99 times that after it.
-        assert_eq!(Timeline::pause(ms(200), ms(10), ms(10)), ms(990));
+        assert_eq!(Timeline::pause(ms(200), ms(10), ms(10), MAX_SHARE), ms(990));
+        // Allowed a tenth of a CPU: 10 ms of reading, 90 ms of rest.
+        assert_eq!(Timeline::pause(ms(50), ms(10), ms(10), 0.1), ms(90));
         // Waiting for the program's lock costs no CPU: the interval.
-        assert_eq!(Timeline::pause(ms(200), ms(50), ms(1)), ms(150));
+        assert_eq!(Timeline::pause(ms(200), ms(50), ms(1), MAX_SHARE), ms(150));
         // The interval grows by half up to its bound, and stays fixed when
         // the bound is the interval.
         assert_eq!(Timeline::next_interval(ms(100), ms(1000)), ms(150));

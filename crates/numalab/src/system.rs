@@ -71,6 +71,39 @@ pub struct KernelSettings {
     /// Weighted-interleave weights per node (Linux 6.9), `None` when the
     /// kernel lacks them.
     pub interleave_weights: Option<BTreeMap<u32, u8>>,
+    /// The kernel's memory tiers, fastest first (Linux 6.1; from 6.7
+    /// placed by the firmware's HMAT figures): where reclaim demotes cold
+    /// pages to and `numa_balancing` mode 2 promotes hot ones from.
+    /// `None` when the kernel has none (or the result predates them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_tiers: Option<Vec<MemoryTier>>,
+    /// `/sys/kernel/mm/numa/demotion_enabled`: whether reclaim moves cold
+    /// pages to a slower tier instead of dropping or swapping them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demotion_enabled: Option<bool>,
+}
+
+/// One of the kernel's memory tiers
+/// (`/sys/devices/virtual/memory_tiering/memory_tierN`): a lower id is a
+/// faster tier (4 is plain DRAM's).
+///
+/// ```
+/// use numalab::system::MemoryTier;
+/// let cxl = MemoryTier { id: 35, nodes: "2".parse()? };
+/// assert!(cxl.id > MemoryTier::DRAM);
+/// # Ok::<(), numalab::ParseSetError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryTier {
+    /// The tier's number: its abstract distance divided by 512.
+    pub id: u32,
+    /// Its nodes.
+    pub nodes: crate::NodeSet,
+}
+
+impl MemoryTier {
+    /// The tier Linux puts DRAM (and memory it knows nothing of) in.
+    pub const DRAM: u32 = 4;
 }
 
 impl KernelSettings {
@@ -82,6 +115,13 @@ impl KernelSettings {
             thp_enabled,
             thp_defrag,
             interleave_weights: procfs::interleave_weights(),
+            memory_tiers: procfs::memory_tiers().map(|tiers| {
+                tiers
+                    .into_iter()
+                    .map(|(id, nodes)| MemoryTier { id, nodes })
+                    .collect()
+            }),
+            demotion_enabled: procfs::demotion_enabled(),
         }
     }
 }
@@ -153,6 +193,75 @@ impl NodeMemory {
                 })
                 .collect(),
         })
+    }
+}
+
+/// The node whose memory `local` and default allocations of `node`'s CPUs
+/// come from, read from sysfs now: `node` itself when it has memory; for a
+/// memory-less node the nearest node with memory by the firmware's
+/// distances (Linux's `numa_mem_id`), the lowest id among equals. `node`
+/// itself when sysfs cannot tell.
+///
+/// ```
+/// use numalab::system::local_memory_node;
+/// // Where this thread's `local` pages go.
+/// let home = local_memory_node(numalab::affinity::current().node);
+/// assert!(numalab::NodeInventory::live().with_memory.contains(home));
+/// ```
+pub fn local_memory_node(node: u32) -> u32 {
+    let Ok(with_memory) = procfs::nodes_with_memory() else {
+        return node;
+    };
+    let online = procfs::online_nodes().unwrap_or_default();
+    let distances = procfs::node_distances(node).unwrap_or_default();
+    // `distance` lists one value per online node, in node order.
+    let distance = |to: u32| {
+        let index = online.iter().position(|n| n == to)?;
+        distances.get(index).copied()
+    };
+    crate::topology::nearest_with_memory(node, &with_memory, distance).unwrap_or(node)
+}
+
+/// Pages the kernel's memory tiering has moved since boot, for one node:
+/// demoted off it to a slower tier by reclaim, and promoted onto it from
+/// a slower tier by `numa_balancing`'s tiering mode. Two readings apart
+/// say what tiering did in between ([`TieringMoves::since`]).
+///
+/// ```
+/// use numalab::system::TieringMoves;
+/// let before = TieringMoves { node: 0, demoted: 10, promoted: 0 };
+/// let after = TieringMoves { node: 0, demoted: 2058, promoted: 3 };
+/// assert_eq!(after.since(&before), TieringMoves { node: 0, demoted: 2048, promoted: 3 });
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TieringMoves {
+    /// The node.
+    pub node: u32,
+    /// Pages demoted off it.
+    pub demoted: u64,
+    /// Pages promoted onto it.
+    pub promoted: u64,
+}
+
+impl TieringMoves {
+    /// The node's counts now; `None` when the kernel keeps none (before
+    /// Linux 6.1).
+    pub fn read(node: u32) -> Option<TieringMoves> {
+        let (demoted, promoted) = procfs::node_tiering_moves(node)?;
+        Some(TieringMoves {
+            node,
+            demoted,
+            promoted,
+        })
+    }
+
+    /// What moved between `earlier` and this reading.
+    pub fn since(&self, earlier: &TieringMoves) -> TieringMoves {
+        TieringMoves {
+            node: self.node,
+            demoted: self.demoted.saturating_sub(earlier.demoted),
+            promoted: self.promoted.saturating_sub(earlier.promoted),
+        }
     }
 }
 

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use numalab::affinity::BindError;
-use numalab::audit::audit;
+use numalab::audit::{audit, audit_in_units};
 use numalab::locate::{PageHistogram, Sample};
 use numalab::replicated::{Mode, ReplicaSet, Replicated, ReplicatedError};
+use numalab::system::local_memory_node;
 use numalab::system::Environment;
 use numalab::{
     BufferError, BufferOptions, HugePages, InterleaveWeights, MemPolicy, NodeBuffer, NodeSet,
@@ -659,11 +660,18 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
             if !r.replicas.is_empty() {
                 return check_replicated(plan, r, region, thread_nodes);
             }
-            let found = match &region.memory {
-                Memory::Plain(buffer) => buffer.locate(Sample::All).unwrap_or_default(),
-                Memory::Replicated(_) => PageHistogram::default(),
+            // Where the threads' own pages go: their node, or for a
+            // memory-less node the nearest node with memory.
+            let home_nodes: NodeSet = thread_nodes.iter().map(local_memory_node).collect();
+            let (found, unit_pages) = match &region.memory {
+                Memory::Plain(buffer) => (
+                    buffer.locate(Sample::All).unwrap_or_default(),
+                    buffer.unit_pages(),
+                ),
+                Memory::Replicated(_) => (PageHistogram::default(), 1),
             };
-            let check = audit(&r.policy, &thread_nodes, &found);
+            // Huge pages are interleaved whole: even to within one.
+            let check = audit_in_units(&r.policy, &home_nodes, &found, unit_pages);
             let (as_requested, note) = if r.first_touch {
                 // Each share on its own thread's node.
                 let strays: Vec<String> = r
@@ -677,8 +685,9 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                             Sample::All,
                         )
                         .unwrap_or_default();
-                        let off = pages.present() - pages.on_node(thread.node);
-                        (off > 0).then(|| format!("thread {t}'s share has {off} of {} pages off node {}", pages.present(), thread.node))
+                        let home = local_memory_node(thread.node);
+                        let off = pages.present() - pages.on_node(home);
+                        (off > 0).then(|| format!("thread {t}'s share has {off} of {} pages off node {home}", pages.present()))
                     })
                     .collect();
                 if strays.is_empty() && check.verdict != numalab::audit::Verdict::Empty {
@@ -689,19 +698,19 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
             } else {
                 match &r.requested {
                     PolicySpec::Local => {
-                        let off = found.present() - found.on_nodes(&thread_nodes);
+                        let off = found.present() - found.on_nodes(&home_nodes);
                         if check.is_match() && off == 0 {
                             (true, format!("local: {}", check.note))
                         } else {
-                            (false, format!("local asked, but {off} of {} pages are off the threads' node(s) {thread_nodes}; found {found}", found.present()))
+                            (false, format!("local asked, but {off} of {} pages are off the threads' node(s) {home_nodes}; found {found}", found.present()))
                         }
                     }
                     PolicySpec::Remote => {
-                        let on_own = found.on_nodes(&thread_nodes);
+                        let on_own = found.on_nodes(&home_nodes);
                         if check.is_match() && on_own == 0 {
                             (true, format!("remote: {}", check.note))
                         } else {
-                            (false, format!("remote asked, but {on_own} of {} pages are on the threads' own node(s) {thread_nodes}; found {found}", found.present()))
+                            (false, format!("remote asked, but {on_own} of {} pages are on the threads' own node(s) {home_nodes}; found {found}", found.present()))
                         }
                     }
                     _ => (check.is_match(), check.note.clone()),

@@ -383,7 +383,12 @@ impl Plan {
             }
             let expected_nodes =
                 if first_touch || matches!(policy, MemPolicy::Default | MemPolicy::Local) {
-                    user_nodes.clone()
+                    // A memory-less node's threads allocate from the
+                    // nearest node with memory.
+                    user_nodes
+                        .iter()
+                        .map(|n| topology.local_memory_node(n).unwrap_or(n))
+                        .collect()
                 } else {
                     policy.nodes()
                 };
@@ -644,10 +649,17 @@ fn region_policy(
             MemPolicy::Bind(NodeSet::single(node))
         }
         PolicySpec::Remote => {
+            // Not the threads' own memory: their nodes', or for a
+            // memory-less node the nearest node's, which is its local.
+            let own: NodeSet = user_nodes
+                .iter()
+                .map(|n| topology.local_memory_node(n).unwrap_or(n))
+                .chain(user_nodes.iter())
+                .collect();
             let other = topology
                 .nodes_by_distance(home)
                 .into_iter()
-                .find(|n| memory_nodes.contains(*n) && !user_nodes.contains(*n));
+                .find(|n| memory_nodes.contains(*n) && !own.contains(*n));
             let other = other.or_else(|| {
                 topology
                     .nodes_by_distance(home)
@@ -656,7 +668,7 @@ fn region_policy(
             });
             match other {
                 Some(node) => {
-                    if users > 0 && user_nodes.contains(node) {
+                    if users > 0 && own.contains(node) {
                         warnings.push(Warning::new(
                             WarningKind::Placement,
                             format!("region {region} is shared by threads on nodes {user_nodes}: no node is remote to all of them; it is on node {node}, local to that node's threads"),

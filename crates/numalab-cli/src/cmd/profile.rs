@@ -62,6 +62,12 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub writes: bool,
 
+    /// The most of one CPU the sampling may take, in percent: samples
+    /// are spaced out when reading costs more (a large program's page
+    /// tables, --writes' clearing) [default: 1]
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    pub max_overhead: Option<f64>,
+
     /// Also write an experiment file (TOML) that mimics what was seen —
     /// threads, footprint, huge pages, write share, run time — with a
     /// sweep over the placements worth trying (numalab sweep FILE)
@@ -87,6 +93,9 @@ pub fn run(args: &ProfileArgs) -> Result<i32> {
         writes: args.writes,
         ..ProfileOptions::default()
     };
+    if let Some(percent) = args.max_overhead {
+        options.max_share = percent / 100.0;
+    }
     if let Some(interval) = args.interval {
         options.interval = interval.0;
         options.grow_to = interval.0;
@@ -159,4 +168,18 @@ fn emit_experiment(args: &ProfileArgs, report: &ProfileReport) -> Result<()> {
         path.display()
     );
     Ok(())
+}
+
+/// `--max-overhead`: a percentage from 0.1 to 50.
+fn parse_percent(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{text:?} is not a percentage (e.g. 1, 5, 0.5)"))?;
+    if (0.1..=50.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!("{value}% is outside 0.1 to 50"))
+    }
 }

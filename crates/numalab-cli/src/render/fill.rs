@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use numalab::units::Size;
 use numalab_bench::fill::FillReport;
 
-use super::{Render, Style};
+use super::{numa_balancing as balancing, Render, Style};
 use crate::output::{self, mib, Csv};
 
 impl Render for FillReport {
@@ -18,16 +18,6 @@ impl Render for FillReport {
 
     fn csv(&self) -> String {
         csv(self)
-    }
-}
-
-/// `numa_balancing`'s state as a word.
-fn balancing(state: Option<u32>) -> String {
-    match state {
-        Some(0) => "off".into(),
-        Some(1) => "on".into(),
-        Some(v) => format!("mode {v}"),
-        None => "not in this kernel".into(),
     }
 }
 
@@ -89,12 +79,39 @@ fn human(report: &FillReport) -> String {
             report.audit.expected_nodes
         );
     }
+    let moved: Vec<String> = report
+        .nodes
+        .iter()
+        .filter_map(|n| n.tiering)
+        .flat_map(|t| {
+            let demoted =
+                (t.demoted > 0).then(|| format!("{} pages demoted off node {}", t.demoted, t.node));
+            let promoted = (t.promoted > 0)
+                .then(|| format!("{} pages promoted onto node {}", t.promoted, t.node));
+            demoted.into_iter().chain(promoted)
+        })
+        .collect();
+    if !moved.is_empty() {
+        let _ = writeln!(
+            out,
+            "memory tiering moved pages during the fill (the whole machine's): {}",
+            moved.join(", ")
+        );
+    }
     let _ = writeln!(out, "placement: {}", report.audit.note);
     out
 }
 
 fn csv(report: &FillReport) -> String {
-    let mut csv = Csv::new(&["node", "bytes", "share", "free_before", "free_after"]);
+    let mut csv = Csv::new(&[
+        "node",
+        "bytes",
+        "share",
+        "free_before",
+        "free_after",
+        "demoted_pages",
+        "promoted_pages",
+    ]);
     for node in &report.nodes {
         csv.row([
             node.node.to_string(),
@@ -102,6 +119,10 @@ fn csv(report: &FillReport) -> String {
             format!("{:.4}", node.share),
             node.free_before.map_or(String::new(), |b| b.to_string()),
             node.free_after.map_or(String::new(), |b| b.to_string()),
+            node.tiering
+                .map_or(String::new(), |t| t.demoted.to_string()),
+            node.tiering
+                .map_or(String::new(), |t| t.promoted.to_string()),
         ]);
     }
     csv.finish()
@@ -115,7 +136,7 @@ mod tests {
     fn balancing_reads_as_a_word() {
         assert_eq!(balancing(Some(0)), "off");
         assert_eq!(balancing(Some(1)), "on");
-        assert_eq!(balancing(Some(2)), "mode 2");
+        assert!(balancing(Some(2)).starts_with("2 (memory tiering"));
         assert_eq!(balancing(None), "not in this kernel");
     }
 }

@@ -53,6 +53,19 @@ pub fn escape_html(text: &str) -> String {
     out
 }
 
+/// `kernel.numa_balancing` in words: off, on, or the memory-tiering mode
+/// (2: hot pages on a slower tier promoted to a faster one).
+pub fn numa_balancing(state: Option<u32>) -> String {
+    match state {
+        Some(0) => "off".into(),
+        Some(1) => "on".into(),
+        Some(2) => "2 (memory tiering: hot pages promoted to faster tiers)".into(),
+        Some(3) => "3 (on, and memory tiering)".into(),
+        Some(v) => format!("mode {v}"),
+        None => "not in this kernel".into(),
+    }
+}
+
 /// Plain columns or Markdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {

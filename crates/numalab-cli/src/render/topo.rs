@@ -239,18 +239,29 @@ fn human(report: &TopoReport, markdown: bool) -> String {
 
     // Kernel.
     if let Some(kernel) = &report.kernel {
-        let balancing = match kernel.numa_balancing {
-            Some(0) => "off".into(),
-            Some(1) => "on".into(),
-            Some(v) => format!("mode {v}"),
-            None => "not in this kernel".into(),
-        };
+        let balancing = super::numa_balancing(kernel.numa_balancing);
         let _ = writeln!(
             out,
             "\nkernel: numa_balancing {balancing}; transparent huge pages enabled={} defrag={}",
             kernel.thp_enabled.as_deref().unwrap_or("?"),
             kernel.thp_defrag.as_deref().unwrap_or("?")
         );
+        if let Some(tiers) = kernel.memory_tiers.as_ref().filter(|t| !t.is_empty()) {
+            let text = tiers
+                .iter()
+                .map(|t| format!("{} (nodes {})", t.id, t.nodes))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let demotion = match kernel.demotion_enabled {
+                Some(true) => "on",
+                Some(false) => "off",
+                None => "not in this kernel",
+            };
+            let _ = writeln!(
+                out,
+                "memory tiers, fastest first: {text}; demotion of cold pages to slower tiers {demotion}"
+            );
+        }
         if let Some(weights) = &kernel.interleave_weights {
             let text = weights
                 .iter()

@@ -495,7 +495,14 @@ impl Ring {
     pub fn audit(&self) -> PlacementAudit {
         let found = self.locate(Sample::All).unwrap_or_default();
         let policy = self.policy().unwrap_or(MemPolicy::Default);
-        audit(&policy, &self.touched_from, &found)
+        // `local` and default pages of a memory-less node's CPUs go to
+        // the nearest node with memory.
+        let home: NodeSet = self
+            .touched_from
+            .iter()
+            .map(crate::system::local_memory_node)
+            .collect();
+        audit(&policy, &home, &found)
     }
 
     /// Leaves the segment's name in place when this creator's handle is

@@ -350,7 +350,8 @@ pub struct Topology {
     pub devices: Vec<Device>,
     /// CPUs this process may run on (its cgroup cpuset and affinity).
     pub allowed_cpus: CpuSet,
-    /// Nodes this process may allocate from (its cgroup cpuset).
+    /// Nodes this process may use: those it may allocate from (its
+    /// cgroup cpuset), and memory-less nodes whose CPUs it may run on.
     pub allowed_nodes: NodeSet,
 }
 
@@ -627,6 +628,13 @@ impl Topology {
                 allowed_nodes = m;
             }
         }
+        // A cpuset's mems (and hwloc's allowed nodeset) list nodes with
+        // memory only: a memory-less node is usable when its CPUs are.
+        for node in nodes.iter().filter(|n| n.memory_bytes == 0) {
+            if !node.cpus.intersection(&allowed_cpus).is_empty() {
+                allowed_nodes.insert(node.id);
+            }
+        }
 
         Ok(Topology {
             source,
@@ -721,6 +729,30 @@ impl Topology {
             .collect();
         others.sort_by_key(|&n| (self.distance(node, n).unwrap_or(u64::MAX), n));
         others
+    }
+
+    /// The node whose memory `local` and default allocations of `node`'s
+    /// CPUs come from: `node` itself when it has memory; for a memory-less
+    /// node, the nearest node with memory by the firmware's distances
+    /// (what Linux calls the node's `numa_mem_id`), the lowest id among
+    /// equals. `None` when no node has memory.
+    ///
+    /// ```
+    /// use numalab::Topology;
+    /// // Memory on nodes 0 and 1; node 2 has CPUs only, 30 from node 0
+    /// // and 25 from node 1.
+    /// let topo = Topology::from_xml_file(concat!(
+    ///     env!("CARGO_MANIFEST_DIR"),
+    ///     "/../../tests/topologies/cpuless.xml"
+    /// ))?;
+    /// assert_eq!(topo.local_memory_node(0), Some(0));
+    /// assert_eq!(topo.local_memory_node(2), Some(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn local_memory_node(&self, node: u32) -> Option<u32> {
+        nearest_with_memory(node, &self.nodes_with_memory(), |to| {
+            self.distance(node, to)
+        })
     }
 
     /// Free memory of `node` in bytes, read now from sysfs. `None` for a
@@ -1075,6 +1107,22 @@ fn devices(hw: &hwlocality::Topology) -> Vec<Device> {
     }
     devices.sort_by(|a, b| (a.kind, &a.bus_id).cmp(&(b.kind, &b.bus_id)));
     devices
+}
+
+/// `node` when it is in `with_memory`, else the member of `with_memory`
+/// nearest to it by `distance` (the lowest id among equals; nodes with no
+/// distance last).
+pub(crate) fn nearest_with_memory(
+    node: u32,
+    with_memory: &NodeSet,
+    distance: impl Fn(u32) -> Option<u64>,
+) -> Option<u32> {
+    if with_memory.contains(node) {
+        return Some(node);
+    }
+    with_memory
+        .iter()
+        .min_by_key(|&n| (distance(n).unwrap_or(u64::MAX), n))
 }
 
 #[cfg(test)]

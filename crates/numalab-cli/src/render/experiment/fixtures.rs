@@ -33,6 +33,8 @@ fn environment(topology: &Topology) -> Environment {
             thp_enabled: Some("madvise".into()),
             thp_defrag: Some("madvise".into()),
             interleave_weights: None,
+            memory_tiers: None,
+            demotion_enabled: None,
         },
         support: Support {
             kernel: "6.8.0".into(),
