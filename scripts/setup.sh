@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what numalab needs on a Debian or Ubuntu machine, then builds it.
 #   scripts/setup.sh            build dependencies, release build
-#   scripts/setup.sh --test     also the test tools (QEMU, a kernel, busybox, reference tools,
+#   scripts/setup.sh --test     also the test tools (QEMU, two guest kernels: Debian 12's 6.1
+#                               and its linux-image-6.12-amd64, busybox, reference tools,
 #                               a C++ compiler for the fuzzer, python3, sqlite3 and
 #                               stress-ng: programs numalab profile is checked on,
 #                               chromium: the HTML pages checked in a real browser, and
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 packages=(libhwloc-dev libudev-dev pkg-config numactl hwloc)
 case "${1:-}" in
-    --test) packages+=(qemu-system-x86 linux-image-amd64 busybox-static cpio g++ gdb python3 sqlite3 stress-ng chromium slurmctld slurmd slurm-client munge) ;;
+    --test) packages+=(qemu-system-x86 linux-image-amd64 linux-image-6.12-amd64 busybox-static cpio g++ gdb python3 sqlite3 stress-ng chromium slurmctld slurmd slurm-client munge) ;;
     --fuzz) packages+=(g++ gdb) ;;
 esac
 

@@ -25,14 +25,29 @@ step "fuzzing: every parser's target for 5 s, and every regression input (bench/
 NUMALAB_FUZZ_SEED=1 bench/fuzz.sh 35s
 
 step "emulated-NUMA suite: Linux under QEMU with each preset (crates/numalab-emu)"
-# Debian installs kernel images readable by root only; give the suite a
-# readable copy when this user cannot read the newest one and sudo can.
-kernel=$(ls -v /boot/vmlinuz-* 2>/dev/null | tail -n 1 || true)
-if [[ -z "${NUMALAB_EMU_KERNEL:-}" && -n "$kernel" && ! -r "$kernel" ]]; then
-    copy="$PWD/target/numalab-emu/$(basename "$kernel")"
-    mkdir -p "$(dirname "$copy")"
-    if sudo -n install -m 0644 -o "$(id -u)" "$kernel" "$copy" 2>/dev/null; then
-        export NUMALAB_EMU_KERNEL="$copy"
+# Every preset boots on two kernels: the newest before Linux 6.9 and the
+# newest from 6.9 on (crates/numalab-emu/README.md). Debian installs kernel
+# images readable by root only; give the suite readable copies when this
+# user cannot read them and sudo can.
+if [[ -z "${NUMALAB_EMU_KERNEL:-}" ]]; then
+    older="" newer=""
+    for kernel in $(ls -v /boot/vmlinuz-* 2>/dev/null); do
+        IFS=. read -r major minor _ <<<"${kernel#/boot/vmlinuz-}"
+        if ((major * 1000 + ${minor%%[!0-9]*} < 6009)); then older=$kernel; else newer=$kernel; fi
+    done
+    copies=()
+    for kernel in $older $newer; do
+        copy=$kernel
+        if [[ ! -r "$kernel" ]]; then
+            copy="$PWD/target/numalab-emu/$(basename "$kernel")"
+            mkdir -p "$(dirname "$copy")"
+            sudo -n install -m 0644 -o "$(id -u)" "$kernel" "$copy" 2>/dev/null || copy=$kernel
+        fi
+        copies+=("$copy")
+    done
+    if [[ " ${copies[*]} " == *"/target/numalab-emu/"* ]]; then
+        NUMALAB_EMU_KERNEL=$(IFS=:; echo "${copies[*]}")
+        export NUMALAB_EMU_KERNEL
     fi
 fi
 cargo test -p numalab-emu --locked

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::initramfs::{Initramfs, INIT};
 use crate::preset::Preset;
-use crate::qemu::{self, BootOptions, Ending, Missing, Prerequisites};
+use crate::qemu::{self, BootOptions, Ending, Kernel, Missing, Prerequisites};
 use crate::report::{GuestReport, Status};
 
 /// The workspace this crate belongs to.
@@ -91,14 +91,14 @@ pub(crate) fn build_guest_binaries(workspace: &Path) -> Result<GuestBinaries> {
     }
 }
 
-/// Everything needed to boot presets: host tools, and an initramfs holding
-/// the freshly built binaries.
+/// Everything needed to boot presets: host tools, and for each kernel an
+/// initramfs holding the freshly built binaries and that kernel's modules.
 #[derive(Debug, Clone)]
 pub(crate) struct Suite {
-    /// QEMU, kernel, busybox.
+    /// QEMU, kernels, busybox.
     pub(crate) prerequisites: Prerequisites,
-    /// The guest's root file system.
-    pub(crate) initramfs: PathBuf,
+    /// The guest's root file system for each of `prerequisites.kernels`.
+    pub(crate) initramfs: Vec<PathBuf>,
     /// Where results files go.
     pub(crate) workdir: PathBuf,
 }
@@ -112,8 +112,39 @@ pub(crate) enum PrepareError {
     Failed(anyhow::Error),
 }
 
+/// A copy of `binary` in `dir` without its symbols and debug sections
+/// (binutils `strip`), for a smaller initramfs: the guest unpacks it into
+/// node 0's memory at every boot. The binary itself when `strip` is
+/// missing or fails.
+fn stripped(binary: &Path, dir: &Path) -> PathBuf {
+    let Some(name) = binary.file_name() else {
+        return binary.to_path_buf();
+    };
+    let copy = dir.join(format!("{}.stripped", name.to_string_lossy()));
+    let tmp = dir.join(format!(
+        ".{}.stripped.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let done = Command::new("strip")
+        .arg("-o")
+        .arg(&tmp)
+        .arg(binary)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        && std::fs::rename(&tmp, &copy).is_ok();
+    let _ = std::fs::remove_file(&tmp);
+    if done {
+        copy
+    } else {
+        binary.to_path_buf()
+    }
+}
+
 impl Suite {
-    /// Finds the prerequisites, builds the binaries and the initramfs.
+    /// Finds the prerequisites, builds the binaries and the initramfs of
+    /// each kernel.
     pub(crate) fn prepare() -> Result<Suite, PrepareError> {
         let prerequisites = Prerequisites::find().map_err(PrepareError::Missing)?;
         eprintln!("numalab-emu: building numalab and numalab-guest (release) and the initramfs");
@@ -126,17 +157,28 @@ impl Suite {
                 .and_then(Path::parent)
                 .map_or_else(|| workspace.join("target"), Path::to_path_buf)
                 .join("numalab-emu");
-            let mut fs = Initramfs::new();
-            fs.add_bytes("/init", INIT.as_bytes().to_vec(), 0o755);
-            fs.add_executable("/bin/busybox", &prerequisites.busybox)?;
-            fs.add_executable("/bin/numalab", &binaries.numalab)?;
-            fs.add_executable("/bin/numalab-guest", &binaries.guest)?;
-            match disk_files(&prerequisites.kernel, &mut fs)? {
+            std::fs::create_dir_all(&workdir)
+                .with_context(|| format!("creating {}", workdir.display()))?;
+            let mut base = Initramfs::new();
+            base.add_bytes("/init", INIT.as_bytes().to_vec(), 0o755);
+            base.add_executable("/bin/busybox", &prerequisites.busybox)?;
+            base.add_executable("/bin/numalab", &stripped(&binaries.numalab, &workdir))?;
+            base.add_executable("/bin/numalab-guest", &stripped(&binaries.guest, &workdir))?;
+            match oracle_tools(&mut base)? {
                 None => {}
                 Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
-                Some(missing) => fs.add_bytes(DISK_MISSING, missing.into_bytes(), 0o644),
+                Some(missing) => base.add_bytes(ORACLES_MISSING, missing.into_bytes(), 0o644),
             }
-            let initramfs = fs.write_cached(&workdir)?;
+            let mut initramfs = Vec::new();
+            for kernel in &prerequisites.kernels {
+                let mut fs = base.clone();
+                match disk_files(&kernel.path, &mut fs)? {
+                    None => {}
+                    Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
+                    Some(missing) => fs.add_bytes(DISK_MISSING, missing.into_bytes(), 0o644),
+                }
+                initramfs.push(fs.write_cached(&workdir, &kernel.release)?);
+            }
             Ok(Suite {
                 prerequisites: prerequisites.clone(),
                 initramfs,
@@ -154,18 +196,21 @@ impl Suite {
         })
     }
 
-    /// Boots one preset and reads its report.
-    pub(crate) fn run(&self, preset: &Preset, options: &BootOptions) -> PresetRun {
+    /// Boots one preset on the `kernel`-th kernel and reads its report.
+    pub(crate) fn run(&self, preset: &Preset, kernel: usize, options: &BootOptions) -> PresetRun {
+        let image = &self.prerequisites.kernels[kernel];
         match qemu::boot(
             &self.prerequisites,
-            &self.initramfs,
+            image,
+            &self.initramfs[kernel],
             preset,
             options,
             &self.workdir,
         ) {
-            Ok(boot) => PresetRun::judge(preset, boot),
+            Ok(boot) => PresetRun::judge(preset, image, boot),
             Err(err) => PresetRun {
                 preset: preset.name.clone(),
+                kernel: image.clone(),
                 report: GuestReport::default(),
                 console: String::new(),
                 qemu_errors: String::new(),
@@ -182,8 +227,32 @@ pub const DISK_MODULES: &str = "/lib/modules/numalab/order";
 /// Why the guest has no disk file system (the host lacked something).
 pub const DISK_MISSING: &str = "/lib/modules/numalab/missing";
 
-/// A host file the guest's disk check needs is missing (under CI: a
-/// failure).
+/// The tools the oracle checks compare numalab with, each put at
+/// `/bin/NAME` in the guest with its libraries (Debian packages `numactl`
+/// and `hwloc`, which `scripts/setup.sh` installs).
+pub const ORACLE_TOOLS: [&str; 3] = ["numactl", "numastat", "lstopo-no-graphics"];
+/// Why the guest has no oracle tools (the host lacked one).
+pub const ORACLES_MISSING: &str = "/lib/numalab/oracles-missing";
+
+/// Puts [`ORACLE_TOOLS`] into `fs`; `Some(why)` when the host lacks one.
+fn oracle_tools(fs: &mut Initramfs) -> Result<Option<String>> {
+    for name in ORACLE_TOOLS {
+        let Some(host) = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|dir| Path::new(dir).join(name))
+            .find(|p| p.is_file())
+        else {
+            return Ok(Some(format!(
+                "{name} not found on the host (apt-get install numactl hwloc)"
+            )));
+        };
+        fs.add_executable(&format!("/bin/{name}"), &host)?;
+    }
+    Ok(None)
+}
+
+/// A host file the guest's disk or oracle checks need is missing (under
+/// CI: a failure).
 #[derive(Debug)]
 struct DiskMissing(String);
 
@@ -286,11 +355,13 @@ fn disk_files(kernel: &Path, fs: &mut Initramfs) -> Result<Option<String>> {
     Ok(None)
 }
 
-/// One preset's boot, judged.
+/// One preset's boot on one kernel, judged.
 #[derive(Debug, Clone)]
 pub(crate) struct PresetRun {
     /// The preset's name.
     pub(crate) preset: String,
+    /// The kernel it booted.
+    pub(crate) kernel: Kernel,
     /// What the guest reported.
     pub(crate) report: GuestReport,
     /// The guest's console.
@@ -305,7 +376,7 @@ pub(crate) struct PresetRun {
 }
 
 impl PresetRun {
-    fn judge(preset: &Preset, boot: qemu::Boot) -> PresetRun {
+    fn judge(preset: &Preset, kernel: &Kernel, boot: qemu::Boot) -> PresetRun {
         let report = GuestReport::parse(&boot.results);
         let mut problems = Vec::new();
         if let Ending::TimedOut(after) = boot.ending {
@@ -321,6 +392,10 @@ impl PresetRun {
             Some(start) if start.preset != preset.name => problems.push(format!(
                 "the guest ran preset {:?}, not {:?}",
                 start.preset, preset.name
+            )),
+            Some(start) if start.kernel != kernel.release => problems.push(format!(
+                "the guest runs Linux {}, not {} as booted",
+                start.kernel, kernel.release
             )),
             Some(_) => {}
         }
@@ -345,6 +420,7 @@ impl PresetRun {
         }
         PresetRun {
             preset: preset.name.clone(),
+            kernel: kernel.clone(),
             report,
             console: boot.console,
             qemu_errors: boot.qemu_errors,
@@ -367,11 +443,12 @@ impl PresetRun {
             .count()
     }
 
-    /// `cxl: 16 passed, 1 failed, 0 n/a in 31.2 s`.
+    /// `cxl on Linux 6.12: 16 passed, 1 failed, 0 n/a in 31.2 s`.
     pub(crate) fn summary(&self) -> String {
         format!(
-            "{}: {} passed, {} failed, {} n/a in {:.1} s{}",
+            "{} on Linux {}: {} passed, {} failed, {} n/a in {:.1} s{}",
             self.preset,
+            self.kernel.series(),
             self.count(Status::Pass),
             self.count(Status::Fail),
             self.count(Status::NotApplicable),
@@ -407,7 +484,11 @@ impl PresetRun {
     /// check's expected-versus-found table, and the guest's console.
     pub(crate) fn failure_report(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "==== preset {} failed", self.preset);
+        let _ = writeln!(
+            out,
+            "==== preset {} on Linux {} failed",
+            self.preset, self.kernel.release
+        );
         for problem in &self.problems {
             let _ = writeln!(out, "problem: {problem}");
         }
@@ -430,25 +511,44 @@ impl PresetRun {
     }
 }
 
-/// The per-preset time limit: `NUMALAB_EMU_TIMEOUT` seconds, else 240 s
-/// (a boot takes about 15 s and the checks about as long again under TCG
-/// on a loaded 2-core machine).
+/// The per-boot time limit: `NUMALAB_EMU_TIMEOUT` seconds, else 420 s
+/// (most boots take 1–2 minutes with their checks under TCG on a 2-core
+/// machine running two at a time, the 8-node `snc` about 3).
 pub fn default_timeout() -> Duration {
     env::var("NUMALAB_EMU_TIMEOUT")
         .ok()
         .and_then(|v| v.parse().ok())
-        .map_or(Duration::from_secs(240), Duration::from_secs)
+        .map_or(Duration::from_secs(420), Duration::from_secs)
+}
+
+/// How many guests boot at once: `NUMALAB_EMU_JOBS`, else 2 (a guest
+/// spends much of its time with vCPUs idle, waiting on one check's single
+/// thread, so two share a 2-core host well; see docs/figures.md for the
+/// measured effect).
+pub fn default_jobs() -> usize {
+    env::var("NUMALAB_EMU_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(2)
 }
 
 /// How a suite run ended.
 ///
 /// ```no_run
-/// use numalab_emu::harness::{default_timeout, run_suite, SuiteEnd};
+/// use numalab_emu::harness::{default_jobs, default_timeout, run_suite, SuiteEnd};
 /// use numalab_emu::preset::Presets;
 /// use numalab_emu::qemu::BootOptions;
 ///
 /// let presets = Presets::builtin()?;
-/// let options = BootOptions { timeout: default_timeout(), checks: None, shell: false, echo: false };
+/// let options = BootOptions {
+///     timeout: default_timeout(),
+///     checks: None,
+///     shell: false,
+///     echo: false,
+///     kernels: vec!["6.12".into()],
+///     jobs: default_jobs(),
+/// };
 /// match run_suite(&[presets.get("lopsided")?], &options) {
 ///     SuiteEnd::Passed => println!("every check passed"),
 ///     SuiteEnd::Skipped(missing) => println!("skipped: {missing}"),
@@ -467,11 +567,48 @@ pub enum SuiteEnd {
     Skipped(Missing),
 }
 
-/// Prepares the suite and boots `presets` one after the other, printing
-/// progress on standard error and results on standard output: a summary
-/// and the checks of each preset, and for a failed one the diff and the
-/// guest's console. A missing prerequisite is a skip outside CI and a
-/// failure in CI.
+/// The kernels of `all` that `wanted` names (a series such as `6.12`, or
+/// the start of a release), all of them when `wanted` is empty.
+fn chosen_kernels(all: &[Kernel], wanted: &[String]) -> Result<Vec<usize>, String> {
+    if wanted.is_empty() {
+        return Ok((0..all.len()).collect());
+    }
+    let mut chosen = Vec::new();
+    for want in wanted {
+        let found: Vec<usize> = (0..all.len())
+            .filter(|&i| {
+                all[i].series() == *want
+                    || all[i]
+                        .release
+                        .strip_prefix(want.as_str())
+                        .is_some_and(|rest| !rest.starts_with(|c: char| c.is_ascii_digit()))
+            })
+            .collect();
+        if found.is_empty() {
+            return Err(format!(
+                "--kernel {want}: no such kernel; the suite found {}",
+                all.iter()
+                    .map(|k| k.release.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        for i in found {
+            if !chosen.contains(&i) {
+                chosen.push(i);
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+/// Prepares the suite and boots every preset of `presets` on every chosen
+/// kernel, `options.jobs` guests at a time, printing progress on standard
+/// error and results on standard output as each boot ends: a summary and
+/// the checks, and for a failed one the diff and the guest's console; at
+/// the end, the time of every check on every preset and kernel. A missing
+/// prerequisite (the second kernel series included) is a skip outside CI
+/// and a failure in CI.
 pub fn run_suite(presets: &[&Preset], options: &BootOptions) -> SuiteEnd {
     let suite = match Suite::prepare() {
         Ok(suite) => suite,
@@ -488,43 +625,221 @@ pub fn run_suite(presets: &[&Preset], options: &BootOptions) -> SuiteEnd {
             return SuiteEnd::Failed;
         }
     };
-    eprintln!(
-        "numalab-emu: kernel {}, initramfs {}",
-        suite.prerequisites.kernel.display(),
-        suite.initramfs.display()
-    );
-    let mut runs = Vec::new();
-    for preset in presets {
+    let mut failed = false;
+    if let Some(missing) = &suite.prerequisites.missing_kernel {
+        if is_ci() {
+            println!("numalab-emu: error: {missing} (CI is set, so this is a failure)");
+            failed = true;
+        } else {
+            println!("skipped on one kernel series: {missing}");
+        }
+    }
+    let kernels = match chosen_kernels(&suite.prerequisites.kernels, &options.kernels) {
+        // A shell is one guest: the newest kernel unless one was named.
+        Ok(kernels) if options.shell => kernels.last().copied().into_iter().collect(),
+        Ok(kernels) => kernels,
+        Err(err) => {
+            println!("numalab-emu: error: {err}");
+            return SuiteEnd::Failed;
+        }
+    };
+    for &k in &kernels {
         eprintln!(
-            "numalab-emu: booting {} ({}), {}",
-            preset.name,
-            preset.summary(),
-            preset.about
+            "numalab-emu: Linux {} ({}), initramfs {}",
+            suite.prerequisites.kernels[k].release,
+            suite.prerequisites.kernels[k].path.display(),
+            suite.initramfs[k].display()
         );
-        let run = suite.run(preset, options);
-        println!("{}", run.summary());
-        print!("{}", run.checks_table());
-        if !run.passed() {
-            println!("\n{}", run.failure_report());
-        }
-        runs.push(run);
     }
+    // The biggest machines first, so the last boots to start are short.
+    let mut jobs: Vec<(&Preset, usize)> = presets
+        .iter()
+        .flat_map(|&p| kernels.iter().map(move |&k| (p, k)))
+        .collect();
+    jobs.sort_by_key(|(p, _)| std::cmp::Reverse(p.weight()));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let runs = std::sync::Mutex::new(Vec::new());
+    let workers = options.jobs.clamp(1, jobs.len().max(1));
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&(preset, kernel)) = jobs.get(i) else {
+                    break;
+                };
+                eprintln!(
+                    "numalab-emu: booting {} on Linux {} ({}), {}",
+                    preset.name,
+                    suite.prerequisites.kernels[kernel].series(),
+                    preset.summary(),
+                    preset.about
+                );
+                let run = suite.run(preset, kernel, options);
+                let mut text = format!("{}\n{}", run.summary(), run.checks_table());
+                if !run.passed() {
+                    text.push_str(&format!("\n{}\n", run.failure_report()));
+                }
+                let mut runs = runs.lock().unwrap_or_else(|e| e.into_inner());
+                print!("{text}");
+                runs.push(run);
+            });
+        }
+    });
+    let mut runs = runs.into_inner().unwrap_or_else(|e| e.into_inner());
+    let order = |run: &PresetRun| {
+        (
+            presets.iter().position(|p| p.name == run.preset),
+            run.kernel.version(),
+        )
+    };
+    runs.sort_by_key(order);
     if runs.len() > 1 {
-        println!("\nnumalab-emu: run time per preset (boot, checks, power-off; TCG)");
-        for run in &runs {
-            println!(
-                "  {:<12} {:>6.1} s  {}",
-                run.preset,
-                run.elapsed.as_secs_f64(),
-                if run.passed() { "passed" } else { "FAILED" }
-            );
-        }
-        let total: f64 = runs.iter().map(|r| r.elapsed.as_secs_f64()).sum();
-        println!("  {:<12} {total:>6.1} s", "total");
+        print!("\n{}", timing_table(&runs, started.elapsed(), workers));
     }
-    if runs.iter().all(PresetRun::passed) {
+    if !failed && runs.iter().all(PresetRun::passed) {
         SuiteEnd::Passed
     } else {
         SuiteEnd::Failed
     }
+}
+
+/// Where the guest looks for the presets it judges by before its own
+/// built-in copy: [`boot_with_expectations`] puts a different file there.
+pub const GUEST_PRESETS: &str = "/etc/numalab/presets.toml";
+
+/// How a boot against other expectations ended.
+#[derive(Debug)]
+pub enum ExpectationRun {
+    /// The guest ran its checks: whether they passed, and everything the
+    /// suite prints of the run (summary, checks, and for a failure the
+    /// expected-versus-found tables and the console).
+    Ran {
+        /// Every check passed or did not apply.
+        passed: bool,
+        /// The run as the suite prints it.
+        text: String,
+    },
+    /// A host prerequisite is missing (a failure under CI, for the caller
+    /// to decide).
+    Skipped(Missing),
+    /// The suite could not boot at all.
+    Failed(String),
+}
+
+/// Boots `preset` — the machine as presets.toml describes it — on the
+/// newest kernel found, with the guest judging it by `expectations`
+/// instead: a presets file in which the preset of the same name expects
+/// something else. This is the path a new preset takes when one of its
+/// expectations is wrong; the result says how readable its failure is.
+pub fn boot_with_expectations(
+    preset: &Preset,
+    expectations: &str,
+    options: &BootOptions,
+) -> ExpectationRun {
+    if let Err(err) = crate::preset::Presets::parse(expectations) {
+        return ExpectationRun::Failed(format!("the expectations do not read: {err}"));
+    }
+    let suite = match Suite::prepare() {
+        Ok(suite) => suite,
+        Err(PrepareError::Missing(missing)) => return ExpectationRun::Skipped(missing),
+        Err(PrepareError::Failed(err)) => return ExpectationRun::Failed(format!("{err:#}")),
+    };
+    let kernel = suite.prerequisites.kernels.len() - 1;
+    // The archive with the other presets file appended: Linux unpacks
+    // concatenated archives in order, the later file replacing none here.
+    let mut extra = Initramfs::new();
+    extra.add_bytes(GUEST_PRESETS, expectations.as_bytes().to_vec(), 0o644);
+    let path = suite.workdir.join(format!(
+        "initramfs-expectations-{}.cpio",
+        std::process::id()
+    ));
+    let written = (|| -> Result<()> {
+        let mut archive = std::fs::read(&suite.initramfs[kernel])
+            .with_context(|| format!("reading {}", suite.initramfs[kernel].display()))?;
+        extra.write_cpio(&mut archive)?;
+        std::fs::write(&path, archive).with_context(|| format!("writing {}", path.display()))
+    })();
+    if let Err(err) = written {
+        return ExpectationRun::Failed(format!("{err:#}"));
+    }
+    let mut suite = suite;
+    suite.initramfs[kernel] = path.clone();
+    let run = suite.run(preset, kernel, options);
+    let _ = std::fs::remove_file(&path);
+    let mut text = format!("{}\n{}", run.summary(), run.checks_table());
+    if !run.passed() {
+        text.push_str(&format!("\n{}\n", run.failure_report()));
+    }
+    ExpectationRun::Ran {
+        passed: run.passed(),
+        text,
+    }
+}
+
+/// Every check's time in each guest (one column per preset and kernel),
+/// each boot's wall time, and the suite's.
+fn timing_table(runs: &[PresetRun], wall: Duration, jobs: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "numalab-emu: seconds per check in each guest (TCG time), and each boot's wall time"
+    );
+    let mut checks: Vec<&str> = Vec::new();
+    for run in runs {
+        for result in &run.report.results {
+            if !checks.contains(&result.check.as_str()) {
+                checks.push(&result.check);
+            }
+        }
+    }
+    let width = checks.iter().map(|c| c.len()).max().unwrap_or(5).max(12);
+    let columns: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{} {}", r.preset, r.kernel.series()))
+        .collect();
+    let column = columns.iter().map(String::len).max().unwrap_or(6).max(6);
+    let _ = write!(out, "  {:<width$}", "check");
+    for name in &columns {
+        let _ = write!(out, " {name:>column$}");
+    }
+    out.push('\n');
+    for check in checks {
+        let _ = write!(out, "  {check:<width$}");
+        for run in runs {
+            let cell = run
+                .report
+                .results
+                .iter()
+                .find(|r| r.check == check)
+                .map_or_else(
+                    || "-".to_owned(),
+                    |r| match r.status {
+                        Status::Pass => format!("{:.1}", r.seconds),
+                        Status::NotApplicable => "n/a".to_owned(),
+                        Status::Fail => format!("FAIL {:.1}", r.seconds),
+                    },
+                );
+            let _ = write!(out, " {cell:>column$}");
+        }
+        out.push('\n');
+    }
+    let _ = write!(out, "  {:<width$}", "boot (wall)");
+    for run in runs {
+        let cell = format!(
+            "{:.1}{}",
+            run.elapsed.as_secs_f64(),
+            if run.passed() { "" } else { " FAILED" }
+        );
+        let _ = write!(out, " {cell:>column$}");
+    }
+    out.push('\n');
+    let total: f64 = runs.iter().map(|r| r.elapsed.as_secs_f64()).sum();
+    let _ = writeln!(
+        out,
+        "  {} boots, {total:.1} s of boots, {:.1} s wall with {jobs} at a time",
+        runs.len(),
+        wall.as_secs_f64()
+    );
+    out
 }

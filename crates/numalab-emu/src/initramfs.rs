@@ -47,7 +47,7 @@ enum Entry {
 }
 
 /// An archive being put together: guest paths to contents.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Initramfs {
     entries: BTreeMap<String, Entry>,
 }
@@ -134,11 +134,13 @@ impl Initramfs {
         write_entry(out, "TRAILER!!!", 0, 0, &[], (0, 0))
     }
 
-    /// Writes the archive into `dir` as `initramfs-HASH.cpio`, unless that
-    /// file is already there, and removes older archives. Returns its path.
-    pub fn write_cached(&self, dir: &Path) -> Result<PathBuf> {
+    /// Writes the archive into `dir` as `initramfs-KIND-HASH.cpio`, unless
+    /// that file is already there, and removes older archives of the same
+    /// kind (one kernel's archive never evicts another's). Returns its path.
+    pub fn write_cached(&self, dir: &Path, kind: &str) -> Result<PathBuf> {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let name = format!("initramfs-{:016x}.cpio", self.content_hash());
+        let prefix = format!("initramfs-{kind}-");
+        let name = format!("{prefix}{:016x}.cpio", self.content_hash());
         let path = dir.join(&name);
         if path.is_file() {
             return Ok(path);
@@ -156,7 +158,10 @@ impl Initramfs {
         }
         for old in fs::read_dir(dir)?.flatten() {
             let old_name = old.file_name().to_string_lossy().into_owned();
-            if old_name.starts_with("initramfs-") && old_name != name {
+            let same_kind = old_name
+                .strip_prefix(&prefix)
+                .is_some_and(|rest| !rest.contains('-'));
+            if same_kind && old_name != name {
                 let _ = fs::remove_file(old.path());
             }
         }
@@ -299,18 +304,20 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("numalab-emu-cpio-{}", std::process::id()));
         let mut fs = Initramfs::new();
         fs.add_bytes("/init", b"one".to_vec(), 0o755);
-        let first = fs.write_cached(&dir).unwrap();
+        let first = fs.write_cached(&dir, "6.1").unwrap();
         assert_eq!(
-            fs.write_cached(&dir).unwrap(),
+            fs.write_cached(&dir, "6.1").unwrap(),
             first,
             "same content, same file"
         );
+        let other_kernel = fs.write_cached(&dir, "6.12").unwrap();
         fs.add_bytes("/init", b"two".to_vec(), 0o755);
-        let second = fs.write_cached(&dir).unwrap();
+        let second = fs.write_cached(&dir, "6.1").unwrap();
         assert_ne!(first, second);
         assert!(!first.exists(), "the older archive is removed");
+        assert!(other_kernel.exists(), "another kernel's archive is kept");
         let names: Vec<_> = fs::read_dir(&dir).unwrap().flatten().collect();
-        assert_eq!(names.len(), 1, "no temporary left behind");
+        assert_eq!(names.len(), 2, "no temporary left behind");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -9,14 +9,22 @@
 //! report; the [`guest`] side runs the checks inside the machine.
 //!
 //! ```no_run
-//! use numalab_emu::harness::{default_timeout, run_suite, SuiteEnd};
+//! use numalab_emu::harness::{default_jobs, default_timeout, run_suite, SuiteEnd};
 //! use numalab_emu::preset::Presets;
 //! use numalab_emu::qemu::BootOptions;
 //!
-//! // Boot every preset, print each one's checks and any failure's diff.
+//! // Boot every preset on every kernel, print each one's checks and any
+//! // failure's diff.
 //! let presets = Presets::builtin()?;
 //! let all: Vec<_> = presets.presets.iter().collect();
-//! let options = BootOptions { timeout: default_timeout(), checks: None, shell: false, echo: false };
+//! let options = BootOptions {
+//!     timeout: default_timeout(),
+//!     checks: None,
+//!     shell: false,
+//!     echo: false,
+//!     kernels: Vec::new(),
+//!     jobs: default_jobs(),
+//! };
 //! assert!(!matches!(run_suite(&all, &options), SuiteEnd::Failed));
 //! # Ok::<(), String>(())
 //! ```

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use numalab_emu::guest::{selected, CHECKS};
-use numalab_emu::harness::{default_timeout, run_suite, SuiteEnd};
+use numalab_emu::harness::{default_jobs, default_timeout, run_suite, SuiteEnd};
 use numalab_emu::preset::Presets;
 use numalab_emu::qemu::BootOptions;
 
@@ -20,6 +20,7 @@ use numalab_emu::qemu::BootOptions;
         cargo run -p numalab-emu -- --list\n  \
         cargo run -p numalab-emu -- --preset two-socket\n  \
         cargo run -p numalab-emu -- --all\n  \
+        cargo run -p numalab-emu -- --all --kernel 6.12 --jobs 1\n  \
         cargo run -p numalab-emu -- --preset cxl --checks topo,buffer.bind -v\n  \
         cargo run -p numalab-emu -- --preset cxl --shell      then try numalab topo"
 )]
@@ -46,7 +47,17 @@ struct Cli {
     #[arg(long)]
     shell: bool,
 
-    /// Kill a guest that has not powered off after SECONDS [default: 240,
+    /// Boot only this kernel: a series (6.1, 6.12) or the start of a
+    /// release (repeat for several) [default: every kernel found, see
+    /// NUMALAB_EMU_KERNEL; with --shell the newest]
+    #[arg(long, value_name = "VERSION")]
+    kernel: Vec<String>,
+
+    /// Boot this many guests at once [default: 2, or $NUMALAB_EMU_JOBS]
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    jobs: Option<u16>,
+
+    /// Kill a guest that has not powered off after SECONDS [default: 420,
     /// or $NUMALAB_EMU_TIMEOUT]
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<u64>,
@@ -126,6 +137,8 @@ fn main() -> ExitCode {
         checks,
         shell: cli.shell,
         echo: cli.verbose,
+        kernels: cli.kernel,
+        jobs: cli.jobs.map_or_else(default_jobs, usize::from),
     };
     match run_suite(&chosen, &options) {
         SuiteEnd::Passed | SuiteEnd::Skipped(_) => ExitCode::SUCCESS,

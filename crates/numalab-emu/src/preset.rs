@@ -2,6 +2,7 @@
 //! derived from one description: QEMU's command line and what the guest
 //! must find (nodes, CPUs, memory, distances, HMAT values).
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use numalab::units::{parse_size, Size};
@@ -38,7 +39,11 @@ pub(crate) struct Tolerance {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NodeSpec {
-    /// Memory of the node.
+    /// The node's id (its ACPI proximity domain, and Linux's node number):
+    /// one more than the node before when absent. Ids skipped are nodes
+    /// the firmware declares with nothing present (a CPU slot each).
+    pub(crate) id: Option<u32>,
+    /// Memory of the node (0: a memory-less node, which must have CPUs).
     pub(crate) memory: Bytes,
     /// Number of CPUs (0: a memory-only node).
     #[serde(default)]
@@ -92,6 +97,13 @@ pub struct Preset {
     pub(crate) hmat: Vec<HmatSpec>,
 }
 
+impl NodeSpec {
+    /// The node's id (resolved when the presets file is read).
+    pub(crate) fn id(&self) -> u32 {
+        self.id.unwrap_or(0)
+    }
+}
+
 fn one() -> u32 {
     1
 }
@@ -130,7 +142,8 @@ impl Presets {
     pub fn parse(text: &str) -> Result<Presets, String> {
         let file: PresetsFile = toml::from_str(text).map_err(|e| format!("presets.toml: {e}"))?;
         let mut seen = Vec::new();
-        for preset in &file.preset {
+        let mut file = file;
+        for preset in &mut file.preset {
             if seen.contains(&preset.name) {
                 return Err(format!(
                     "presets.toml: preset {:?} appears twice",
@@ -188,10 +201,34 @@ impl fmt::Display for ExpectedAttribute {
 }
 
 impl Preset {
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&mut self) -> Result<(), String> {
         let n = self.nodes.len();
         if n == 0 {
             return Err("it has no node".into());
+        }
+        let mut next = 0;
+        for node in &mut self.nodes {
+            let id = node.id.unwrap_or(next);
+            if id < next {
+                return Err(format!(
+                    "node id {id} comes after node {}; list nodes in increasing id order",
+                    next - 1
+                ));
+            }
+            if id > 63 {
+                return Err(format!("node id {id}: at most 63"));
+            }
+            node.id = Some(id);
+            next = id + 1;
+        }
+        if let Some(hole) = self.holes().first() {
+            if let Some(later) = self.cpu_nodes().iter().find(|&c| c > *hole) {
+                return Err(format!(
+                    "node {later} has CPUs but comes after the unused id {hole}; ids may skip \
+                     numbers only after the last node with CPUs (a present CPU after an empty \
+                     slot stops Linux 6.1 at boot under TCG)"
+                ));
+            }
         }
         if self.total_cpus() == 0 {
             return Err("it has no CPU".into());
@@ -205,13 +242,28 @@ impl Preset {
                 ));
             }
         }
-        for (id, node) in self.nodes.iter().enumerate() {
-            if node.memory.0 == 0 || !node.memory.0.is_multiple_of(1 << 20) {
+        for node in &self.nodes {
+            let id = node.id();
+            if !node.memory.0.is_multiple_of(1 << 20) {
+                return Err(format!("node {id}: memory must be a whole number of MiB"));
+            }
+            if node.memory.0 == 0 && node.cpus == 0 {
                 return Err(format!(
-                    "node {id}: memory must be a positive number of MiB"
+                    "node {id} has neither memory nor CPUs; leave its id out instead"
                 ));
             }
+            if node.memory.0 == 0 && id == 0 {
+                return Err("node 0 must have memory (Linux boots from it)".into());
+            }
+            let holes = !self.holes().is_empty();
             match (node.cpus, node.initiator) {
+                (0, Some(_)) if holes => {
+                    return Err(format!(
+                        "node {id}: no initiator in a preset with unused ids (the node holds an \
+                         empty CPU slot, and QEMU makes such a node its own initiator)"
+                    ))
+                }
+                (0, None) if holes => {}
                 (0, None) => {
                     return Err(format!(
                         "node {id} has no CPUs: give its initiator (the CPU node nearest to it)"
@@ -228,14 +280,19 @@ impl Preset {
                 _ => {}
             }
         }
-        if self.sockets == 0 || !self.total_cpus().is_multiple_of(self.sockets) {
+        if self.sockets == 0 || !self.possible_cpus().is_multiple_of(self.sockets) {
             return Err(format!(
-                "{} CPUs cannot be split evenly over {} sockets",
-                self.total_cpus(),
+                "{} CPUs{} cannot be split evenly over {} sockets",
+                self.possible_cpus(),
+                if self.holes().is_empty() {
+                    String::new()
+                } else {
+                    " (with a slot for each unused id and each memory-only node after one)".into()
+                },
                 self.sockets
             ));
         }
-        let per_socket = self.total_cpus() / self.sockets;
+        let per_socket = self.possible_cpus() / self.sockets;
         for id in self.node_ids().iter() {
             let cpus = self.cpus_of(id);
             if let (Some(first), Some(last)) = (cpus.first(), cpus.last()) {
@@ -263,14 +320,30 @@ impl Preset {
                 }
             }
         }
+        for node in self.memoryless_nodes().iter() {
+            let nearest = self.nearest(node, &self.memory_nodes());
+            if nearest.len() != 1 {
+                return Err(format!(
+                    "node {node} has no memory and nodes {nearest} are equally near it; Linux's \
+                     choice among them is not the SLIT's, so give one of them a smaller distance"
+                ));
+            }
+        }
+        if !self.hmat.is_empty() && !self.holes().is_empty() {
+            return Err(
+                "hmat: not in a preset with unused ids (QEMU's HMAT needs an initiator for every \
+                 memory-only node, which a node holding an empty CPU slot cannot have)"
+                    .into(),
+            );
+        }
         let mut pairs = Vec::new();
         for entry in &self.hmat {
             let (i, t) = (entry.initiator, entry.target);
             if !self.has_cpus(i) {
                 return Err(format!("hmat: initiator {i} is not a node with CPUs"));
             }
-            if t as usize >= n {
-                return Err(format!("hmat: target {t} does not exist"));
+            if !self.has_memory(t) {
+                return Err(format!("hmat: target {t} is not a node with memory"));
             }
             if entry.latency_ns.is_none() && entry.bandwidth_mib_s.is_none() {
                 return Err(format!(
@@ -288,13 +361,61 @@ impl Preset {
         Ok(())
     }
 
+    /// The description of node `id`.
+    pub(crate) fn spec(&self, id: u32) -> Option<&NodeSpec> {
+        self.nodes.iter().find(|n| n.id() == id)
+    }
+
+    /// The position of node `id` in the description (and in `distances`).
+    fn index(&self, id: u32) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id() == id)
+    }
+
     fn has_cpus(&self, node: u32) -> bool {
-        self.nodes.get(node as usize).is_some_and(|n| n.cpus > 0)
+        self.spec(node).is_some_and(|n| n.cpus > 0)
+    }
+
+    fn has_memory(&self, node: u32) -> bool {
+        self.spec(node).is_some_and(|n| n.memory.0 > 0)
     }
 
     /// Every node id.
     pub fn node_ids(&self) -> NodeSet {
-        (0..self.nodes.len() as u32).collect()
+        self.nodes.iter().map(NodeSpec::id).collect()
+    }
+
+    /// Nodes with memory.
+    pub fn memory_nodes(&self) -> NodeSet {
+        self.node_ids()
+            .iter()
+            .filter(|&n| self.has_memory(n))
+            .collect()
+    }
+
+    /// Ids below the highest that no node has: proximity domains the
+    /// firmware declares with only an empty CPU slot, which Linux knows
+    /// as possible nodes but never brings online.
+    pub fn holes(&self) -> Vec<u32> {
+        let ids = self.node_ids();
+        let top = ids.last().unwrap_or(0);
+        (0..top).filter(|&id| !ids.contains(id)).collect()
+    }
+
+    /// The ids that get an empty, hot-pluggable CPU slot so that Linux,
+    /// which numbers nodes in the order the firmware's SRAT first names
+    /// them (CPUs first, by APIC id), keeps the preset's ids: every id
+    /// from the first hole on that has no CPUs. None without holes.
+    fn empty_slots(&self) -> Vec<u32> {
+        let Some(&first) = self.holes().first() else {
+            return Vec::new();
+        };
+        let top = self.node_ids().last().unwrap_or(0);
+        (first..=top).filter(|&id| !self.has_cpus(id)).collect()
+    }
+
+    /// CPUs the firmware declares: present ones and empty slots.
+    fn possible_cpus(&self) -> u32 {
+        self.total_cpus() + self.empty_slots().len() as u32
     }
 
     /// Nodes with CPUs.
@@ -310,6 +431,11 @@ impl Preset {
         self.node_ids().difference(&self.cpu_nodes())
     }
 
+    /// Nodes with CPUs and no memory.
+    pub fn memoryless_nodes(&self) -> NodeSet {
+        self.node_ids().difference(&self.memory_nodes())
+    }
+
     /// All CPUs.
     pub fn total_cpus(&self) -> u32 {
         self.nodes.iter().map(|n| n.cpus).sum()
@@ -322,15 +448,18 @@ impl Preset {
 
     /// The CPUs of `node` (consecutive numbers, node by node).
     pub fn cpus_of(&self, node: u32) -> CpuSet {
-        let first: u32 = self.nodes.iter().take(node as usize).map(|n| n.cpus).sum();
-        let count = self.nodes.get(node as usize).map_or(0, |n| n.cpus);
+        let Some(index) = self.index(node) else {
+            return CpuSet::new();
+        };
+        let first: u32 = self.nodes.iter().take(index).map(|n| n.cpus).sum();
+        let count = self.nodes[index].cpus;
         (first..first + count).collect()
     }
 
     /// The node whose CPUs Linux links to `node` as its HMAT initiator:
     /// itself when it has CPUs, else its `initiator`.
     pub fn attached_initiator(&self, node: u32) -> Option<u32> {
-        let spec = self.nodes.get(node as usize)?;
+        let spec = self.spec(node)?;
         if spec.cpus > 0 {
             Some(node)
         } else {
@@ -340,7 +469,10 @@ impl Preset {
 
     /// The SLIT distance.
     pub fn distance(&self, from: u32, to: u32) -> Option<u64> {
-        self.distances.get(from as usize)?.get(to as usize).copied()
+        self.distances
+            .get(self.index(from)?)?
+            .get(self.index(to)?)
+            .copied()
     }
 
     /// The nodes of `among` nearest to `from` (several when tied).
@@ -352,9 +484,22 @@ impl Preset {
             .collect()
     }
 
+    /// Where `local` and default allocations of `node`'s CPUs go: `node`
+    /// itself when it has memory, else the nearest node with memory (one,
+    /// checked when the presets file is read).
+    pub fn home_node(&self, node: u32) -> u32 {
+        if self.has_memory(node) {
+            node
+        } else {
+            self.nearest(node, &self.memory_nodes())
+                .first()
+                .unwrap_or(node)
+        }
+    }
+
     /// The range of `MemTotal` the guest may report for `node`, in bytes.
     pub(crate) fn memory_range(&self, node: u32, tolerance: &Tolerance) -> (u64, u64) {
-        let size = self.nodes.get(node as usize).map_or(0, |n| n.memory.0);
+        let size = self.spec(node).map_or(0, |n| n.memory.0);
         let mut slack = (size as f64 * tolerance.memory_percent / 100.0) as u64;
         if node == 0 {
             slack += tolerance.kernel_node_reserve.0;
@@ -397,6 +542,46 @@ impl Preset {
         expected
     }
 
+    /// The memory tiers Linux makes of this machine, tier id to nodes.
+    /// Before Linux 6.7 (`hmat_tiers` false), and for memory with no HMAT
+    /// figures, every node with memory is in the DRAM tier, 4. From 6.7
+    /// a node's abstract distance comes from the HMAT figures of its
+    /// attached initiator, against those of the first node with CPUs
+    /// (mm/memory-tiers.c, `mt_perf_to_adistance`, integer arithmetic in
+    /// its order): 2304 × latency ÷ DRAM latency × DRAM bandwidth ÷
+    /// bandwidth, and its tier is that ÷ 512.
+    pub fn expected_tiers(&self, hmat_tiers: bool) -> BTreeMap<u32, NodeSet> {
+        const DRAM_ADISTANCE: u64 = 4 * 512 + 256;
+        let perf = |node: u32| {
+            let initiator = self.attached_initiator(node)?;
+            let entry = self
+                .hmat
+                .iter()
+                .find(|h| h.initiator == initiator && h.target == node)?;
+            Some((entry.latency_ns?, entry.bandwidth_mib_s?))
+        };
+        let dram = self
+            .cpu_nodes()
+            .intersection(&self.memory_nodes())
+            .iter()
+            .find_map(perf);
+        let mut tiers: BTreeMap<u32, NodeSet> = BTreeMap::new();
+        for node in self.memory_nodes().iter() {
+            let tier = match (hmat_tiers, dram, perf(node)) {
+                (true, Some((dram_latency, dram_bandwidth)), Some((latency, bandwidth))) => {
+                    // Access figures: read and write alike, summed.
+                    let adistance = DRAM_ADISTANCE * (2 * latency) / (2 * dram_latency)
+                        * (2 * dram_bandwidth)
+                        / (2 * bandwidth);
+                    (adistance >> 9) as u32
+                }
+                _ => (DRAM_ADISTANCE >> 9) as u32,
+            };
+            tiers.entry(tier).or_default().insert(node);
+        }
+        tiers
+    }
+
     /// QEMU's options for this machine (without kernel, console and
     /// initramfs).
     pub fn qemu_args(&self) -> Vec<String> {
@@ -407,41 +592,87 @@ impl Preset {
         };
         // HMAT needs hmat=on, and with it every memory-only node needs an
         // initiator.
-        let hmat = !self.hmat.is_empty() || !self.memory_only_nodes().is_empty();
+        let hmat = !self.hmat.is_empty()
+            || (!self.memory_only_nodes().is_empty() && self.holes().is_empty());
         push(
             "-machine",
             if hmat { "pc,hmat=on" } else { "pc" }.to_owned(),
         );
         let cpus = self.total_cpus();
+        let possible = self.possible_cpus();
+        let per_socket = possible / self.sockets;
         push(
             "-smp",
-            format!(
-                "cpus={cpus},sockets={},cores={},threads=1",
-                self.sockets,
-                cpus / self.sockets
-            ),
+            if possible == cpus {
+                format!(
+                    "cpus={cpus},sockets={},cores={per_socket},threads=1",
+                    self.sockets
+                )
+            } else {
+                format!(
+                    "cpus={cpus},maxcpus={possible},sockets={},cores={per_socket},threads=1",
+                    self.sockets
+                )
+            },
         );
         push("-m", format!("{}M", self.total_memory() >> 20));
-        for (id, node) in self.nodes.iter().enumerate() {
+        for node in self.nodes.iter().filter(|n| n.memory.0 > 0) {
             push(
                 "-object",
-                format!("memory-backend-ram,id=m{id},size={}M", node.memory.0 >> 20),
+                format!(
+                    "memory-backend-ram,id=m{},size={}M",
+                    node.id(),
+                    node.memory.0 >> 20
+                ),
             );
         }
-        for (id, node) in self.nodes.iter().enumerate() {
-            let mut spec = format!("node,nodeid={id},memdev=m{id}");
-            let cpus = self.cpus_of(id as u32);
-            if let (Some(first), Some(last)) = (cpus.first(), cpus.last()) {
-                spec.push_str(&format!(",cpus={first}-{last}"));
-            }
-            if let (0, Some(initiator)) = (node.cpus, node.initiator) {
-                spec.push_str(&format!(",initiator={initiator}"));
+        let slots = self.empty_slots();
+        let top = self.node_ids().last().unwrap_or(0);
+        for id in 0..=top {
+            let mut spec = format!("node,nodeid={id}");
+            if let Some(node) = self.spec(id) {
+                if node.memory.0 > 0 {
+                    spec.push_str(&format!(",memdev=m{id}"));
+                }
+                let cpus = self.cpus_of(id);
+                if let (Some(first), Some(last), true) =
+                    (cpus.first(), cpus.last(), slots.is_empty())
+                {
+                    spec.push_str(&format!(",cpus={first}-{last}"));
+                }
+                if let (0, Some(initiator)) = (node.cpus, node.initiator) {
+                    spec.push_str(&format!(",initiator={initiator}"));
+                }
             }
             push("-numa", spec);
         }
-        for (i, row) in self.distances.iter().enumerate() {
-            for (j, d) in row.iter().enumerate() {
+        if !slots.is_empty() {
+            // Every possible CPU is placed by its socket and core: the
+            // present ones (the lowest indices) on their nodes, then one
+            // empty slot per id from the first hole on.
+            let owners = self
+                .nodes
+                .iter()
+                .flat_map(|n| std::iter::repeat_n(n.id(), n.cpus as usize))
+                .chain(slots.iter().copied());
+            for (index, node) in (0..).zip(owners) {
+                push(
+                    "-numa",
+                    format!(
+                        "cpu,node-id={node},socket-id={},core-id={},thread-id=0",
+                        index / per_socket,
+                        index % per_socket
+                    ),
+                );
+            }
+        }
+        // QEMU wants a distance for every pair of its nodes, unused ids
+        // included: those get the preset's largest.
+        let far = self.distances.iter().flatten().max().copied().unwrap_or(20);
+        for i in 0..=top {
+            for j in 0..=top {
                 if i != j {
+                    let d = self.distance(i, j).unwrap_or(far);
                     push("-numa", format!("dist,src={i},dst={j},val={d}"));
                 }
             }
@@ -465,6 +696,13 @@ impl Preset {
             }
         }
         args
+    }
+
+    /// How long a boot of this preset takes, roughly, to put the longest
+    /// first when several run at once: the checks loop over nodes and
+    /// CPUs.
+    pub fn weight(&self) -> usize {
+        self.nodes.len() + self.total_cpus() as usize
     }
 
     /// A one-line summary: `4 nodes (2 memory-only), 4 CPUs, 2.2 GiB`.
@@ -493,9 +731,12 @@ mod tests {
     }
 
     #[test]
-    fn builtin_presets_are_valid_and_cover_the_three_machines() {
+    fn builtin_presets_are_valid_and_cover_the_six_machines() {
         let all = presets();
-        assert_eq!(all.names(), ["two-socket", "cxl", "lopsided"]);
+        assert_eq!(
+            all.names(),
+            ["two-socket", "cxl", "lopsided", "snc", "sparse", "memless"]
+        );
         let two = all.get("two-socket").unwrap();
         assert_eq!(two.cpus_of(1).to_string(), "2-3");
         assert_eq!(two.distance(0, 1), Some(21));
@@ -508,6 +749,44 @@ mod tests {
         assert_eq!(lopsided.nodes[1].memory.0, 256 << 20);
         let err = all.get("eight-socket").unwrap_err();
         assert!(err.contains("two-socket, cxl, lopsided"), "{err}");
+        let snc = all.get("snc").unwrap();
+        assert_eq!((snc.node_ids().len(), snc.sockets), (8, 2));
+        assert_eq!(snc.distance(0, 3), Some(12));
+        assert_eq!(snc.distance(3, 4), Some(32));
+        let sparse = all.get("sparse").unwrap();
+        assert_eq!(sparse.node_ids().to_string(), "0,2,5");
+        assert_eq!(sparse.holes(), [1, 3, 4]);
+        assert_eq!(sparse.distance(2, 5), Some(30));
+        let memless = all.get("memless").unwrap();
+        assert_eq!(memless.memoryless_nodes().to_string(), "2");
+        assert_eq!(memless.memory_nodes().to_string(), "0-1");
+        assert_eq!(memless.home_node(2), 0, "nearest node with memory");
+        assert_eq!(memless.home_node(1), 1);
+    }
+
+    #[test]
+    fn memory_tiers_follow_the_kernel_s_formula() {
+        let all = presets();
+        let cxl = all.get("cxl").unwrap();
+        let tiers = |hmat| -> Vec<(u32, String)> {
+            cxl.expected_tiers(hmat)
+                .into_iter()
+                .map(|(t, n)| (t, n.to_string()))
+                .collect()
+        };
+        assert_eq!(tiers(false), [(4, "0-3".to_owned())]);
+        // As Linux 6.12 made them from the same HMAT in the guest.
+        assert_eq!(
+            tiers(true),
+            [
+                (4, "0".to_owned()),
+                (5, "1".to_owned()),
+                (35, "2".to_owned()),
+                (50, "3".to_owned())
+            ]
+        );
+        let two = all.get("two-socket").unwrap();
+        assert_eq!(two.expected_tiers(true).len(), 1, "no HMAT: all DRAM");
     }
 
     #[test]

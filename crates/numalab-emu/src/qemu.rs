@@ -14,8 +14,8 @@ use anyhow::{Context, Result};
 use crate::preset::Preset;
 
 /// The Debian packages that provide everything the suite needs.
-pub(crate) const INSTALL: &str =
-    "install with apt-get install qemu-system-x86 linux-image-amd64 busybox-static cpio";
+pub(crate) const INSTALL: &str = "install with apt-get install qemu-system-x86 linux-image-amd64 \
+     linux-image-6.12-amd64 busybox-static cpio";
 
 /// A prerequisite the host lacks.
 ///
@@ -41,13 +41,62 @@ impl std::fmt::Display for Missing {
     }
 }
 
+/// A guest kernel image and the release it boots (`6.12.117+deb12-amd64`,
+/// from its file name `vmlinuz-RELEASE`, which also names its modules'
+/// directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kernel {
+    /// The image.
+    pub path: PathBuf,
+    /// The release, or the file name when it is not `vmlinuz-RELEASE`.
+    pub release: String,
+}
+
+impl Kernel {
+    /// The kernel at `path`.
+    pub fn at(path: PathBuf) -> Kernel {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let release = name.strip_prefix("vmlinuz-").unwrap_or(&name).to_owned();
+        Kernel { path, release }
+    }
+
+    /// `(major, minor)` of the release, `(0, 0)` when it has none.
+    pub fn version(&self) -> (u64, u64) {
+        let key = version_key(&self.release);
+        (
+            key.first().copied().unwrap_or(0),
+            key.get(1).copied().unwrap_or(0),
+        )
+    }
+
+    /// `6.12`: the series, as the suite's output names the kernel.
+    pub fn series(&self) -> String {
+        let (major, minor) = self.version();
+        format!("{major}.{minor}")
+    }
+}
+
+/// The kernel series the suite boots by default: one before Linux 6.9
+/// (Debian bookworm's 6.1) and one from 6.9 on, where weighted interleave,
+/// HMAT access classes for CPU initiators and HMAT-based memory tiers are.
+pub(crate) const NEWER_KERNEL: (u64, u64) = (6, 9);
+
+/// What to install for the newer kernel.
+pub(crate) const INSTALL_NEWER: &str = "install with apt-get install linux-image-6.12-amd64";
+
 /// The host programs and files a boot needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Prerequisites {
     /// `qemu-system-x86_64`.
     pub(crate) qemu: PathBuf,
-    /// The Linux kernel image to boot.
-    pub(crate) kernel: PathBuf,
+    /// The Linux kernel images to boot, oldest first.
+    pub(crate) kernels: Vec<Kernel>,
+    /// A kernel series the suite should boot but the host lacks (outside
+    /// CI: said, and the others run; in CI: a failure).
+    pub(crate) missing_kernel: Option<Missing>,
     /// A busybox to be the guest's shell and tools.
     pub(crate) busybox: PathBuf,
 }
@@ -68,10 +117,27 @@ fn version_key(name: &str) -> Vec<u64> {
         .collect()
 }
 
+/// From the images in `/boot`, the newest before [`NEWER_KERNEL`] and the
+/// newest from it on (either may be absent), oldest first.
+fn default_kernels(images: Vec<PathBuf>) -> Vec<Kernel> {
+    let mut kernels: Vec<Kernel> = images.into_iter().map(Kernel::at).collect();
+    kernels.sort_by_key(|k| version_key(&k.release));
+    let older = kernels
+        .iter()
+        .rfind(|k| k.version() < NEWER_KERNEL)
+        .cloned();
+    let newer = kernels
+        .iter()
+        .rfind(|k| k.version() >= NEWER_KERNEL)
+        .cloned();
+    older.into_iter().chain(newer).collect()
+}
+
 impl Prerequisites {
-    /// Looks for QEMU, a kernel (`$NUMALAB_EMU_KERNEL`, else the newest
-    /// `/boot/vmlinuz-*`) and busybox; says what is missing and how to get
-    /// it.
+    /// Looks for QEMU, the kernels (`$NUMALAB_EMU_KERNEL`, one image or
+    /// several separated by `:`, else from `/boot` the newest image before
+    /// Linux 6.9 and the newest from 6.9 on) and busybox; says what is
+    /// missing and how to get it.
     pub(crate) fn find() -> Result<Prerequisites, Missing> {
         let missing = |what: String| Missing {
             what,
@@ -89,10 +155,14 @@ impl Prerequisites {
             what: "ldd not found".into(),
             fix: "install with apt-get install libc-bin".into(),
         })?;
-        let kernel = match env::var_os("NUMALAB_EMU_KERNEL") {
-            Some(path) => PathBuf::from(path),
+        let mut missing_kernel = None;
+        let kernels = match env::var_os("NUMALAB_EMU_KERNEL") {
+            Some(paths) => env::split_paths(&paths)
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(Kernel::at)
+                .collect(),
             None => {
-                let mut images: Vec<PathBuf> = fs::read_dir("/boot")
+                let images: Vec<PathBuf> = fs::read_dir("/boot")
                     .map(|dir| {
                         dir.flatten()
                             .map(|e| e.path())
@@ -104,31 +174,58 @@ impl Prerequisites {
                             .collect()
                     })
                     .unwrap_or_default();
-                images.sort_by_key(|p| version_key(&p.to_string_lossy()));
-                images
-                    .pop()
-                    .ok_or_else(|| missing("no Linux kernel image in /boot".into()))?
+                let kernels = default_kernels(images);
+                if kernels.len() == 1 {
+                    let (major, minor) = NEWER_KERNEL;
+                    missing_kernel = Some(if kernels[0].version() < NEWER_KERNEL {
+                        Missing {
+                            what: format!(
+                                "no Linux {major}.{minor} or later kernel image in /boot"
+                            ),
+                            fix: INSTALL_NEWER.to_owned(),
+                        }
+                    } else {
+                        Missing {
+                            what: format!(
+                                "no kernel image older than Linux {major}.{minor} in /boot"
+                            ),
+                            fix: "install with apt-get install linux-image-amd64 (Debian 12)"
+                                .into(),
+                        }
+                    });
+                }
+                kernels
             }
         };
-        if let Err(err) = fs::File::open(&kernel) {
-            let what = format!("cannot read the kernel image {}: {err}", kernel.display());
-            return Err(if err.kind() == std::io::ErrorKind::PermissionDenied {
-                Missing {
-                    what,
-                    fix: format!(
-                        "Debian installs kernel images readable by root only (mode 0600): run as \
-                         root, or point NUMALAB_EMU_KERNEL at a readable copy (sudo install -m \
-                         0644 {} ~/vmlinuz)",
-                        kernel.display()
-                    ),
-                }
-            } else {
-                missing(what)
-            });
+        if kernels.is_empty() {
+            return Err(missing("no Linux kernel image in /boot".into()));
+        }
+        for kernel in &kernels {
+            if let Err(err) = fs::File::open(&kernel.path) {
+                let what = format!(
+                    "cannot read the kernel image {}: {err}",
+                    kernel.path.display()
+                );
+                return Err(if err.kind() == std::io::ErrorKind::PermissionDenied {
+                    Missing {
+                        what,
+                        fix: format!(
+                            "Debian installs kernel images readable by root only (mode 0600): run \
+                             as root, or point NUMALAB_EMU_KERNEL at readable copies (sudo install \
+                             -m 0644 {} ~/vmlinuz-{}), several separated by `:`",
+                            kernel.path.display(),
+                            kernel.release
+                        ),
+                    }
+                } else {
+                    missing(what)
+                });
+            }
         }
         Ok(Prerequisites {
             qemu,
-            kernel,
+            kernels,
+            missing_kernel,
             busybox,
         })
     }
@@ -139,12 +236,15 @@ impl Prerequisites {
 /// ```
 /// use std::time::Duration;
 /// use numalab_emu::qemu::BootOptions;
-/// // Only the topology checks, console shown as the guest boots.
+/// // Only the topology checks on Linux 6.12, console shown as the guest
+/// // boots.
 /// let options = BootOptions {
 ///     timeout: Duration::from_secs(120),
 ///     checks: Some("topo".into()),
 ///     shell: false,
 ///     echo: true,
+///     kernels: vec!["6.12".into()],
+///     jobs: 1,
 /// };
 /// assert_eq!(options.checks.as_deref(), Some("topo"));
 /// ```
@@ -159,6 +259,12 @@ pub struct BootOptions {
     pub shell: bool,
     /// Copy the guest's console to standard error as it comes.
     pub echo: bool,
+    /// Boot only these kernels (a series such as `6.12`, or the start of
+    /// a release); every kernel found when empty.
+    pub kernels: Vec<String>,
+    /// How many guests [`run_suite`](crate::harness::run_suite) boots at
+    /// once.
+    pub jobs: usize,
 }
 
 /// How a boot ended.
@@ -209,10 +315,25 @@ pub(crate) fn kernel_command_line(preset: &Preset, options: &BootOptions) -> Str
     line
 }
 
+/// QEMU's accelerator: `tcg,thread=single` (one host thread runs every
+/// vCPU in turn), or `$NUMALAB_EMU_ACCEL`.
+///
+/// Not multi-threaded TCG: with a host thread per vCPU, a vCPU sometimes
+/// executes kernel code another vCPU has just finished patching, and the
+/// guest dies with `Oops: int3` in `__schedule` or stops without a word.
+/// Linux patches its text whenever a static key flips (perf events opened
+/// and closed, `numa_balancing` switched, a tracepoint enabled), so
+/// `numalab report`, `run` and `profile` hit it. `repro/tcg-text-poke.sh`
+/// shows it with busybox alone; README "What emulation cannot show".
+pub fn accel() -> String {
+    env::var("NUMALAB_EMU_ACCEL").unwrap_or_else(|_| "tcg,thread=single".to_owned())
+}
+
 /// Boots `preset` with `initramfs` and waits for it to power off (or for
 /// the timeout). `workdir` receives the results port's file.
 pub(crate) fn boot(
     prerequisites: &Prerequisites,
+    kernel: &Kernel,
     initramfs: &Path,
     preset: &Preset,
     options: &BootOptions,
@@ -220,14 +341,15 @@ pub(crate) fn boot(
 ) -> Result<Boot> {
     fs::create_dir_all(workdir).with_context(|| format!("creating {}", workdir.display()))?;
     let results_path = workdir.join(format!(
-        "results-{}-{}.txt",
+        "results-{}-{}-{}.txt",
         preset.name,
+        kernel.release,
         std::process::id()
     ));
     let _ = fs::remove_file(&results_path);
     let mut command = Command::new(&prerequisites.qemu);
     command
-        .args(["-accel", "tcg", "-cpu", "max"])
+        .args(["-accel", &accel(), "-cpu", "max"])
         .args([
             "-nodefaults",
             "-no-user-config",
@@ -237,7 +359,7 @@ pub(crate) fn boot(
         ])
         .args(preset.qemu_args())
         .arg("-kernel")
-        .arg(&prerequisites.kernel)
+        .arg(&kernel.path)
         .arg("-initrd")
         .arg(initramfs)
         .arg("-append")
@@ -337,6 +459,24 @@ mod tests {
     }
 
     #[test]
+    fn one_kernel_before_6_9_and_one_from_it() {
+        let images = [
+            "/boot/vmlinuz-6.1.0-9-amd64",
+            "/boot/vmlinuz-6.12.117+deb12-amd64",
+            "/boot/vmlinuz-6.1.0-56-amd64",
+            "/boot/vmlinuz-6.10.2-amd64",
+        ];
+        let kernels = default_kernels(images.iter().map(PathBuf::from).collect());
+        let releases: Vec<&str> = kernels.iter().map(|k| k.release.as_str()).collect();
+        assert_eq!(releases, ["6.1.0-56-amd64", "6.12.117+deb12-amd64"]);
+        assert_eq!(kernels[1].series(), "6.12");
+        assert_eq!(kernels[0].version(), (6, 1));
+        let only_old = default_kernels(vec![PathBuf::from("/boot/vmlinuz-6.1.0-56-amd64")]);
+        assert_eq!(only_old.len(), 1);
+        assert_eq!(Kernel::at(PathBuf::from("/tmp/bzImage")).release, "bzImage");
+    }
+
+    #[test]
     fn command_line_carries_the_preset_and_options() {
         let presets = crate::preset::Presets::builtin().unwrap();
         let preset = presets.get("cxl").unwrap();
@@ -345,6 +485,8 @@ mod tests {
             checks: Some("topo".into()),
             shell: true,
             echo: false,
+            kernels: Vec::new(),
+            jobs: 1,
         };
         let line = kernel_command_line(preset, &options);
         assert!(line.contains("console=ttyS0"), "{line}");

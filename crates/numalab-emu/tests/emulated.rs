@@ -8,7 +8,7 @@
 
 use std::process::ExitCode;
 
-use numalab_emu::harness::{default_timeout, run_suite, SuiteEnd};
+use numalab_emu::harness::{default_jobs, default_timeout, run_suite, SuiteEnd};
 use numalab_emu::preset::Presets;
 use numalab_emu::qemu::BootOptions;
 
@@ -36,6 +36,8 @@ fn main() -> ExitCode {
         checks: None,
         shell: false,
         echo: false,
+        kernels: Vec::new(),
+        jobs: default_jobs(),
     };
     match run_suite(&chosen, &options) {
         SuiteEnd::Passed | SuiteEnd::Skipped(_) => ExitCode::SUCCESS,

@@ -26,9 +26,32 @@ fn audit_line(out: &mut Outcome, what: String, buffer: &NodeBuffer) {
     out.check(what, "audit: match", audit.note.clone(), audit.is_match());
 }
 
-/// Bound to each node, every page is there.
+/// A buffer for a policy on `node`, a node without memory: refused
+/// before anything is mapped, naming the node and the nodes with memory.
+fn refused_without_memory(guest: &Guest, out: &mut Outcome, policy: MemPolicy, node: u32) {
+    let found = match place(policy.clone()) {
+        Ok(_) => "no error: the buffer was made".to_owned(),
+        Err(err) => err.to_string(),
+    };
+    let needle = format!(
+        "node {node} has no memory; nodes with memory: {}",
+        guest.preset.memory_nodes()
+    );
+    out.check(
+        format!("{policy} (node {node} has no memory)"),
+        format!("refused: {needle}"),
+        &found,
+        found.contains(&needle),
+    );
+}
+
+/// Bound to each node with memory, every page is there; a memory-less
+/// node is refused.
 pub fn bind(guest: &Guest, out: &mut Outcome) -> Result<()> {
-    for node in guest.preset.node_ids().iter() {
+    for node in guest.preset.memoryless_nodes().iter() {
+        refused_without_memory(guest, out, MemPolicy::Bind(NodeSet::single(node)), node);
+    }
+    for node in guest.preset.memory_nodes().iter() {
         let buffer = place(MemPolicy::Bind(NodeSet::single(node)))?;
         expect_pages(
             out,
@@ -42,9 +65,13 @@ pub fn bind(guest: &Guest, out: &mut Outcome) -> Result<()> {
     Ok(())
 }
 
-/// Preferring each node, every page is there (it has room).
+/// Preferring each node with memory, every page is there (it has
+/// room); a memory-less node is refused.
 pub fn preferred(guest: &Guest, out: &mut Outcome) -> Result<()> {
-    for node in guest.preset.node_ids().iter() {
+    for node in guest.preset.memoryless_nodes().iter() {
+        refused_without_memory(guest, out, MemPolicy::Preferred(node), node);
+    }
+    for node in guest.preset.memory_nodes().iter() {
         let buffer = place(MemPolicy::Preferred(node))?;
         expect_pages(
             out,
@@ -59,16 +86,17 @@ pub fn preferred(guest: &Guest, out: &mut Outcome) -> Result<()> {
 }
 
 /// From a thread on each CPU node, preferred-many over the other nodes
-/// takes the nearest of them by the preset's distances (Linux walks its
-/// zonelist, nearest first).
+/// with memory takes the nearest of them by the preset's distances (Linux
+/// walks its zonelist, nearest first).
 pub fn preferred_many(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let preset = &guest.preset;
+    let memory = preset.memory_nodes();
     for cpu_node in preset.cpu_nodes().iter() {
-        let others = preset.node_ids().difference(&NodeSet::single(cpu_node));
+        let others = memory.difference(&NodeSet::single(cpu_node));
         let set = if others.len() >= 2 {
             others
         } else {
-            preset.node_ids()
+            memory.clone()
         };
         let nearest = preset.nearest(cpu_node, &set);
         let policy = MemPolicy::PreferredMany(set.clone());
@@ -104,11 +132,11 @@ pub fn preferred_many(guest: &Guest, out: &mut Outcome) -> Result<()> {
     Ok(())
 }
 
-/// Interleave splits pages evenly: over two nodes, over every node, and
-/// over a CPU node with a memory-only one.
+/// Interleave splits pages evenly: over two nodes, over every node with
+/// memory, and over a CPU node with a memory-only one.
 pub fn interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let preset = &guest.preset;
-    let all = preset.node_ids();
+    let all = preset.memory_nodes();
     let mut sets: Vec<NodeSet> = vec![all.iter().take(2).collect()];
     if all.len() > 2 {
         sets.push(all.clone());
@@ -135,9 +163,10 @@ pub fn interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
 }
 
 /// `local` and `default` from a thread pinned on each CPU node land on
-/// that node.
+/// that node, or for a memory-less node on the nearest node with memory.
 pub fn local(guest: &Guest, out: &mut Outcome) -> Result<()> {
     for node in guest.preset.cpu_nodes().iter() {
+        let home = guest.preset.home_node(node);
         for policy in [MemPolicy::Local, MemPolicy::Default] {
             let (ran_on, buffer) = guest.on_node(node, || place(policy.clone()))?;
             let buffer = buffer?;
@@ -150,7 +179,7 @@ pub fn local(guest: &Guest, out: &mut Outcome) -> Result<()> {
             expect_pages(
                 out,
                 format!("{policy} from node {node}"),
-                &Pages::on(node, PAGES),
+                &Pages::on(home, PAGES),
                 &buffer.locate(Sample::All)?,
                 0,
             );
@@ -161,31 +190,45 @@ pub fn local(guest: &Guest, out: &mut Outcome) -> Result<()> {
 }
 
 /// Weighted interleave: on Linux 6.9 and later pages follow the weights
-/// (3:1); before, making the buffer fails with an error naming
-/// `MPOL_WEIGHTED_INTERLEAVE` and the kernel version it needs.
+/// (3:1 over two nodes with memory, and 2:1:1 over three where the preset
+/// has them), each node within a page per 100 of its share; before,
+/// making the buffer fails with an error naming `MPOL_WEIGHTED_INTERLEAVE`
+/// and the kernel version it needs.
 pub fn weighted_interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
-    let nodes: Vec<u32> = guest.preset.node_ids().iter().take(2).collect();
-    let weights: BTreeMap<u32, u8> =
-        BTreeMap::from([(nodes[0], 3), (*nodes.last().unwrap_or(&0), 1)]);
-    let policy = MemPolicy::WeightedInterleave(weights.clone());
+    let nodes: Vec<u32> = guest.preset.memory_nodes().iter().collect();
     if guest.kernel_at_least(6, 9) {
-        let _restore = InterleaveWeights::set(&weights)?;
-        let buffer = place(policy.clone())?;
-        let expected = Pages(
-            weights
-                .iter()
-                .map(|(n, w)| (*n, PAGES * u64::from(*w) / 4))
-                .collect(),
-        );
-        expect_pages(
-            out,
-            format!("{policy}"),
-            &expected,
-            &buffer.locate(Sample::All)?,
-            6,
-        );
-        audit_line(out, format!("{policy} audit"), &buffer);
+        if nodes.len() < 2 {
+            out.not_applicable("the preset has one node with memory: nothing to weigh");
+            return Ok(());
+        }
+        let mut cases = vec![BTreeMap::from([(nodes[0], 3u8), (nodes[1], 1)])];
+        if let [a, b, c, ..] = nodes[..] {
+            cases.push(BTreeMap::from([(a, 2), (b, 1), (c, 1)]));
+        }
+        for weights in cases {
+            let _restore = InterleaveWeights::set(&weights)?;
+            let policy = MemPolicy::WeightedInterleave(weights.clone());
+            let buffer = place(policy.clone())?;
+            let total: u64 = weights.values().map(|&w| u64::from(w)).sum();
+            let expected = Pages(
+                weights
+                    .iter()
+                    .map(|(n, w)| (*n, PAGES * u64::from(*w) / total))
+                    .collect(),
+            );
+            expect_pages(
+                out,
+                format!("{policy}"),
+                &expected,
+                &buffer.locate(Sample::All)?,
+                PAGES / 100,
+            );
+            audit_line(out, format!("{policy} audit"), &buffer);
+        }
     } else {
+        let weights: BTreeMap<u32, u8> =
+            BTreeMap::from([(nodes[0], 3), (*nodes.last().unwrap_or(&0), 1)]);
+        let policy = MemPolicy::WeightedInterleave(weights);
         let err = match place(policy.clone()) {
             Ok(_) => "no error: the buffer was made".to_owned(),
             Err(err) => err.to_string(),
@@ -204,7 +247,7 @@ pub fn weighted_interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
 /// A buffer filled with a pattern moves to each other node in turn, then
 /// to an interleave over all nodes; every page follows, bytes unchanged.
 pub fn migrate(guest: &Guest, out: &mut Outcome) -> Result<()> {
-    let nodes = guest.preset.node_ids();
+    let nodes = guest.preset.memory_nodes();
     let first = nodes.first().unwrap_or(0);
     let mut buffer = place(MemPolicy::Bind(NodeSet::single(first)))?;
     for (i, byte) in buffer.as_mut_slice().iter_mut().enumerate() {

@@ -98,7 +98,25 @@ fn total(pages: &Pages) -> u64 {
 pub fn policies(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let _thp = ThpSetting::set("never")?;
     let preset = &guest.preset;
-    let nodes = preset.node_ids();
+    let nodes = preset.memory_nodes();
+    // A node without memory is refused, as numactl refuses it.
+    for node in preset.memoryless_nodes().iter() {
+        for flag in [format!("--membind={node}"), format!("--preferred={node}")] {
+            let ran = guest.numalab(&["exec", &flag, "--", "true"])?;
+            let needle = format!("node {node} has no memory");
+            out.same(
+                format!("exec {flag}: exit status"),
+                "Some(125)",
+                format!("{:?}", ran.code),
+            );
+            out.check(
+                format!("exec {flag}: error"),
+                format!("names {needle}"),
+                ran.stderr.trim(),
+                ran.stderr.contains(&needle),
+            );
+        }
+    }
     // (flags, where the pages must be, slack per node)
     let mut cases: Vec<(Vec<String>, Expect)> = Vec::new();
     for node in nodes.iter() {
@@ -106,9 +124,11 @@ pub fn policies(guest: &Guest, out: &mut Outcome) -> Result<()> {
         cases.push((vec![format!("--preferred={node}")], Expect::On(node)));
     }
     for cpu_node in preset.cpu_nodes().iter() {
+        // A memory-less node's CPUs allocate locally from the nearest
+        // node with memory.
         cases.push((
             vec![format!("--cpunodebind={cpu_node}"), "--localalloc".into()],
-            Expect::On(cpu_node),
+            Expect::On(preset.home_node(cpu_node)),
         ));
         let others = nodes.difference(&NodeSet::single(cpu_node));
         let set = if others.len() >= 2 {
@@ -173,26 +193,32 @@ enum Expect {
 }
 
 /// `numalab exec --cpunodebind=N --membind=N`: the command may run only on
-/// node N's CPUs (its `Cpus_allowed_list`), and its pages are on node N.
+/// node N's CPUs (its `Cpus_allowed_list`), and its pages are on node N
+/// (for a memory-less node N, `--membind` names the nearest node with
+/// memory).
 pub fn cpunodebind(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let script =
         "grep Cpus_allowed_list /proc/self/status; dd if=/dev/zero of=/dev/null bs=8M count=1";
-    for node in guest.preset.cpu_nodes().iter() {
-        let flags = vec![format!("--cpunodebind={node}"), format!("--membind={node}")];
+    for cpu_node in guest.preset.cpu_nodes().iter() {
+        let node = guest.preset.home_node(cpu_node);
+        let flags = vec![
+            format!("--cpunodebind={cpu_node}"),
+            format!("--membind={node}"),
+        ];
         let (ran, report) = exec(guest, &flags, &["sh", "-c", script])?;
         let allowed = ran
             .stdout
             .lines()
             .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
             .map_or("missing".to_owned(), |v| v.trim().to_owned());
-        let cpus = guest.preset.cpus_of(node).to_string();
+        let cpus = guest.preset.cpus_of(cpu_node).to_string();
         out.same(
-            format!("node {node}: the command's Cpus_allowed_list"),
+            format!("node {cpu_node}: the command's Cpus_allowed_list"),
             &cpus,
             allowed,
         );
         out.same(
-            format!("node {node}: exec report cpus"),
+            format!("node {cpu_node}: exec report cpus"),
             &cpus,
             report
                 .cpus
@@ -232,7 +258,7 @@ pub fn interleave_thp(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // sysctl/vm.rst, compact_memory), so the check measures interleaving.
     let _ = fs::write("/proc/sys/vm/drop_caches", "3");
     let _ = fs::write("/proc/sys/vm/compact_memory", "1");
-    let nodes = guest.preset.node_ids();
+    let nodes = guest.preset.memory_nodes();
     let flags = vec![format!("--interleave={nodes}")];
     let (_, report) = exec(
         guest,
@@ -273,9 +299,13 @@ pub fn interleave_thp(guest: &Guest, out: &mut Outcome) -> Result<()> {
 /// follow the weights; before, numalab refuses (exit 125) naming
 /// `MPOL_WEIGHTED_INTERLEAVE` and the version it needs.
 pub fn weighted_interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
-    let nodes: Vec<u32> = guest.preset.node_ids().iter().take(2).collect();
+    let nodes: Vec<u32> = guest.preset.memory_nodes().iter().take(2).collect();
     let (a, b) = (nodes[0], nodes[nodes.len() - 1]);
     if guest.kernel_at_least(6, 9) {
+        if a == b {
+            out.not_applicable("the preset has one node with memory: nothing to weigh");
+            return Ok(());
+        }
         let flags = vec![format!("--weighted-interleave={a}:3,{b}:1")];
         let (_, report) = exec(guest, &flags, &DD)?;
         let found = private_pages(&report);
@@ -337,8 +367,12 @@ pub fn weights_restored_on_sigterm(guest: &Guest, out: &mut Outcome) -> Result<(
         out.not_applicable("the kernel has no weighted interleave (Linux 6.9)");
         return Ok(());
     }
-    let nodes: Vec<u32> = guest.preset.node_ids().iter().take(2).collect();
+    let nodes: Vec<u32> = guest.preset.memory_nodes().iter().take(2).collect();
     let (a, b) = (nodes[0], nodes[nodes.len() - 1]);
+    if a == b {
+        out.not_applicable("the preset has one node with memory: nothing to weigh");
+        return Ok(());
+    }
     let before = (weight_of(a), weight_of(b), weights_auto());
     let pidfile = "/tmp/numalab-exec-sigterm.pid";
     let _ = fs::remove_file(pidfile);

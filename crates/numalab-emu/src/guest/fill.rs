@@ -15,22 +15,25 @@ const MIB: u64 = 1 << 20;
 
 /// The fill: which node, how much.
 struct Plan {
-    /// The CPU node with the least free memory.
+    /// The node with CPUs and memory with the least free memory.
     node: u32,
     /// Its free memory before the fill.
     free: u64,
-    /// The node the spill should go to.
-    nearest: u32,
+    /// The nodes the spill should go to: the other nodes with memory
+    /// nearest to `node` (several when the SLIT ties them, as within an
+    /// SNC package).
+    nearest: NodeSet,
     /// Bytes to fill: the node's free memory and a quarter more (at least
-    /// 64 MiB), within half of what the nearest node has free.
+    /// 64 MiB), within half of what each nearest node has free.
     size: u64,
 }
 
 fn plan(guest: &Guest) -> Result<Option<Plan>> {
     let preset = &guest.preset;
     let free = |n: u32| NodeMemory::read(n).map(|m| m.free_bytes);
+    let memory = preset.memory_nodes();
     let mut best: Option<(u32, u64)> = None;
-    for node in preset.cpu_nodes().iter() {
+    for node in preset.cpu_nodes().intersection(&memory).iter() {
         let bytes = free(node)?;
         if best.is_none_or(|(_, b)| bytes < b) {
             best = Some((node, bytes));
@@ -39,12 +42,15 @@ fn plan(guest: &Guest) -> Result<Option<Plan>> {
     let Some((node, node_free)) = best else {
         return Ok(None);
     };
-    let others = preset.node_ids().difference(&NodeSet::single(node));
+    let others = memory.difference(&NodeSet::single(node));
     let nearest = preset.nearest(node, &others);
-    let (1, Some(nearest)) = (nearest.len(), nearest.first()) else {
+    if nearest.is_empty() {
         return Ok(None);
-    };
-    let room = free(nearest)? / 2;
+    }
+    let mut room = u64::MAX;
+    for n in nearest.iter() {
+        room = room.min(free(n)? / 2);
+    }
     let spill = (node_free / 4).max(64 * MIB).min(room);
     if spill < 16 * MIB {
         return Ok(None);
@@ -67,7 +73,7 @@ fn fill(guest: &Guest, flags: &[String]) -> Result<FillReport> {
 /// first, the rest goes to the nearest node by the preset's distances.
 pub fn spill(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let Some(plan) = plan(guest)? else {
-        out.not_applicable("the preset has no CPU node with a single nearest node to spill to");
+        out.not_applicable("the preset has one node with memory: nothing to spill to");
         return Ok(());
     };
     let size = format!("{}M", plan.size / MIB);
@@ -121,9 +127,9 @@ pub fn spill(guest: &Guest, out: &mut Outcome) -> Result<()> {
             spilled,
             spilled > 0,
         );
-        let on_nearest = pages.on_node(plan.nearest);
+        let on_nearest = pages.on_nodes(&plan.nearest);
         out.check(
-            format!("{label}: spilled pages on node {} (nearest)", plan.nearest),
+            format!("{label}: spilled pages on nodes {} (nearest)", plan.nearest),
             format!(">= {} (99% of the spill)", spilled * 99 / 100),
             on_nearest,
             on_nearest >= spilled * 99 / 100,
@@ -146,7 +152,7 @@ pub fn spill(guest: &Guest, out: &mut Outcome) -> Result<()> {
 /// anything is allocated, naming the node and its free memory.
 pub fn bind_refused(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let Some(plan) = plan(guest)? else {
-        out.not_applicable("the preset has no CPU node with a single nearest node");
+        out.not_applicable("the preset has one node with memory: nothing to spill to");
         return Ok(());
     };
     let size = format!("{}M", plan.size / MIB);

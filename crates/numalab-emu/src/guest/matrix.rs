@@ -21,7 +21,7 @@ pub fn shape(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // Read as its type: the schema and version are checked on the way.
     let result: MatrixResult = guest.numalab_result(&["matrix", "--quick", "--json"])?;
     let preset = &guest.preset;
-    let (rows, cols) = (preset.cpu_nodes(), preset.node_ids());
+    let (rows, cols) = (preset.cpu_nodes(), preset.memory_nodes());
     out.same(
         "--quick chase working set under TCG",
         4 << 20,

@@ -28,8 +28,10 @@ pub mod buffer;
 pub mod exec;
 pub mod fill;
 pub mod matrix;
+pub mod oracle;
 pub mod pagecache;
 pub mod replicated;
+pub mod report;
 pub mod ring;
 pub mod run;
 pub mod topo;
@@ -60,7 +62,7 @@ use crate::report::{CheckReport, Comparison, GuestEnd, GuestStart, Status, BEGIN
 /// ```
 /// use numalab_emu::guest::CHECKS;
 /// let topology: Vec<&str> = CHECKS.iter().map(|c| c.name).filter(|n| n.starts_with("topo.")).collect();
-/// assert_eq!(topology, ["topo.nodes", "topo.distances", "topo.hmat"]);
+/// assert_eq!(topology, ["topo.nodes", "topo.distances", "topo.hmat", "topo.tiers"]);
 /// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Check {
@@ -88,6 +90,16 @@ pub const CHECKS: &[Check] = &[
         name: "topo.hmat",
         about: "numalab topo --json: HMAT latency and bandwidth as Linux publishes them",
         run: topo::hmat,
+    },
+    Check {
+        name: "topo.tiers",
+        about: "numalab topo: the kernel's memory tiers as Linux makes them of the preset (HMAT-placed from 6.7), demotion, numa_balancing's tiering mode",
+        run: topo::tiers,
+    },
+    Check {
+        name: "oracle.hardware",
+        about: "numalab topo --json beside numactl --hardware and lstopo --of xml in the same guest: nodes, CPUs, memory within 1%, distances exactly",
+        run: oracle::hardware,
     },
     Check {
         name: "buffer.bind",
@@ -133,6 +145,11 @@ pub const CHECKS: &[Check] = &[
         name: "exec.policies",
         about: "numalab exec with every policy: dd's buffer lands as asked, report agrees",
         run: exec::policies,
+    },
+    Check {
+        name: "oracle.numastat",
+        about: "every policy: the same 32 MiB placed by numactl and by numalab exec, numastat -p's MB per node within 1%; a node without memory refused by both",
+        run: oracle::numastat,
     },
     Check {
         name: "exec.cpunodebind",
@@ -223,6 +240,11 @@ pub const CHECKS: &[Check] = &[
         name: "matrix.shape",
         about: "numalab matrix --quick: CPU nodes x memory nodes, every cell on its node, SLIT and HMAT beside it",
         run: matrix::shape,
+    },
+    Check {
+        name: "report.quick",
+        about: "numalab report --quick --json whole: the preset's nodes, the matrix's shape with every cell on its node, every sweep cell's regions where its policy puts them, findings",
+        run: report::quick,
     },
 ];
 
@@ -724,6 +746,16 @@ pub fn main() -> ExitCode {
                 advise::write_quarter();
                 return ExitCode::SUCCESS;
             }
+            "--hold" => {
+                let (mib, pidfile) = (args.next().unwrap_or_default(), args.next());
+                return match oracle::hold(&mib, &pidfile.unwrap_or_default()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(err) => {
+                        eprintln!("numalab-guest --hold: {err:#}");
+                        ExitCode::from(1)
+                    }
+                };
+            }
             "--allocate" => {
                 return match advise::allocate_in_turn(&args.next().unwrap_or_default()) {
                     Ok(()) => ExitCode::SUCCESS,
@@ -748,7 +780,13 @@ pub fn main() -> ExitCode {
             }
         }
     }
-    let presets = match Presets::builtin() {
+    // The host may hand the guest other expectations than its own copy
+    // (`harness::boot_with_expectations`).
+    let presets = match fs::read_to_string(crate::harness::GUEST_PRESETS) {
+        Ok(text) => Presets::parse(&text),
+        Err(_) => Presets::builtin(),
+    };
+    let presets = match presets {
         Ok(p) => p,
         Err(err) => {
             eprintln!("numalab-guest: {err}");

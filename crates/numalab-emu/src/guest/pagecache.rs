@@ -39,7 +39,7 @@ fn write_on(node: u32, path: &std::path::Path) -> Result<()> {
 /// by `numalab fincore`, page for page, and node N's `FilePages` grew by
 /// about its size.
 pub fn nodes(guest: &Guest, out: &mut Outcome) -> Result<()> {
-    for node in guest.preset.node_ids().iter() {
+    for node in guest.preset.memory_nodes().iter() {
         let path = std::env::temp_dir().join(format!("emu-fincore-{node}"));
         let before = NodeMemory::read(node)?.file_bytes;
         write_on(node, &path)?;
@@ -172,19 +172,22 @@ pub fn replicate(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let through: Vec<_> = report.cells.iter().filter(|c| c.copies).collect();
     out.same("cells through copies", cpu_nodes.len(), through.len());
     for cell in through {
-        let node = cell.reader_node.unwrap_or(u32::MAX);
+        let reader = cell.reader_node.unwrap_or(u32::MAX);
+        // A memory-less node reads the copies of the nearest node with
+        // memory.
+        let node = guest.preset.home_node(reader);
         let pages = cell
             .copy_audit
             .as_ref()
             .map(|a| a.pages.clone())
             .unwrap_or_default();
         out.same(
-            format!("copies for node {node}: pages on node {node}"),
+            format!("copies for node {reader}: pages on node {node}"),
             1024,
             pages.get(&node).copied().unwrap_or(0),
         );
         out.same(
-            format!("copies for node {node}: pages elsewhere"),
+            format!("copies for node {reader}: pages elsewhere"),
             0,
             pages
                 .iter()
@@ -200,14 +203,14 @@ pub fn replicate(guest: &Guest, out: &mut Outcome) -> Result<()> {
             .map(|r| r.from_copies)
             .sum();
         out.check(
-            format!("copies for node {node}: the second repeat read them"),
+            format!("copies for node {reader}: the second repeat read them"),
             "over half the file",
             later,
             later > 2 << 20,
         );
         let writes: u64 = cell.repeats.iter().map(|r| r.writes).sum();
         out.check(
-            format!("copies for node {node}: writes while reading"),
+            format!("copies for node {reader}: writes while reading"),
             "at least one per repeat",
             writes,
             writes >= 2,
@@ -222,7 +225,11 @@ pub fn replicate(guest: &Guest, out: &mut Outcome) -> Result<()> {
 /// new bytes, each copying that one chunk again.
 fn collapse(guest: &Guest, out: &mut Outcome) -> Result<()> {
     use numalab::replicated::{FileCopyOptions, ReplicatedFile};
-    let cpu_nodes = guest.preset.cpu_nodes();
+    // Copies where there is memory: on each CPU node's own.
+    let cpu_nodes = guest
+        .preset
+        .cpu_nodes()
+        .intersection(&guest.preset.memory_nodes());
     let file = numalab::files::scratch_file(&std::env::temp_dir())?;
     std::os::unix::fs::FileExt::write_all_at(&file, &vec![1u8; 1 << 20], 0)?;
     let options = FileCopyOptions::default().nodes(Some(cpu_nodes.clone()));
@@ -376,7 +383,17 @@ pub fn load_drop(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let path = "/mnt/disk/data";
     fs::write(path, vec![0x5a; BYTES])?;
     fs::File::open(path)?.sync_all()?;
-    for node in guest.preset.node_ids().iter() {
+    for node in guest.preset.memoryless_nodes().iter() {
+        let loaded = guest.numalab(&["pagecache", "load", path, "--node", &node.to_string()])?;
+        let needle = format!("node {node} has no memory");
+        out.check(
+            format!("node {node}: load refused"),
+            format!("exit 1, naming {needle}"),
+            format!("{:?}: {}", loaded.code, loaded.stderr.trim()),
+            loaded.code == Some(1) && loaded.stderr.contains(&needle),
+        );
+    }
+    for node in guest.preset.memory_nodes().iter() {
         let dropped = guest.numalab(&["pagecache", "drop", path])?;
         out.same(
             format!("node {node}: drop's exit status"),
@@ -435,7 +452,7 @@ fn bench_on_every_cpu_node(
         .memory_only_nodes()
         .iter()
         .next()
-        .or_else(|| preset.node_ids().iter().last())
+        .or_else(|| preset.memory_nodes().iter().last())
         .unwrap_or(0);
     let cpu_nodes: Vec<String> = preset.cpu_nodes().iter().map(|n| n.to_string()).collect();
     let dir = std::env::temp_dir();

@@ -47,8 +47,7 @@ fn all_on(
     );
 }
 
-/// The replica a thread on `node` should read: its node's (every CPU
-/// node of the presets has memory).
+/// The replica on `node`.
 fn replica_of(set: &ReplicaSet, node: u32) -> Option<usize> {
     set.nodes().iter().position(|&n| n == node)
 }
@@ -58,24 +57,29 @@ pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let preset = &guest.preset;
     let cpu_nodes: Vec<u32> = preset.cpu_nodes().iter().collect();
     let memory_only: Vec<u32> = preset.memory_only_nodes().iter().collect();
-    // Replicas for reading: on the nodes with CPUs (every node of the
-    // presets has memory).
+    // Replicas for reading: on the nodes with CPUs and memory (a
+    // memory-less node's threads read the nearest one).
+    let read_nodes: Vec<u32> = preset
+        .cpu_nodes()
+        .intersection(&preset.memory_nodes())
+        .iter()
+        .collect();
     out.same(
         "ReplicaSet::system() replica nodes",
-        format!("{cpu_nodes:?}"),
+        format!("{read_nodes:?}"),
         format!("{:?}", ReplicaSet::system()?.nodes()),
     );
-    // A replica on each node, CPU-less ones included.
-    let set = ReplicaSet::on_nodes(&preset.node_ids())?;
+    // A replica on each node with memory, CPU-less ones included.
+    let set = ReplicaSet::on_nodes(&preset.memory_nodes())?;
     out.same(
-        "ReplicaSet::on_nodes(every node) replica nodes",
-        format!("{:?}", preset.node_ids().iter().collect::<Vec<_>>()),
+        "ReplicaSet::on_nodes(every node with memory) replica nodes",
+        format!("{:?}", preset.memory_nodes().iter().collect::<Vec<_>>()),
         format!("{:?}", set.nodes()),
     );
 
     library_values(guest, out, &set, &cpu_nodes)?;
     pages(guest, out, &set, &cpu_nodes, &memory_only)?;
-    budget(guest, out, &set, cpu_nodes[0])?;
+    budget(guest, out, &set, read_nodes[0])?;
     engine(guest, out, &cpu_nodes)?;
     Ok(())
 }
@@ -134,8 +138,10 @@ fn library_values(
         );
     }
 
-    // A thread pinned on each CPU node reads its node's replica.
+    // A thread pinned on each CPU node reads its node's replica (a
+    // memory-less node's: the nearest node's).
     for &node in cpu_nodes {
+        let home = guest.preset.home_node(node);
         let (ran_on, (current, sum)) = guest.on_node(node, || {
             (set.current(), table.read(|t| t.iter().sum::<u64>()))
         })?;
@@ -146,19 +152,22 @@ fn library_values(
         );
         out.same(
             format!("set.current() on node {node}: the replica of"),
-            node,
+            home,
             set.nodes().get(current).copied().unwrap_or(u32::MAX),
         );
         out.same(format!("read on node {node}"), 7 * 2048, sum);
     }
     for stats in table.stats() {
-        let cpu_node = cpu_nodes.contains(&stats.node);
+        let readers = cpu_nodes
+            .iter()
+            .filter(|&&n| guest.preset.home_node(n) == stats.node)
+            .count();
         out.same(
             format!(
                 "reads served by replica {} (node {})",
                 stats.replica, stats.node
             ),
-            u64::from(cpu_node),
+            readers,
             stats.reads,
         );
     }
@@ -183,13 +192,19 @@ fn pages(
         .copy_after(1)
         .min_free_bytes(16 << 20);
     let region = ReplicatedPages::new(&data, set.clone(), options)?;
-    for &node in cpu_nodes {
-        let (_, read) = guest.on_node(node, || -> Result<bool> {
+    let read_twice = |node: u32| {
+        guest.on_node(node, || -> Result<bool> {
             let mut buf = vec![0u8; data.len()];
             region.read(0, &mut buf)?;
             region.read(0, &mut buf)?;
             Ok(buf == data)
-        })?;
+        })
+    };
+    let (with_memory, memoryless): (Vec<u32>, Vec<u32>) = cpu_nodes
+        .iter()
+        .partition(|&&n| guest.preset.home_node(n) == n);
+    for &node in &with_memory {
+        let (_, read) = read_twice(node)?;
         out.same(format!("bytes read on node {node}"), true, read?);
         let Some(replica) = replica_of(set, node) else {
             bail!("no replica on CPU node {node}");
@@ -201,6 +216,31 @@ fn pages(
             format!("({}, {})", stats.remote_reads, stats.local_reads),
         );
         out.same(format!("node {node}: copies"), PAGES, stats.copies);
+    }
+    // A memory-less node reads the copies its nearest node already made.
+    for &node in &memoryless {
+        let home = guest.preset.home_node(node);
+        let Some(replica) = replica_of(set, home) else {
+            bail!("no replica on node {home}, nearest to node {node}");
+        };
+        let before = region.stats()[replica].clone();
+        let (_, read) = read_twice(node)?;
+        out.same(format!("bytes read on node {node}"), true, read?);
+        let after = &region.stats()[replica];
+        out.same(
+            format!("node {node} (no memory): (remote, local) reads on node {home}'s replica"),
+            format!("(+0, +{})", 2 * PAGES),
+            format!(
+                "(+{}, +{})",
+                after.remote_reads - before.remote_reads,
+                after.local_reads - before.local_reads
+            ),
+        );
+        out.same(
+            format!("node {node} (no memory): new copies"),
+            0,
+            after.copies - before.copies,
+        );
     }
     for &node in memory_only {
         let Some(replica) = replica_of(set, node) else {
@@ -317,7 +357,15 @@ fn engine(guest: &Guest, out: &mut Outcome, cpu_nodes: &[u32]) -> Result<()> {
     )?;
     let file = file.to_string_lossy().into_owned();
     let threads = format!("threads.count={}", cpu_nodes.len());
-    let expected_nodes = format!("{cpu_nodes:?}");
+    // A copy where each thread's memory is: its node's, or for a
+    // memory-less node the nearest node's.
+    let homes: Vec<u32> = cpu_nodes
+        .iter()
+        .map(|&n| guest.preset.home_node(n))
+        .collect::<numalab::NodeSet>()
+        .iter()
+        .collect();
+    let expected_nodes = format!("{homes:?}");
     for replication in ["copies", "log"] {
         let mode = format!("memory.replication={replication}");
         let args = [
@@ -359,7 +407,7 @@ fn engine(guest: &Guest, out: &mut Outcome, cpu_nodes: &[u32]) -> Result<()> {
             .first()
             .map(|r| r.replicas.clone())
             .unwrap_or_default();
-        out.same(what("copies checked"), cpu_nodes.len(), copies.len());
+        out.same(what("copies checked"), homes.len(), copies.len());
         for copy in &copies {
             let found = Pages::found(&copy.audit.found);
             out.same(
@@ -383,7 +431,7 @@ fn engine(guest: &Guest, out: &mut Outcome, cpu_nodes: &[u32]) -> Result<()> {
             let copy = thread.and_then(|t| t.replica).unwrap_or(usize::MAX);
             out.same(
                 what(&format!("thread {i} reads the copy on node")),
-                node,
+                guest.preset.home_node(node),
                 plan_copies.get(copy).copied().unwrap_or(u32::MAX),
             );
             let ran = result.repeats.first().and_then(|r| r.threads.get(i));
@@ -393,19 +441,42 @@ fn engine(guest: &Guest, out: &mut Outcome, cpu_nodes: &[u32]) -> Result<()> {
                 ran.map_or(u32::MAX, |t| t.node),
             );
         }
+        // 9 reads to 1 write, in each thread's share of the 20000.
+        let mix: numalab_bench::kernels::Mix = "9:1".parse().map_err(anyhow::Error::msg)?;
+        let expected: u64 = result
+            .plan
+            .threads
+            .iter()
+            .map(|t| mix.writes_in(t.ops.unwrap_or(0)))
+            .sum();
         let writes = result.repeats.first().map_or(0, |r| r.writes);
-        out.same(what("writes (9:1 of 20000)"), 2000, writes);
+        out.same(
+            what("writes (9:1 of each thread's share of 20000)"),
+            expected,
+            writes,
+        );
         let odd: Vec<&str> = result
             .warnings
             .iter()
             .filter(|w| matches!(w.kind, WarningKind::Placement | WarningKind::Inconclusive))
             .map(|w| w.message.as_str())
             .collect();
-        out.same(
-            what("placement or inconclusive warnings"),
-            "[]",
-            format!("{odd:?}"),
-        );
+        if homes.len() == 1 {
+            // One copy cannot help, and numalab must say so.
+            let says = "replication cannot help on one node";
+            out.check(
+                what("placement or inconclusive warnings"),
+                format!("one, saying {says:?}"),
+                format!("{odd:?}"),
+                odd.len() == 1 && odd[0].contains(says),
+            );
+        } else {
+            out.same(
+                what("placement or inconclusive warnings"),
+                "[]",
+                format!("{odd:?}"),
+            );
+        }
     }
     Ok(())
 }

@@ -67,9 +67,15 @@ fn expect_on(out: &mut Outcome, what: &str, preset: &Preset, node: u32, p: &Proc
 
 /// The blog layout's placement, cell by cell.
 pub fn blog(guest: &Guest, out: &mut Outcome) -> Result<()> {
-    let cpu_nodes: Vec<u32> = guest.preset.cpu_nodes().iter().collect();
+    // The blog's two nodes each hold a ring and run its processes.
+    let preset = &guest.preset;
+    let cpu_nodes: Vec<u32> = preset
+        .cpu_nodes()
+        .intersection(&preset.memory_nodes())
+        .iter()
+        .collect();
     let [a, b, ..] = cpu_nodes[..] else {
-        out.not_applicable("the blog's layout needs two nodes with CPUs");
+        out.not_applicable("the blog's layout needs two nodes with CPUs and memory");
         return Ok(());
     };
     let (block_size, blocks) = (BLOCK_SIZE.to_string(), BLOCKS.to_string());

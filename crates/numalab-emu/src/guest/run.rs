@@ -56,7 +56,8 @@ pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let file = std::env::temp_dir().join("emu-placement.toml");
     fs::write(&file, experiment(cpu_nodes.len()))?;
     let file = file.to_string_lossy().into_owned();
-    let all = guest.preset.node_ids();
+    let preset = &guest.preset;
+    let all = preset.memory_nodes();
     for policy in ["local", "remote", "interleave", "first-touch"] {
         let set = format!("memory.policy={policy}");
         let result = run_result(guest, &["run", &file, "--set", &set, "--json"])?;
@@ -88,14 +89,16 @@ pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
         );
         for region in &result.regions {
             let r = region.region;
-            let home: u32 = region.thread_nodes.first().unwrap_or(u32::MAX);
+            let threads_on: u32 = region.thread_nodes.first().unwrap_or(u32::MAX);
+            // The threads' own memory: their node's, or the nearest node
+            // with memory for a memory-less one.
+            let home = preset.home_node(threads_on);
             let found = Pages::found(&region.audit.found);
             let (expected, slack) = match policy {
                 "remote" => {
                     // Nearest other node with memory (ties: any of them).
-                    let nearest = guest
-                        .preset
-                        .nearest(home, &all.difference(&NodeSet::single(home)));
+                    let nearest =
+                        preset.nearest(threads_on, &all.difference(&NodeSet::single(home)));
                     let on = found.0.keys().next().copied().unwrap_or(u32::MAX);
                     let target = if nearest.contains(on) {
                         on
@@ -108,7 +111,7 @@ pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
                 _ => (Pages::on(home, REGION_PAGES), 0),
             };
             out.check(
-                format!("{policy}: region {r} (threads on node {home}) pages"),
+                format!("{policy}: region {r} (threads on node {threads_on}) pages"),
                 if slack > 0 {
                     format!("{expected} (±{slack})")
                 } else {
@@ -123,15 +126,29 @@ pub fn placement(guest: &Guest, out: &mut Outcome) -> Result<()> {
                 region.as_requested,
             );
         }
-        let placement_warnings = result
+        let placement_warnings: Vec<&str> = result
             .warnings
             .iter()
             .filter(|w| w.kind == WarningKind::Placement)
-            .count();
-        out.same(
+            .map(|w| w.message.as_str())
+            .collect();
+        // `local` on a memory-less node is said to be the nearest node's.
+        let memoryless = preset.cpu_nodes().difference(&all);
+        let expected: Vec<String> = match policy {
+            "local" => memoryless
+                .iter()
+                .map(|n| format!("node {n} has no memory"))
+                .collect(),
+            _ => Vec::new(),
+        };
+        out.check(
             format!("{policy}: placement warnings"),
-            0,
-            placement_warnings,
+            format!("{expected:?}"),
+            format!("{placement_warnings:?}"),
+            placement_warnings.len() == expected.len()
+                && expected
+                    .iter()
+                    .all(|e| placement_warnings.iter().any(|w| w.contains(e.as_str()))),
         );
     }
     Ok(())

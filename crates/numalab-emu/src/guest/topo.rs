@@ -88,8 +88,15 @@ pub fn nodes(guest: &Guest, out: &mut Outcome) -> Result<()> {
     );
     out.same(
         "inventory: nodes with memory",
-        preset.node_ids(),
+        preset.memory_nodes(),
         &inventory.with_memory,
+    );
+    // A memory-less node is not in the cpuset's mems, yet its CPUs are
+    // usable: numactl --cpunodebind=N works there.
+    out.same(
+        "inventory: nodes this process may use",
+        preset.node_ids(),
+        &inventory.allowed_nodes,
     );
     Ok(())
 }
@@ -117,9 +124,14 @@ pub fn distances(guest: &Guest, out: &mut Outcome) -> Result<()> {
             );
         }
     }
-    // The library's nearest-first order follows the rows (from).
+    // The library's nearest-first order of the other memory nodes
+    // follows the rows (from).
     for from in preset.cpu_nodes().iter() {
-        let mut expected: Vec<u32> = preset.node_ids().iter().filter(|&n| n != from).collect();
+        let mut expected: Vec<u32> = preset
+            .memory_nodes()
+            .iter()
+            .filter(|&n| n != from)
+            .collect();
         expected.sort_by_key(|&n| (preset.distance(from, n), n));
         out.same(
             format!("nodes_by_distance({from})"),
@@ -193,5 +205,72 @@ pub fn hmat(guest: &Guest, out: &mut Outcome) -> Result<()> {
                 .count()
         ));
     }
+    Ok(())
+}
+
+/// The kernel's memory tiers in `numalab topo --json` are the ones Linux
+/// makes of the preset (one DRAM tier before 6.7; from 6.7 placed by the
+/// HMAT figures), the table says so in a line, and `numa_balancing`'s
+/// memory-tiering mode (2) is named.
+pub fn tiers(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let kernel = guest
+        .topo_report()?
+        .kernel
+        .clone()
+        .unwrap_or_else(numalab::system::KernelSettings::current);
+    let Some(found) = kernel.memory_tiers else {
+        out.not_applicable(format!("Linux {} shows no memory tiers", guest.kernel));
+        return Ok(());
+    };
+    let expected = guest.preset.expected_tiers(guest.kernel_at_least(6, 7));
+    let text = |tiers: Vec<(u32, NodeSet)>| {
+        tiers
+            .iter()
+            .map(|(id, nodes)| format!("{id}: {nodes}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    out.same(
+        format!(
+            "memory tiers (Linux {}: {})",
+            guest.kernel,
+            if guest.kernel_at_least(6, 7) {
+                "from the HMAT"
+            } else {
+                "one DRAM tier"
+            }
+        ),
+        text(expected.into_iter().collect()),
+        text(found.into_iter().map(|t| (t.id, t.nodes)).collect()),
+    );
+    out.check(
+        "demotion_enabled in the report",
+        "true or false",
+        format!("{:?}", kernel.demotion_enabled),
+        kernel.demotion_enabled.is_some(),
+    );
+    let table = guest.numalab(&["topo"])?.stdout;
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("memory tiers"))
+        .unwrap_or("none");
+    out.check(
+        "numalab topo: the tiers' line",
+        "memory tiers, fastest first: …",
+        line,
+        line.starts_with("memory tiers, fastest first: "),
+    );
+    let _tiering = super::Balancing::set("2")?;
+    let table = guest.numalab(&["topo"])?.stdout;
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("kernel: numa_balancing"))
+        .unwrap_or("none");
+    out.check(
+        "numalab topo with numa_balancing = 2",
+        "kernel: numa_balancing 2 (memory tiering: …",
+        line,
+        line.starts_with("kernel: numa_balancing 2 (memory tiering"),
+    );
     Ok(())
 }

@@ -1,0 +1,533 @@
+//! numactl and hwloc as oracles in the same guest: tools no one can tune
+//! to numalab's reading of the machine. `numalab topo --json` against
+//! `numactl --hardware` and `lstopo-no-graphics --of xml`; and for every
+//! policy, one allocation placed once by `numactl` and once by `numalab
+//! exec`, each process's per-node split read by `numastat -p`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use numalab::{CpuSet, NodeSet};
+
+use super::{Guest, Outcome};
+use crate::harness::ORACLES_MISSING;
+
+/// Where the host put the tools (`crate::harness::ORACLE_TOOLS`).
+const NUMACTL: &str = "/bin/numactl";
+const NUMASTAT: &str = "/bin/numastat";
+const LSTOPO: &str = "/bin/lstopo-no-graphics";
+
+/// The allocation each launcher places: 32 MiB, touched.
+const HOLD_MIB: u64 = 32;
+
+/// The guest program's `--hold MIB PIDFILE`: maps `mib` MiB, touches every
+/// page, writes its pid to `pidfile` and waits (60 s at most) to be
+/// killed, so `numastat -p` can read where its memory is.
+pub fn hold(mib: &str, pidfile: &str) -> Result<()> {
+    let mib: usize = mib.parse().context("--hold takes MiB, as 32")?;
+    let mut memory = vec![0u8; mib << 20];
+    let page = numalab::system::page_size();
+    for byte in memory.iter_mut().step_by(page) {
+        *byte = 1;
+    }
+    std::hint::black_box(&memory);
+    let tmp = format!("{pidfile}.tmp");
+    fs::write(&tmp, std::process::id().to_string())?;
+    fs::rename(&tmp, pidfile)?;
+    std::thread::sleep(Duration::from_secs(60));
+    Ok(())
+}
+
+/// Whether the tools are in the guest; when not, the check says why.
+fn tools_here(out: &mut Outcome) -> bool {
+    match fs::read_to_string(ORACLES_MISSING) {
+        Ok(why) => {
+            out.not_applicable(format!("no oracle tools in the guest: {}", why.trim()));
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> Result<String> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("running {program}"))?;
+    if !output.status.success() {
+        bail!(
+            "{program} {} exited {:?}: {}",
+            args.join(" "),
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// What `numactl --hardware` says of each node.
+#[derive(Debug, Default, PartialEq)]
+pub struct Hardware {
+    /// Nodes (`available: N nodes (LIST)`).
+    pub nodes: NodeSet,
+    /// CPUs per node.
+    pub cpus: BTreeMap<u32, CpuSet>,
+    /// Size per node in MB (numactl's MB are MiB).
+    pub size_mib: BTreeMap<u32, u64>,
+    /// `from -> to` distances.
+    pub distances: BTreeMap<(u32, u32), u64>,
+}
+
+impl Hardware {
+    /// Reads `numactl --hardware`'s output.
+    ///
+    /// ```
+    /// use numalab_emu::guest::oracle::Hardware;
+    /// let text = "available: 2 nodes (0,5)\nnode 0 cpus: 0 1\nnode 0 size: 1006 MB\n\
+    ///     node 0 free: 900 MB\nnode 5 cpus:\nnode 5 size: 512 MB\nnode 5 free: 500 MB\n\
+    ///     node distances:\nnode   0   5 \n  0:  10  28 \n  5:  28  10 \n";
+    /// let hw = Hardware::parse(text)?;
+    /// assert_eq!(hw.nodes.to_string(), "0,5");
+    /// assert_eq!(hw.cpus[&0].to_string(), "0-1");
+    /// assert!(hw.cpus[&5].is_empty());
+    /// assert_eq!((hw.size_mib[&5], hw.distances[&(5, 0)]), (512, 28));
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
+    pub fn parse(text: &str) -> Result<Hardware> {
+        let mut hw = Hardware::default();
+        let mut columns: Vec<u32> = Vec::new();
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["available:", _, "nodes", list] => {
+                    hw.nodes = list
+                        .trim_matches(|c| c == '(' || c == ')')
+                        .parse()
+                        .map_err(|e| anyhow!("numactl's node list {list}: {e}"))?;
+                }
+                ["node", id, "cpus:", cpus @ ..] => {
+                    let set = cpus.iter().filter_map(|c| c.parse::<u32>().ok()).collect();
+                    hw.cpus.insert(id.parse()?, set);
+                }
+                ["node", id, "size:", size, "MB"] => {
+                    hw.size_mib.insert(id.parse()?, size.parse()?);
+                }
+                ["node", "distances:"] => {}
+                ["node", ids @ ..] if ids.iter().all(|w| w.parse::<u32>().is_ok()) => {
+                    columns = ids.iter().filter_map(|w| w.parse().ok()).collect();
+                }
+                [from, values @ ..] if from.ends_with(':') => {
+                    let from: u32 = from.trim_end_matches(':').parse()?;
+                    for (to, value) in columns.iter().zip(values) {
+                        hw.distances.insert((from, *to), value.parse()?);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if hw.nodes.is_empty() {
+            bail!("no `available:` line in numactl --hardware:\n{text}");
+        }
+        Ok(hw)
+    }
+}
+
+/// What `lstopo --of xml` says of each NUMA node: its memory and the
+/// distances hwloc found.
+#[derive(Debug, Default, PartialEq)]
+pub struct LstopoNodes {
+    /// `local_memory` per NUMA node, in bytes.
+    pub memory: BTreeMap<u32, u64>,
+    /// PUs (logical CPUs) by OS index.
+    pub cpus: CpuSet,
+    /// The latency matrix, `from -> to`.
+    pub distances: BTreeMap<(u32, u32), u64>,
+}
+
+/// The value of `name="…"` in an XML start tag.
+fn attribute<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!(" {name}=\"");
+    let start = tag.find(&key)? + key.len();
+    let len = tag[start..].find('"')?;
+    Some(&tag[start..start + len])
+}
+
+impl LstopoNodes {
+    /// Reads hwloc's XML (version 2), as `lstopo --of xml` writes it.
+    ///
+    /// ```
+    /// use numalab_emu::guest::oracle::LstopoNodes;
+    /// let xml = r#"<object type="NUMANode" os_index="2" local_memory="536870912"/>
+    ///   <object type="PU" os_index="0"/><object type="PU" os_index="1"/>
+    ///   <distances2 type="NUMANode" nbobjs="2" kind="5" name="NUMALatency" indexing="os">
+    ///     <indexes length="4">0 2 </indexes>
+    ///     <u64values length="6">10 20 </u64values>
+    ///     <u64values length="6">20 10 </u64values>
+    ///   </distances2>"#;
+    /// let found = LstopoNodes::parse(xml)?;
+    /// assert_eq!(found.memory[&2], 512 << 20);
+    /// assert_eq!(found.cpus.to_string(), "0-1");
+    /// assert_eq!(found.distances[&(2, 0)], 20);
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
+    pub fn parse(xml: &str) -> Result<LstopoNodes> {
+        let mut found = LstopoNodes::default();
+        for tag in xml.split('<').map(|t| t.split('>').next().unwrap_or("")) {
+            if tag.starts_with("object ") {
+                let index = attribute(tag, "os_index").and_then(|i| i.parse::<u32>().ok());
+                match (attribute(tag, "type"), index) {
+                    (Some("NUMANode"), Some(node)) => {
+                        let bytes = attribute(tag, "local_memory")
+                            .and_then(|m| m.parse().ok())
+                            .unwrap_or(0);
+                        found.memory.insert(node, bytes);
+                    }
+                    (Some("PU"), Some(cpu)) => found.cpus.insert(cpu),
+                    _ => {}
+                }
+            }
+        }
+        // The latency matrix: indexes, then n×n values, row = from; hwloc
+        // writes long lists as several elements of ten numbers each.
+        if let Some(at) = xml.find("name=\"NUMALatency\"") {
+            let body = &xml[at..];
+            let body = &body[..body.find("</distances2>").unwrap_or(body.len())];
+            let numbers = |tag: &str| -> Vec<u64> {
+                let open = format!("<{tag}");
+                let close = format!("</{tag}>");
+                let mut all = Vec::new();
+                let mut rest = body;
+                while let Some(start) = rest.find(&open) {
+                    let element = &rest[start..];
+                    let (Some(from), Some(to)) = (element.find('>'), element.find(&close)) else {
+                        break;
+                    };
+                    all.extend(
+                        element[from + 1..to]
+                            .split_whitespace()
+                            .filter_map(|v| v.parse::<u64>().ok()),
+                    );
+                    rest = &element[to + close.len()..];
+                }
+                all
+            };
+            let (indexes, values) = (numbers("indexes"), numbers("u64values"));
+            let n = indexes.len();
+            if n == 0 || values.len() != n * n {
+                bail!(
+                    "hwloc's NUMALatency matrix: {} values for {n} nodes",
+                    values.len()
+                );
+            }
+            for (i, from) in indexes.iter().enumerate() {
+                for (j, to) in indexes.iter().enumerate() {
+                    found
+                        .distances
+                        .insert((*from as u32, *to as u32), values[i * n + j]);
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
+/// Memory sizes within 1% of each other (and a MiB, numactl's rounding).
+fn close(a_mib: f64, b_mib: f64) -> bool {
+    (a_mib - b_mib).abs() <= 0.01 * a_mib.max(b_mib) + 1.0
+}
+
+/// `numalab topo --json` beside `numactl --hardware` and `lstopo --of
+/// xml` run in the same guest: nodes, CPUs per node, memory per node
+/// within 1%, every distance exactly.
+pub fn hardware(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    if !tools_here(out) {
+        return Ok(());
+    }
+    let topo = &guest.topo_report()?.topology;
+    let numactl = Hardware::parse(&run(NUMACTL, &["--hardware"])?)?;
+    let lstopo = LstopoNodes::parse(&run(LSTOPO, &["--of", "xml", "-"])?)?;
+    out.same("nodes: numactl", &numactl.nodes, topo.node_ids());
+    let hwloc_nodes: NodeSet = lstopo.memory.keys().copied().collect();
+    out.same("nodes: lstopo", &hwloc_nodes, topo.node_ids());
+    out.same("CPUs: lstopo's PUs", &lstopo.cpus, topo.cpu_ids());
+    for id in numactl.nodes.iter() {
+        let node = topo.node(id);
+        out.same(
+            format!("node {id} CPUs: numactl"),
+            numactl.cpus.get(&id).cloned().unwrap_or_default(),
+            node.map(|n| n.cpus.clone()).unwrap_or_default(),
+        );
+        let ours = node.map_or(0.0, |n| mib(n.memory_bytes));
+        let theirs = numactl.size_mib.get(&id).copied().unwrap_or(0) as f64;
+        out.check(
+            format!("node {id} memory: numactl"),
+            format!("{theirs:.0} MiB (±1%)"),
+            format!("{ours:.0} MiB"),
+            close(theirs, ours),
+        );
+        if let Some(&bytes) = lstopo.memory.get(&id) {
+            let theirs = mib(bytes);
+            out.check(
+                format!("node {id} memory: lstopo"),
+                format!("{theirs:.0} MiB (±1%)"),
+                format!("{ours:.0} MiB"),
+                close(theirs, ours),
+            );
+        }
+    }
+    for from in numactl.nodes.iter() {
+        for to in numactl.nodes.iter() {
+            let ours = topo
+                .distance(from, to)
+                .map_or("none".to_owned(), |d| d.to_string());
+            let theirs = numactl
+                .distances
+                .get(&(from, to))
+                .map_or("none".to_owned(), u64::to_string);
+            out.same(format!("distance {from} -> {to}: numactl"), theirs, &ours);
+            if !lstopo.distances.is_empty() {
+                let hwloc = lstopo
+                    .distances
+                    .get(&(from, to))
+                    .map_or("none".to_owned(), u64::to_string);
+                out.same(format!("distance {from} -> {to}: lstopo"), hwloc, &ours);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A launched `--hold` program and its launcher.
+struct Held {
+    launcher: Child,
+    pid: u32,
+}
+
+impl Held {
+    /// Starts `program args… -- numalab-guest --hold`, waits for the held
+    /// program's pid (10 s at most). `Err` carries the launcher's error
+    /// when it exits first.
+    fn start(program: &str, args: &[String]) -> Result<Held> {
+        let pidfile = "/tmp/emu-oracle-hold.pid";
+        let _ = fs::remove_file(pidfile);
+        let mut launcher = Command::new(program)
+            .args(args)
+            .args([
+                "/bin/numalab-guest",
+                "--hold",
+                &HOLD_MIB.to_string(),
+                pidfile,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {program}"))?;
+        let began = Instant::now();
+        loop {
+            if let Some(pid) = fs::read_to_string(pidfile)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+            {
+                return Ok(Held { launcher, pid });
+            }
+            if let Some(status) = launcher.try_wait()? {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = launcher.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+                }
+                bail!("exited {:?}: {}", status.code(), stderr.trim());
+            }
+            if began.elapsed() > Duration::from_secs(10) {
+                let _ = launcher.kill();
+                let _ = launcher.wait();
+                bail!("the held program did not start within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `numastat -p`'s Total row per node, in MB, then ends the program
+    /// and its launcher.
+    fn numastat_then_end(mut self) -> Result<BTreeMap<u32, f64>> {
+        let text = run(NUMASTAT, &["-p", &self.pid.to_string()]);
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        let _ = self.launcher.wait();
+        numastat_totals(&text?)
+    }
+}
+
+/// The `Total` row of `numastat -p`, per node (MB).
+///
+/// ```text
+///                            Node 0          Node 1           Total
+///                   --------------- --------------- ---------------
+/// Private                     33.02            0.00           33.02
+/// ----------------  --------------- --------------- ---------------
+/// Total                       33.40            0.00           33.40
+/// ```
+fn numastat_totals(text: &str) -> Result<BTreeMap<u32, f64>> {
+    let header = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("Node "))
+        .ok_or_else(|| anyhow!("no node header in numastat -p:\n{text}"))?;
+    let words: Vec<&str> = header.split_whitespace().collect();
+    let nodes: Vec<u32> = words
+        .windows(2)
+        .filter(|w| w[0] == "Node")
+        .filter_map(|w| w[1].parse().ok())
+        .collect();
+    let total = text
+        .lines()
+        .rfind(|l| l.starts_with("Total"))
+        .ok_or_else(|| anyhow!("no Total row in numastat -p:\n{text}"))?;
+    let values: Vec<f64> = total
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    if values.len() != nodes.len() + 1 {
+        bail!("numastat -p's Total row does not match its header:\n{text}");
+    }
+    Ok(nodes.into_iter().zip(values).collect())
+}
+
+fn split_text(split: &BTreeMap<u32, f64>) -> String {
+    split
+        .iter()
+        .filter(|(_, mb)| **mb >= 0.005)
+        .map(|(n, mb)| format!("node{n} {mb:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// For every policy, the same 32 MiB held under `numactl` and under
+/// `numalab exec` (transparent huge pages off, so interleave is dealt a
+/// page at a time): `numastat -p` finds the same MB on every node, within
+/// 1% of the total. A node without memory is refused by both.
+pub fn numastat(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    if !tools_here(out) {
+        return Ok(());
+    }
+    let _thp = super::exec::ThpSetting::set("never")?;
+    let preset = &guest.preset;
+    let memory = preset.memory_nodes();
+    let same = |flags: Vec<String>| (flags.clone(), flags);
+    // (numactl's flags, numalab's flags): the same placement.
+    let mut cases: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    for node in memory.iter() {
+        cases.push(same(vec![format!("--membind={node}")]));
+        cases.push(same(vec![format!("--preferred={node}")]));
+    }
+    for node in preset.cpu_nodes().iter() {
+        let ours = vec![format!("--cpunodebind={node}"), "--localalloc".into()];
+        if memory.contains(node) {
+            cases.push(same(ours));
+        } else {
+            // numactl takes only nodes with memory for --cpunodebind
+            // ("node argument is out of range"): its CPUs by number.
+            let cpus = preset.cpus_of(node);
+            cases.push((
+                vec![format!("--physcpubind={cpus}"), "--localalloc".into()],
+                ours,
+            ));
+        }
+    }
+    let two: NodeSet = memory.iter().take(2).collect();
+    if two.len() == 2 {
+        cases.push(same(vec![format!("--interleave={two}")]));
+        cases.push(same(vec![
+            format!("--cpunodebind={}", preset.cpu_nodes().first().unwrap_or(0)),
+            format!("--preferred-many={two}"),
+        ]));
+    }
+    cases.push(same(vec!["--interleave=all".into()]));
+    for (flags, our_flags) in &cases {
+        let label = if flags == our_flags {
+            flags.join(" ")
+        } else {
+            format!("{} (numactl {})", our_flags.join(" "), flags.join(" "))
+        };
+        let theirs = Held::start(NUMACTL, flags)
+            .and_then(Held::numastat_then_end)
+            .with_context(|| format!("numactl {}", flags.join(" ")))?;
+        let mut ours_args = vec!["exec".to_owned(), "-q".to_owned()];
+        ours_args.extend(our_flags.iter().cloned());
+        ours_args.push("--".into());
+        let ours = Held::start(&guest.numalab.to_string_lossy(), &ours_args)
+            .and_then(Held::numastat_then_end)
+            .with_context(|| format!("numalab exec {label}"))?;
+        let total: f64 = theirs.values().sum();
+        let slack = 0.01 * total;
+        let nodes: NodeSet = theirs.keys().chain(ours.keys()).copied().collect();
+        let within = nodes.iter().all(|n| {
+            let a = theirs.get(&n).copied().unwrap_or(0.0);
+            let b = ours.get(&n).copied().unwrap_or(0.0);
+            (a - b).abs() <= slack
+        });
+        out.check(
+            format!("{label}: numastat -p MB per node, numalab exec vs numactl"),
+            format!("{} (±{slack:.2})", split_text(&theirs)),
+            split_text(&ours),
+            within && total >= HOLD_MIB as f64,
+        );
+    }
+    for node in preset.memoryless_nodes().iter() {
+        let flag = format!("--membind={node}");
+        let theirs = Held::start(NUMACTL, std::slice::from_ref(&flag));
+        let ours = Held::start(
+            &guest.numalab.to_string_lossy(),
+            &["exec".to_owned(), flag.clone(), "--".into()],
+        );
+        let refused = |held: Result<Held>| match held {
+            Ok(held) => {
+                let _ = held.numastat_then_end();
+                "ran".to_owned()
+            }
+            Err(err) => format!("refused ({err:#})"),
+        };
+        let (theirs, ours) = (refused(theirs), refused(ours));
+        out.check(
+            format!("{flag} (node {node} has no memory): numalab exec vs numactl"),
+            format!("refused, as numactl: {theirs}"),
+            &ours,
+            theirs.starts_with("refused") && ours.starts_with("refused"),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_numastat_totals() {
+        let text = "\nPer-node process memory usage (in MBs) for PID 77 (numalab-guest)\n\
+                                   Node 0          Node 2           Total\n\
+                          --------------- --------------- ---------------\n\
+        Huge                         0.00            0.00            0.00\n\
+        Private                     16.50           16.52           33.02\n\
+        ----------------  --------------- --------------- ---------------\n\
+        Total                       16.60           16.52           33.12\n";
+        let totals = numastat_totals(text).unwrap();
+        assert_eq!(totals, BTreeMap::from([(0, 16.60), (2, 16.52)]));
+        assert!(numastat_totals("Total 1.0").is_err());
+    }
+
+    #[test]
+    fn memory_within_one_percent() {
+        assert!(close(1024.0, 1030.0));
+        assert!(!close(1024.0, 1040.0));
+        assert!(close(0.0, 0.0));
+    }
+}
