@@ -102,19 +102,7 @@ pub fn policies(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // A node without memory is refused, as numactl refuses it.
     for node in preset.memoryless_nodes().iter() {
         for flag in [format!("--membind={node}"), format!("--preferred={node}")] {
-            let ran = guest.numalab(&["exec", &flag, "--", "true"])?;
-            let needle = format!("node {node} has no memory");
-            out.same(
-                format!("exec {flag}: exit status"),
-                "Some(125)",
-                format!("{:?}", ran.code),
-            );
-            out.check(
-                format!("exec {flag}: error"),
-                format!("names {needle}"),
-                ran.stderr.trim(),
-                ran.stderr.contains(&needle),
-            );
+            refused(guest, out, &flag, &format!("node {node} has no memory"))?;
         }
     }
     // (flags, where the pages must be, slack per node)
@@ -324,19 +312,26 @@ pub fn weighted_interleave(guest: &Guest, out: &mut Outcome) -> Result<()> {
         format!("--weighted-interleave={a},{b}"),
         format!("--weighted-interleave={a}:3,{b}:1"),
     ] {
-        let ran = guest.numalab(&["exec", &flag, "--", "true"])?;
-        out.same(
-            format!("exec {flag}: exit status"),
-            "Some(125)",
-            format!("{:?}", ran.code),
-        );
-        out.check(
-            format!("exec {flag}: error"),
-            format!("names {needle}"),
-            ran.stderr.trim(),
-            ran.stderr.contains(needle),
-        );
+        refused(guest, out, &flag, needle)?;
     }
+    Ok(())
+}
+
+/// `numalab exec FLAG -- true` is refused before the command starts: exit
+/// 125, an error naming `needle`.
+fn refused(guest: &Guest, out: &mut Outcome, flag: &str, needle: &str) -> Result<()> {
+    let ran = guest.numalab(&["exec", flag, "--", "true"])?;
+    out.same(
+        format!("exec {flag}: exit status"),
+        "Some(125)",
+        format!("{:?}", ran.code),
+    );
+    out.check(
+        format!("exec {flag}: error"),
+        format!("names {needle}"),
+        ran.stderr.trim(),
+        ran.stderr.contains(needle),
+    );
     Ok(())
 }
 

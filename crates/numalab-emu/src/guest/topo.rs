@@ -249,27 +249,28 @@ pub fn tiers(guest: &Guest, out: &mut Outcome) -> Result<()> {
         format!("{:?}", kernel.demotion_enabled),
         kernel.demotion_enabled.is_some(),
     );
-    let table = guest.numalab(&["topo"])?.stdout;
-    let line = table
-        .lines()
-        .find(|l| l.starts_with("memory tiers"))
-        .unwrap_or("none");
+    // The line of `numalab topo`'s table that starts with `start`.
+    let topo_line = |start: &str| -> Result<String> {
+        let table = guest.numalab(&["topo"])?.stdout;
+        Ok(table
+            .lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or("none")
+            .to_owned())
+    };
+    let line = topo_line("memory tiers")?;
     out.check(
         "numalab topo: the tiers' line",
         "memory tiers, fastest first: …",
-        line,
+        &line,
         line.starts_with("memory tiers, fastest first: "),
     );
     let _tiering = super::Balancing::set("2")?;
-    let table = guest.numalab(&["topo"])?.stdout;
-    let line = table
-        .lines()
-        .find(|l| l.starts_with("kernel: numa_balancing"))
-        .unwrap_or("none");
+    let line = topo_line("kernel: numa_balancing")?;
     out.check(
         "numalab topo with numa_balancing = 2",
         "kernel: numa_balancing 2 (memory tiering: …",
-        line,
+        &line,
         line.starts_with("kernel: numa_balancing 2 (memory tiering"),
     );
     Ok(())
