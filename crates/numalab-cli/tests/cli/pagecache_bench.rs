@@ -328,9 +328,13 @@ fn reading_through_copies_makes_them_on_the_readers_node_and_survives_writes() {
     let repeats = copies["repeats"].as_array().unwrap();
     let first = &repeats[0]["readers"][0];
     assert_eq!(first["bytes"], 8 << 20, "the whole file");
+    // Every 64 KiB chunk read once is copied, but a chunk the writer
+    // writes while it is being read is served from the file that time
+    // (seen once on a fresh machine: 127 copies, writes meanwhile).
+    let first_writes = repeats[0]["writes"].as_u64().unwrap();
     assert!(
-        first["copies_made"].as_u64().unwrap() >= 128,
-        "8 MiB in 64 KiB copies: {first}"
+        first["copies_made"].as_u64().unwrap() + first_writes >= 128,
+        "8 MiB in 64 KiB copies, less one per write ({first_writes}): {first}"
     );
     for repeat in &repeats[1..] {
         let reader = &repeat["readers"][0];
