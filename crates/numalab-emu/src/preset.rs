@@ -119,7 +119,10 @@ struct PresetsFile {
 ///
 /// ```
 /// let presets = numalab_emu::preset::Presets::builtin()?;
-/// assert_eq!(presets.names(), ["two-socket", "cxl", "lopsided"]);
+/// assert_eq!(
+///     presets.names(),
+///     ["two-socket", "cxl", "lopsided", "snc", "sparse", "memless"]
+/// );
 /// let cxl = presets.get("cxl")?;
 /// assert_eq!(cxl.memory_only_nodes().to_string(), "2-3");
 /// # Ok::<(), String>(())
