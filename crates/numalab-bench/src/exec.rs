@@ -141,10 +141,7 @@ impl ExecReport {
         };
         // `local` and default pages of a memory-less node's CPUs go to the
         // nearest node with memory.
-        let ran_on: NodeSet = ran_on
-            .iter()
-            .map(|n| topology.local_memory_node(n).unwrap_or(n))
-            .collect();
+        let ran_on = topology.local_memory_nodes(&ran_on);
         ExecReport {
             command,
             audit: audit_in_units(

@@ -1159,13 +1159,13 @@ fn make_copies(plan: &Plan, file: &File) -> Result<Option<ReplicatedFile>, FileC
     let Some(config) = &plan.config.copies else {
         return Ok(None);
     };
-    let nodes: numalab::NodeSet = plan
+    let readers: numalab::NodeSet = plan
         .cells
         .iter()
         .filter(|c| c.copies && c.skip.is_none())
         .filter_map(|c| c.reader_node)
-        .map(numalab::system::local_memory_node)
         .collect();
+    let nodes = numalab::system::local_memory_nodes(&readers);
     if nodes.is_empty() {
         return Ok(None);
     }

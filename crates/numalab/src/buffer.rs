@@ -396,11 +396,7 @@ impl NodeBuffer {
     pub fn audit_pages(&self, found: &PageHistogram) -> PlacementAudit {
         // `local` and default pages of a memory-less node's CPUs go to
         // the nearest node with memory.
-        let home: NodeSet = self
-            .touched_from
-            .iter()
-            .map(crate::system::local_memory_node)
-            .collect();
+        let home = crate::system::local_memory_nodes(&self.touched_from);
         audit_in_units(&self.options.policy, &home, found, self.unit_pages())
     }
 

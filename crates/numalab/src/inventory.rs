@@ -149,27 +149,46 @@ pub struct NodeInventory {
     pub allowed_cpus: CpuSet,
 }
 
+/// Adds to `allowed_nodes` each memory-less node of `memoryless` (a node
+/// and its CPUs) whose CPUs meet `allowed_cpus`: a cpuset's mems (and
+/// hwloc's allowed nodeset) list nodes with memory only, yet such a
+/// node's CPUs are usable, and `--cpunodebind` may name it.
+pub(crate) fn allow_memoryless<'a>(
+    allowed_nodes: &mut NodeSet,
+    memoryless: impl IntoIterator<Item = &'a (u32, CpuSet)>,
+    allowed_cpus: &CpuSet,
+) {
+    for (node, cpus) in memoryless {
+        if !cpus.intersection(allowed_cpus).is_empty() {
+            allowed_nodes.insert(*node);
+        }
+    }
+}
+
 impl NodeInventory {
     /// The running machine's, read from sysfs and `/proc/self/status`
     /// (cheaper than a full [`Topology::system`](crate::Topology::system)).
     pub fn live() -> NodeInventory {
         let nodes = procfs::online_nodes().unwrap_or_else(|_| NodeSet::single(0));
-        let with_cpus = nodes
+        let node_cpus: Vec<(u32, CpuSet)> = nodes
             .iter()
-            .filter(|&n| procfs::node_cpus(n).is_ok_and(|c| !c.is_empty()))
+            .filter_map(|n| Some((n, procfs::node_cpus(n).ok()?)))
+            .collect();
+        let with_cpus = node_cpus
+            .iter()
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(n, _)| *n)
             .collect();
         let cpus = procfs::online_cpus().unwrap_or_default();
         let (allowed_cpus, allowed_nodes) = procfs::allowed_for_self().unwrap_or((None, None));
         let with_memory = procfs::nodes_with_memory().unwrap_or_else(|_| nodes.clone());
         let allowed_cpus = allowed_cpus.unwrap_or_else(|| cpus.clone());
         let mut allowed_nodes = allowed_nodes.unwrap_or_else(|| nodes.clone());
-        // A cpuset's mems list nodes with memory only: a memory-less node
-        // is usable when its CPUs are.
-        for node in nodes.difference(&with_memory).iter() {
-            if procfs::node_cpus(node).is_ok_and(|c| !c.intersection(&allowed_cpus).is_empty()) {
-                allowed_nodes.insert(node);
-            }
-        }
+        allow_memoryless(
+            &mut allowed_nodes,
+            node_cpus.iter().filter(|(n, _)| !with_memory.contains(*n)),
+            &allowed_cpus,
+        );
         NodeInventory {
             with_memory,
             with_cpus,

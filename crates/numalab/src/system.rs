@@ -209,17 +209,42 @@ impl NodeMemory {
 /// assert!(numalab::NodeInventory::live().with_memory.contains(home));
 /// ```
 pub fn local_memory_node(node: u32) -> u32 {
+    local_memory_nodes(&crate::NodeSet::single(node))
+        .first()
+        .unwrap_or(node)
+}
+
+/// [`local_memory_node`] of each of `nodes`: where `local` and default
+/// pages of threads on them go. Reads which nodes have memory once, and
+/// distances only for nodes without.
+///
+/// ```
+/// use numalab::system::local_memory_nodes;
+/// use numalab::NodeInventory;
+/// let inventory = NodeInventory::live();
+/// assert!(local_memory_nodes(&inventory.with_cpus).is_subset(&inventory.with_memory));
+/// ```
+pub fn local_memory_nodes(nodes: &crate::NodeSet) -> crate::NodeSet {
     let Ok(with_memory) = procfs::nodes_with_memory() else {
-        return node;
+        return nodes.clone();
     };
-    let online = procfs::online_nodes().unwrap_or_default();
-    let distances = procfs::node_distances(node).unwrap_or_default();
-    // `distance` lists one value per online node, in node order.
-    let distance = |to: u32| {
-        let index = online.iter().position(|n| n == to)?;
-        distances.get(index).copied()
-    };
-    crate::topology::nearest_with_memory(node, &with_memory, distance).unwrap_or(node)
+    let mut online = None;
+    nodes
+        .iter()
+        .map(|node| {
+            if with_memory.contains(node) {
+                return node;
+            }
+            let online = online.get_or_insert_with(|| procfs::online_nodes().unwrap_or_default());
+            let distances = procfs::node_distances(node).unwrap_or_default();
+            // `distance` lists one value per online node, in node order.
+            let distance = |to: u32| {
+                let index = online.iter().position(|n| n == to)?;
+                distances.get(index).copied()
+            };
+            crate::topology::nearest_with_memory(node, &with_memory, distance).unwrap_or(node)
+        })
+        .collect()
 }
 
 /// Pages the kernel's memory tiering has moved since boot, for one node:

@@ -12,8 +12,8 @@ use numalab::affinity::BindError;
 use numalab::audit::{audit, audit_in_units};
 use numalab::locate::{PageHistogram, Sample};
 use numalab::replicated::{Mode, ReplicaSet, Replicated, ReplicatedError};
-use numalab::system::local_memory_node;
 use numalab::system::Environment;
+use numalab::system::{local_memory_node, local_memory_nodes};
 use numalab::{
     BufferError, BufferOptions, HugePages, InterleaveWeights, MemPolicy, NodeBuffer, NodeSet,
     PolicyError, Topology,
@@ -662,7 +662,7 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
             }
             // Where the threads' own pages go: their node, or for a
             // memory-less node the nearest node with memory.
-            let home_nodes: NodeSet = thread_nodes.iter().map(local_memory_node).collect();
+            let home_nodes = local_memory_nodes(&thread_nodes);
             let (found, unit_pages) = match &region.memory {
                 Memory::Plain(buffer) => (
                     buffer.locate(Sample::All).unwrap_or_default(),

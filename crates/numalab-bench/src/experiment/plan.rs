@@ -385,10 +385,7 @@ impl Plan {
                 if first_touch || matches!(policy, MemPolicy::Default | MemPolicy::Local) {
                     // A memory-less node's threads allocate from the
                     // nearest node with memory.
-                    user_nodes
-                        .iter()
-                        .map(|n| topology.local_memory_node(n).unwrap_or(n))
-                        .collect()
+                    topology.local_memory_nodes(&user_nodes)
                 } else {
                     policy.nodes()
                 };
@@ -651,11 +648,7 @@ fn region_policy(
         PolicySpec::Remote => {
             // Not the threads' own memory: their nodes', or for a
             // memory-less node the nearest node's, which is its local.
-            let own: NodeSet = user_nodes
-                .iter()
-                .map(|n| topology.local_memory_node(n).unwrap_or(n))
-                .chain(user_nodes.iter())
-                .collect();
+            let own = topology.local_memory_nodes(user_nodes).union(user_nodes);
             let other = topology
                 .nodes_by_distance(home)
                 .into_iter()

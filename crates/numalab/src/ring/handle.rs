@@ -497,11 +497,7 @@ impl Ring {
         let policy = self.policy().unwrap_or(MemPolicy::Default);
         // `local` and default pages of a memory-less node's CPUs go to
         // the nearest node with memory.
-        let home: NodeSet = self
-            .touched_from
-            .iter()
-            .map(crate::system::local_memory_node)
-            .collect();
+        let home = crate::system::local_memory_nodes(&self.touched_from);
         audit(&policy, &home, &found)
     }
 

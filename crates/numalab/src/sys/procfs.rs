@@ -1174,14 +1174,19 @@ pub fn memory_block_nodes() -> Option<MemoryBlocks> {
             }
         }
     }
+    // The zones' spans matter only for a block two nodes share. Bounded:
+    // a few hundred lines per zone, a handful of zones per node.
+    let spans = if seen.values().any(Option::is_none) {
+        read_bounded("/proc/zoneinfo", 16 << 20)
+            .map(|t| parse_zone_spans(&t))
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let blocks: BTreeMap<u64, u32> = seen
         .into_iter()
         .filter_map(|(block, node)| Some((block, node?)))
         .collect();
-    // Bounded: a few hundred lines per zone, a handful of zones per node.
-    let spans = read_bounded("/proc/zoneinfo", 16 << 20)
-        .map(|t| parse_zone_spans(&t))
-        .unwrap_or_default();
     (!blocks.is_empty()).then_some(MemoryBlocks {
         block_size,
         nodes: blocks,

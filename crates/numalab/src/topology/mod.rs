@@ -628,13 +628,12 @@ impl Topology {
                 allowed_nodes = m;
             }
         }
-        // A cpuset's mems (and hwloc's allowed nodeset) list nodes with
-        // memory only: a memory-less node is usable when its CPUs are.
-        for node in nodes.iter().filter(|n| n.memory_bytes == 0) {
-            if !node.cpus.intersection(&allowed_cpus).is_empty() {
-                allowed_nodes.insert(node.id);
-            }
-        }
+        let memoryless: Vec<(u32, CpuSet)> = nodes
+            .iter()
+            .filter(|n| n.memory_bytes == 0)
+            .map(|n| (n.id, n.cpus.clone()))
+            .collect();
+        crate::inventory::allow_memoryless(&mut allowed_nodes, &memoryless, &allowed_cpus);
 
         Ok(Topology {
             source,
@@ -753,6 +752,15 @@ impl Topology {
         nearest_with_memory(node, &self.nodes_with_memory(), |to| {
             self.distance(node, to)
         })
+    }
+
+    /// [`local_memory_node`](Self::local_memory_node) of each of `nodes`
+    /// (a node itself when no node has memory).
+    pub fn local_memory_nodes(&self, nodes: &NodeSet) -> NodeSet {
+        nodes
+            .iter()
+            .map(|n| self.local_memory_node(n).unwrap_or(n))
+            .collect()
     }
 
     /// Free memory of `node` in bytes, read now from sysfs. `None` for a
