@@ -3,7 +3,8 @@
 //! checked).
 //!
 //! - `profile.timeline`: the guest program's `--allocate` mode writes
-//!   32 MiB on one node, holds it, frees it, then does the same on another;
+//!   32 MiB on one node, holds it until a sample has read it, frees it,
+//!   then does the same on another;
 //!   profile's timeline must show the memory on the first node, then on
 //!   the second, as the preset names them.
 //! - `advise.placements`: busybox `dd` (8 MiB buffer) under every
@@ -15,39 +16,108 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
 use numalab::locate::MemoryKind;
-use numalab::{MemPolicy, NodeBuffer, NodeSet};
+use numalab::{BufferOptions, MemPolicy, NodeBuffer, NodeSet};
 use numalab_bench::advise::AdviseReport;
 use numalab_bench::profile::ProfileReport;
 
-use super::{Guest, Outcome, Pages, Ran};
+use super::{Guest, Outcome, Pages, Ran, HANG};
 
 /// MiB the `--allocate` steps hold.
 const HELD_MIB: u64 = 32;
 
-/// How long each is held: an emulated CPU reads numa_maps slowly, and
-/// the sampling keeps to 1% of a CPU, so samples may be seconds apart
-/// there (a first sample that took 36 ms of CPU was followed by 3.6 s of
-/// pause in one run).
-const HOLD: std::time::Duration = std::time::Duration::from_secs(5);
+/// A page of the program's own whose soft-dirty bit tells it that
+/// `numalab profile --writes` has taken a sample: each sample reads the
+/// program's memory (numa_maps, then pagemap) and ends by clearing every
+/// soft-dirty bit it has (`/proc/PID/clear_refs`). A page written, then
+/// found clean, was cleared by a sample that ended after the write; the
+/// next clear found after writing it again comes from a later sample,
+/// which began after that one ended, so it read the program's memory as
+/// it was at the first write. The programs the profile checks watch wait
+/// on this instead of a clock: on a busy host the profiler's pauses
+/// stretch, and a program that held its memory for a fixed time was
+/// gone before a sample saw it.
+#[derive(Debug)]
+pub struct SampleSignal {
+    pagemap: std::fs::File,
+}
+
+impl SampleSignal {
+    /// Opens this process's pagemap.
+    pub fn new() -> Result<SampleSignal> {
+        let pagemap =
+            std::fs::File::open("/proc/self/pagemap").context("opening /proc/self/pagemap")?;
+        Ok(SampleSignal { pagemap })
+    }
+
+    /// The soft-dirty bit of the page holding `at`.
+    fn dirty(&self, at: *const u8) -> Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let page = numalab::system::page_size() as u64;
+        let mut entry = [0u8; 8];
+        self.pagemap
+            .read_exact_at(&mut entry, at as u64 / page * 8)
+            .context("reading /proc/self/pagemap")?;
+        Ok(u64::from_le_bytes(entry) >> 55 & 1 == 1)
+    }
+
+    /// Writes `page[0]`, then waits until a clear of the soft-dirty bits
+    /// has passed it; `clears` times. With 2, a sample read this
+    /// program's memory wholly after the call began.
+    pub fn wait(&self, page: &mut [u8], clears: u32) -> Result<()> {
+        for _ in 0..clears {
+            page[0] = page[0].wrapping_add(1);
+            std::hint::black_box(&mut *page);
+            while self.dirty(page.as_ptr())? {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether the guest's kernel keeps soft-dirty bits, tried on a page of
+/// this process without numalab: written, bits cleared, clean, written
+/// again, dirty.
+pub fn kernel_keeps_soft_dirty() -> Result<bool> {
+    let page = numalab::system::page_size();
+    let mut probe = vec![0u8; 2 * page];
+    let offset = (probe.as_ptr() as usize).next_multiple_of(page) - probe.as_ptr() as usize;
+    let signal = SampleSignal::new()?;
+    probe[offset] = 1;
+    std::fs::write("/proc/self/clear_refs", "4").context("writing /proc/self/clear_refs")?;
+    let cleared = signal.dirty(std::hint::black_box(&probe)[offset..].as_ptr())?;
+    probe[offset] = 2;
+    let written = signal.dirty(std::hint::black_box(&probe)[offset..].as_ptr())?;
+    Ok(!cleared && written)
+}
+
+/// A page-aligned page of memory of its own, in base pages.
+fn signal_page() -> Result<NodeBuffer> {
+    let options = BufferOptions::new(MemPolicy::Default).prefault(false);
+    Ok(NodeBuffer::with_options(
+        numalab::system::page_size(),
+        options,
+    )?)
+}
 
 /// `numalab-guest --allocate A,B`: for each node in turn, 32 MiB bound
-/// there, written, held for 5 s, then freed. What the profile watches.
+/// there and written, held until a sample of `numalab profile --writes`
+/// has read it ([`SampleSignal`]), then freed. What the profile watches.
 pub fn allocate_in_turn(nodes: &str) -> Result<()> {
     let nodes: NodeSet = nodes.parse().context("--allocate takes nodes, as 0,1")?;
+    let signal = SampleSignal::new()?;
+    let mut page = signal_page()?;
     for node in nodes.iter() {
         let buffer = NodeBuffer::new(
             (HELD_MIB << 20) as usize,
             MemPolicy::Bind(NodeSet::single(node)),
         )?;
-        std::thread::sleep(HOLD);
+        signal.wait(page.as_mut_slice(), 2)?;
         drop(buffer);
     }
-    Ok(())
+    // And one sample after the last is freed.
+    signal.wait(page.as_mut_slice(), 2)
 }
-
-/// How long a profile of the guest program may take before the check
-/// gives up on it (the programs run 10 s at most).
-const PROFILE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// `pid` and its descendants with their state and wait channel, threads
 /// included: what a hung profile was waiting for.
@@ -80,8 +150,9 @@ fn process_states(pid: i32) -> String {
 }
 
 /// `numalab profile FLAGS --json -- <this guest program> ARGS`: the
-/// report (on standard error: the command owns standard output).
-fn profile_me(guest: &Guest, flags: &[&str], args: &[&str]) -> Result<ProfileReport> {
+/// report (on standard error: the command owns standard output) and what
+/// the program printed.
+fn profile_me(guest: &Guest, flags: &[&str], args: &[&str]) -> Result<(ProfileReport, String)> {
     let me = std::env::current_exe()?;
     let me = me.to_str().context("the guest program's path")?;
     let mut all = vec!["profile"];
@@ -97,14 +168,14 @@ fn profile_me(guest: &Guest, flags: &[&str], args: &[&str]) -> Result<ProfileRep
         .spawn()?;
     let began = std::time::Instant::now();
     while child.try_wait()?.is_none() {
-        if began.elapsed() > PROFILE_DEADLINE {
+        if began.elapsed() > HANG {
             let states = process_states(child.id() as i32);
             let _ = child.kill();
             let _ = child.wait();
             bail!(
                 "numalab {} had not ended after {} s; its processes (pid state wchan): {states}",
                 all.join(" "),
-                PROFILE_DEADLINE.as_secs()
+                HANG.as_secs()
             );
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -124,82 +195,78 @@ fn profile_me(guest: &Guest, flags: &[&str], args: &[&str]) -> Result<ProfileRep
             ran.stderr
         );
     }
-    Ran::result_in(&ran.stderr)
+    Ok((Ran::result_in(&ran.stderr)?, ran.stdout))
 }
+
+/// The memory `--write-quarter` writes, and how many times it rewrites
+/// the first quarter of it.
+const WRITES_MIB: usize = 64;
+const QUARTER_PASSES: u64 = 4;
 
 /// `numalab-guest --write-quarter`: 64 MiB written once, then its first
-/// quarter written again every 50 ms for at least 5 s, and on until the
-/// profiler has closed a window after the whole 64 MiB was written (at
-/// most 60 s). What profile.writes watches.
+/// quarter written again 4 times, each pass in a window of samples of its
+/// own. What profile.writes watches.
 ///
-/// The profiler's pacing spaces its samples by what each cost, and the
-/// sample that clears the soft-dirty bits of all 64 MiB is the dearest
-/// (seconds of pause under emulation on a busy host): a fixed 5 s could
-/// end before the next sample. The program sees the clears in its own
-/// soft-dirty bits (`/proc/self/pagemap` bit 55) of a sentinel page
-/// outside the rewritten quarter: clean once the profiler cleared the
-/// whole write, dirtied once, clean again when the next sample came.
-pub fn write_quarter() {
-    let mut buffer = vec![0u8; 64 << 20];
+/// Paced by the profiler's clears of its soft-dirty bits
+/// ([`SampleSignal`]), never by a clock: the whole 64 MiB written (base
+/// pages, its last page last), then held until a sample has read it
+/// whole; then each pass writes the quarter and the last page, and waits
+/// for the next clear to pass that page (clears go up the address
+/// space, so the quarter below it was cleared too). Every page it writes
+/// after that point belongs to a pass, so the windows that begin once
+/// the 64 MiB was seen whole hold the passes' 4 × 4096 pages, none twice
+/// in one window, and the program's own few writes.
+pub fn write_quarter() -> Result<()> {
     let page = numalab::system::page_size();
-    for byte in buffer.iter_mut().step_by(page) {
+    let options = BufferOptions::new(MemPolicy::Default).prefault(false);
+    let mut buffer = NodeBuffer::with_options(WRITES_MIB << 20, options)?;
+    let memory = buffer.as_mut_slice();
+    let (quarter, last) = (memory.len() / 4, memory.len() - page);
+    let signal = SampleSignal::new()?;
+    for byte in memory.iter_mut().step_by(page) {
         *byte = 1;
     }
-    let sentinel = buffer.len() - page;
-    let began = std::time::Instant::now();
-    let mut round = 0u8;
-    // 0: waiting for the clear of the whole write; 1: sentinel dirtied,
-    // waiting for the next clear; 2: a window after the write was closed.
-    let mut seen = 0;
-    loop {
-        let elapsed = began.elapsed();
-        let enough = elapsed >= std::time::Duration::from_secs(5);
-        if (enough && seen == 2) || elapsed >= std::time::Duration::from_secs(60) {
-            break;
+    signal.wait(&mut memory[last..], 2)?;
+    for pass in 1..=QUARTER_PASSES {
+        for byte in memory[..quarter].iter_mut().step_by(page) {
+            *byte = pass as u8 + 1;
         }
-        round = round.wrapping_add(1);
-        for byte in buffer[..16 << 20].iter_mut().step_by(page) {
-            *byte = round;
-        }
-        if soft_dirty(buffer[sentinel..].as_ptr()) == Some(false) {
-            match seen {
-                0 => {
-                    buffer[sentinel] = round;
-                    seen = 1;
-                }
-                1 => seen = 2,
-                _ => {}
-            }
-        }
-        std::hint::black_box(&buffer);
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        signal.wait(&mut memory[last..], 1)?;
     }
+    println!(
+        "write-quarter: {WRITES_MIB} MiB written, then its first quarter {QUARTER_PASSES} times"
+    );
+    Ok(())
 }
 
-/// The soft-dirty bit of the page holding `at`, from `/proc/self/pagemap`;
-/// `None` where it cannot be read.
-fn soft_dirty(at: *const u8) -> Option<bool> {
-    use std::io::{Read, Seek, SeekFrom};
-    let page = numalab::system::page_size() as u64;
-    let mut pagemap = std::fs::File::open("/proc/self/pagemap").ok()?;
-    pagemap.seek(SeekFrom::Start(at as u64 / page * 8)).ok()?;
-    let mut entry = [0u8; 8];
-    pagemap.read_exact(&mut entry).ok()?;
-    Some(u64::from_le_bytes(entry) >> 55 & 1 == 1)
-}
+/// Pages the watched program may write in a window besides its passes
+/// and the page it signals with: its stack and the like (2 or 3 a window
+/// in every guest of both kernels).
+const OWN_WRITES: u64 = 32;
 
-/// `numalab profile --writes` of a program rewriting a quarter of its
-/// memory all the time: the samples after the first say about a quarter
-/// of its private writable pages were written.
+/// `numalab profile --writes` of a program that writes 64 MiB, then its
+/// first quarter 4 times, each pass in a window of its own: the windows
+/// after the 64 MiB was seen whole count the passes' pages, and never
+/// more than one pass a window.
 pub fn writes(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    // Decided by the kernel, not by what numalab says of it.
+    if !kernel_keeps_soft_dirty()? {
+        out.not_applicable("the guest kernel keeps no soft-dirty bits (CONFIG_MEM_SOFT_DIRTY)");
+        return Ok(());
+    }
     // A sample that clears the soft-dirty bits of 64 MiB is dear under
     // emulation (its CPU time counted while other vCPUs run, too): at the
     // default 1% it would pause the sampling for up to a minute.
-    let report = profile_me(
+    let (report, said) = profile_me(
         guest,
-        &["--writes", "--interval", "500ms", "--max-overhead", "20"],
+        &["--writes", "--interval", "200ms", "--max-overhead", "20"],
         &["--write-quarter"],
     )?;
+    out.same(
+        "the program's own account",
+        format!("write-quarter: {WRITES_MIB} MiB written, then its first quarter {QUARTER_PASSES} times"),
+        said.trim(),
+    );
     let shares: Vec<String> = report
         .timeline
         .samples
@@ -210,37 +277,48 @@ pub fn writes(guest: &Guest, out: &mut Outcome) -> Result<()> {
         })
         .collect();
     out.note(format!("written/present per sample: {}", shares.join(", ")));
-    if report
-        .sources
-        .iter()
-        .any(|s| s.starts_with("pages written: not measured"))
-    {
-        out.not_applicable("the guest kernel keeps no soft-dirty bits");
-        return Ok(());
-    }
-    // The windows that began with the whole 64 MiB already written (the
-    // window that saw it written the first time counts all of it): a
-    // quarter of it rewritten, the rest of the program's writable memory
-    // small.
+    // The windows that began once a sample had seen the whole 64 MiB:
+    // the program made every pass in them.
+    let page = numalab::system::page_size() as u64;
+    let quarter = (WRITES_MIB as u64 / 4) << 20;
+    let quarter_pages = quarter / page;
     let samples = &report.timeline.samples;
-    let full: Vec<f64> = samples
+    let after: Vec<u64> = samples
         .windows(2)
-        .filter(|pair| pair[0].memory.private_per_node().values().sum::<u64>() >= 64 << 20)
+        .filter(|pair| {
+            pair[0].memory.private_per_node().values().sum::<u64>() >= (WRITES_MIB as u64) << 20
+        })
         .filter_map(|pair| pair[1].written)
-        .map(|w| w.share())
+        .map(|w| w.written)
         .collect();
     out.check(
-        "windows after the 64 MiB was written",
-        ">= 1",
-        full.len(),
-        !full.is_empty(),
+        "windows after the 64 MiB was seen whole",
+        format!(">= {QUARTER_PASSES} (a clear after each pass)"),
+        after.len(),
+        after.len() as u64 >= QUARTER_PASSES,
     );
-    let median = numalab_bench::stats::quantile(&full, 0.5).unwrap_or(0.0);
+    let most = after.iter().copied().max().unwrap_or(0);
     out.check(
-        "median share written",
-        "0.22 to 0.35 (a quarter, and the program's own small writes)",
-        format!("{median:.3}"),
-        (0.22..=0.35).contains(&median),
+        "pages written in one window, at most",
+        format!(
+            "<= {} (one pass of {quarter_pages}, and its own few)",
+            quarter_pages + OWN_WRITES
+        ),
+        most,
+        most <= quarter_pages + OWN_WRITES,
+    );
+    let sum: u64 = after.iter().sum();
+    let (least, at_most) = (
+        QUARTER_PASSES * quarter_pages,
+        QUARTER_PASSES * quarter_pages + OWN_WRITES * after.len() as u64,
+    );
+    out.check(
+        "pages written in those windows, summed",
+        format!(
+            "{least} to {at_most} ({QUARTER_PASSES} passes of {quarter_pages}, and its own few)"
+        ),
+        sum,
+        (least..=at_most).contains(&sum),
     );
     Ok(())
 }
@@ -261,13 +339,17 @@ pub fn timeline(guest: &Guest, out: &mut Outcome) -> Result<()> {
         bail!("the preset has no nodes");
     };
     let nodes_arg = format!("{first},{last}");
-    // At 20% of a CPU, as profile.writes: under emulation a sample's CPU
-    // time runs on while the host serves other vCPUs, and at 1% one dear
-    // sample (0.6 s seen on a fresh machine) would pause the sampling past
-    // the program's end.
-    let report = profile_me(
+    // The program holds each allocation until a sample has read it, which
+    // it sees by the soft-dirty bits `--writes` clears.
+    if !kernel_keeps_soft_dirty()? {
+        bail!("the guest kernel keeps no soft-dirty bits: the program cannot tell when a sample has seen its memory");
+    }
+    // At 20% of a CPU: under emulation a sample's CPU time runs on while
+    // the host serves other vCPUs, and at 1% the checks would wait seconds
+    // between samples.
+    let (report, _) = profile_me(
         guest,
-        &["--interval", "200ms", "--max-overhead", "20"],
+        &["--writes", "--interval", "200ms", "--max-overhead", "20"],
         &["--allocate", &nodes_arg],
     )?;
     let samples = &report.timeline.samples;
@@ -497,9 +579,13 @@ pub fn interrupted(guest: &Guest, out: &mut Outcome) -> Result<()> {
         .spawn()?;
     // Let a few runs finish, then interrupt.
     let runs = || std::fs::read_to_string(marker).map_or(0, |t| t.lines().count());
-    for _ in 0..3000 {
-        if runs() >= 3 {
-            break;
+    let began = std::time::Instant::now();
+    while runs() < 3 {
+        if began.elapsed() > HANG {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("advise had made {} runs after {} s", runs(), HANG.as_secs());
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

@@ -371,14 +371,16 @@ pub fn weights_restored_on_sigterm(guest: &Guest, out: &mut Outcome) -> Result<(
     let before = (weight_of(a), weight_of(b), weights_auto());
     let pidfile = "/tmp/numalab-exec-sigterm.pid";
     let _ = fs::remove_file(pidfile);
-    let script = format!("echo $$ > {pidfile}; exec sleep 60");
+    // Killed below; the hour only ends it should this check die first.
+    let script = format!("echo $$ > {pidfile}; exec sleep 3600");
     let flag = format!("--weighted-interleave={a}:5,{b}:2");
     let child = std::process::Command::new(&guest.numalab)
         .args(["exec", "-q", &flag, "--", "sh", "-c", &script])
         .stderr(std::process::Stdio::piped())
         .spawn()?;
     let mut command = None;
-    for _ in 0..1000 {
+    let began = std::time::Instant::now();
+    while began.elapsed() < super::HANG {
         let pid = fs::read_to_string(pidfile)
             .ok()
             .and_then(|t| t.trim().parse::<u32>().ok());
@@ -391,7 +393,10 @@ pub fn weights_restored_on_sigterm(guest: &Guest, out: &mut Outcome) -> Result<(
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let Some(command) = command else {
-        bail!("the command did not start within 10 s");
+        bail!(
+            "the command had not started after {} s",
+            super::HANG.as_secs()
+        );
     };
     out.same(
         "weights while it runs",

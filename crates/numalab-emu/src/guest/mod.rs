@@ -173,12 +173,12 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "profile.timeline",
-        about: "numalab profile of a program that writes 32 MiB on the first node, frees it, then on the last: the timeline has it on the first node, then on the last",
+        about: "numalab profile of a program that writes 32 MiB on the first node, holds it until a sample has read it, frees it, then the same on the last: the timeline has it on the first node, then on the last",
         run: advise::timeline,
     },
     Check {
         name: "profile.writes",
-        about: "numalab profile --writes of a program rewriting a quarter of its 64 MiB: about a quarter of its private writable pages written per sample (soft-dirty bits)",
+        about: "numalab profile --writes of a program writing 64 MiB, then its first quarter 4 times, one pass per sample: the samples count each pass's pages (soft-dirty bits), never more than one pass per window",
         run: advise::writes,
     },
     Check {
@@ -574,6 +574,14 @@ pub fn expect_pages(
     out.check(what, expected_text, text, ok)
 }
 
+/// How long a check waits for something that ends by itself in seconds
+/// (a program starting, a profile of a program that paces itself by the
+/// profiler) before calling it a hang. Never a measure of speed: every
+/// check paces itself by what the guest has done, and this only turns a
+/// hang into a failure that names what was waited for instead of a guest
+/// that never powers off.
+pub(crate) const HANG: std::time::Duration = std::time::Duration::from_secs(120);
+
 const BALANCING: &str = "/proc/sys/kernel/numa_balancing";
 
 /// Sets `numa_balancing` for as long as it lives.
@@ -743,8 +751,13 @@ pub fn main() -> ExitCode {
             "--results" => results = args.next(),
             // Programs for profile.writes and profile.timeline to watch.
             "--write-quarter" => {
-                advise::write_quarter();
-                return ExitCode::SUCCESS;
+                return match advise::write_quarter() {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(err) => {
+                        eprintln!("numalab-guest --write-quarter: {err:#}");
+                        ExitCode::from(1)
+                    }
+                };
             }
             "--hold" => {
                 let (mib, pidfile) = (args.next().unwrap_or_default(), args.next());

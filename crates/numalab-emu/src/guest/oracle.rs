@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use numalab::{CpuSet, NodeSet};
 
-use super::{Guest, Outcome};
+use super::{Guest, Outcome, HANG};
 use crate::harness::ORACLES_MISSING;
 
 /// Where the host put the tools (`crate::harness::ORACLE_TOOLS`).
@@ -24,8 +24,9 @@ const LSTOPO: &str = "/bin/lstopo-no-graphics";
 const HOLD_MIB: u64 = 32;
 
 /// The guest program's `--hold MIB PIDFILE`: maps `mib` MiB, touches every
-/// page, writes its pid to `pidfile` and waits (60 s at most) to be
-/// killed, so `numastat -p` can read where its memory is.
+/// page, writes its pid to `pidfile` and waits to be killed, so
+/// `numastat -p` can read where its memory is; it ends by itself when the
+/// check that started it is gone.
 pub fn hold(mib: &str, pidfile: &str) -> Result<()> {
     let mib: usize = mib.parse().context("--hold takes MiB, as 32")?;
     let mut memory = vec![0u8; mib << 20];
@@ -37,7 +38,10 @@ pub fn hold(mib: &str, pidfile: &str) -> Result<()> {
     let tmp = format!("{pidfile}.tmp");
     fs::write(&tmp, std::process::id().to_string())?;
     fs::rename(&tmp, pidfile)?;
-    std::thread::sleep(Duration::from_secs(60));
+    let parent = std::os::unix::process::parent_id();
+    while std::os::unix::process::parent_id() == parent {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     Ok(())
 }
 
@@ -345,10 +349,15 @@ impl Held {
                 }
                 bail!("exited {:?}: {}", status.code(), stderr.trim());
             }
-            if began.elapsed() > Duration::from_secs(10) {
+            // Only a hang gets here: the program writes its pid as soon
+            // as its memory is touched (under a second in every guest).
+            if began.elapsed() > HANG {
                 let _ = launcher.kill();
                 let _ = launcher.wait();
-                bail!("the held program did not start within 10 s");
+                bail!(
+                    "the held program had not written its pid after {} s",
+                    HANG.as_secs()
+                );
             }
             std::thread::sleep(Duration::from_millis(10));
         }
