@@ -6,13 +6,14 @@
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
+use numalab::files::TreeDir;
 use numalab::pagecache::{
-    file_cache, file_cache_threads, open_for_cache, FileCache, FileCacheBatch,
+    file_cache, file_cache_threads, open_for_cache, open_for_cache_at, FileCache, FileCacheBatch,
 };
 use numalab::system::NodeMemory;
 use serde::{Deserialize, Serialize};
@@ -220,7 +221,11 @@ pub fn fincore_with(
     for path in paths {
         match fs::metadata(path) {
             Ok(meta) if meta.is_dir() => walk(path, &mut walked, &mut counter)?,
-            Ok(_) => counter.push(Job::Count(path.clone(), false))?,
+            Ok(_) => counter.push(Job::Count(Target {
+                at: None,
+                name: path.clone(),
+                shown: path.clone(),
+            }))?,
             Err(err) => counter.push(Job::Failed(Unreadable::new(path, err.to_string())))?,
         }
     }
@@ -254,12 +259,29 @@ impl Unreadable {
     }
 }
 
-/// A file to count (and whether it was found inside a directory: then a
-/// link at its name is not followed), or a path already known not to be
-/// countable, kept in walk order.
+/// A file to count, or a path already known not to be countable, kept in
+/// walk order.
 enum Job {
-    Count(PathBuf, bool),
+    Count(Target),
     Failed(Unreadable),
+}
+
+/// A file to count: named by the user (`at` none, a link followed), or
+/// found in a walk (`name` inside the directory `at` holds, a link at
+/// `name` not followed), with the path it is shown as.
+struct Target {
+    at: Option<Arc<TreeDir>>,
+    name: PathBuf,
+    shown: PathBuf,
+}
+
+impl Target {
+    /// Opens the file, once it is known to be a regular file
+    /// ([`open_for_cache_at`]).
+    fn open(&self) -> Result<File, String> {
+        let at = self.at.as_ref().map(|fd| fd.as_fd());
+        open_for_cache_at(at, &self.name, self.at.is_none()).map_err(|err| err.to_string())
+    }
 }
 
 /// The report so far and the batch of files not yet counted.
@@ -294,13 +316,9 @@ impl Counter {
             let threads = self.threads;
             jobs.iter()
                 .map(|job| match job {
-                    Job::Count(path, inside) => Some(
-                        open_for_cache(path, !inside)
-                            .map_err(|err| err.to_string())
-                            .and_then(|file| {
-                                file_cache_threads(&file, threads).map_err(|err| err.to_string())
-                            }),
-                    ),
+                    Job::Count(target) => Some(target.open().and_then(|file| {
+                        file_cache_threads(&file, threads).map_err(|err| err.to_string())
+                    })),
                     Job::Failed(_) => None,
                 })
                 .collect()
@@ -314,10 +332,10 @@ impl Counter {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(job) = jobs.get(i) else { break };
-                    if let Job::Count(path, inside) = job {
-                        match open_for_cache(path, !inside) {
+                    if let Job::Count(target) = job {
+                        match target.open() {
                             Ok(file) => mine.push((i, Ok(batch.add(&file)))),
-                            Err(err) => mine.push((i, Err(err.to_string()))),
+                            Err(err) => mine.push((i, Err(err))),
                         }
                     }
                 }
@@ -361,15 +379,17 @@ impl Counter {
         };
         for (job, result) in jobs.into_iter().zip(counted) {
             match (job, result) {
-                (Job::Count(path, _), Some(Ok(cache))) => {
+                (Job::Count(target), Some(Ok(cache))) => {
                     self.report.total.add(&cache);
                     self.report.files.push(CachedFile {
-                        path: path.display().to_string(),
+                        path: target.shown.display().to_string(),
                         cache,
                     });
                 }
-                (Job::Count(path, _), Some(Err(error))) => {
-                    self.report.failed.push(Unreadable::new(&path, error));
+                (Job::Count(target), Some(Err(error))) => {
+                    self.report
+                        .failed
+                        .push(Unreadable::new(&target.shown, error));
                 }
                 (Job::Failed(failed), _) => self.report.failed.push(failed),
                 (Job::Count(..), None) => unreachable!("every file is counted"),
@@ -378,26 +398,53 @@ impl Counter {
     }
 }
 
+/// A directory still to list: `name` inside the directory `at` holds
+/// (the root: `at` none, as the user named it), shown as `shown`.
+struct Pending {
+    at: Option<Arc<TreeDir>>,
+    name: PathBuf,
+    shown: PathBuf,
+}
+
 /// Every regular file under `root`, depth first, entries sorted by name.
+///
+/// Each directory is opened from the descriptor of the one above it, a
+/// link never followed (`O_NOFOLLOW | O_DIRECTORY`), and each file from
+/// its directory's descriptor: whatever another user renames or swaps
+/// for a link during the walk, it never leaves the tree it began in.
+/// Only `root` itself is opened as named (a link there followed).
 fn walk(
     root: &Path,
     walked: &mut HashSet<(u64, u64)>,
     counter: &mut Counter,
 ) -> Result<(), FincoreError> {
-    let mut stack = vec![root.to_path_buf()];
+    let mut stack = vec![Pending {
+        at: None,
+        name: root.to_path_buf(),
+        shown: root.to_path_buf(),
+    }];
     while let Some(dir) = stack.pop() {
-        let failed = |err: io::Error| Job::Failed(Unreadable::new(&dir, err.to_string()));
-        let meta = match fs::symlink_metadata(&dir) {
-            Ok(meta) => meta,
+        let failed = |err: io::Error| Job::Failed(Unreadable::new(&dir.shown, err.to_string()));
+        let opened = match &dir.at {
+            None => TreeDir::open(&dir.name).map(Some),
+            Some(parent) => parent.open_child(&dir.name),
+        };
+        let fd = match opened {
+            Ok(Some(fd)) => Arc::new(fd),
+            // Swapped for a link since its directory was listed.
+            Ok(None) => {
+                counter.report.skipped.links += 1;
+                continue;
+            }
             Err(err) => {
                 counter.push(failed(err))?;
                 continue;
             }
         };
-        if !walked.insert((meta.dev(), meta.ino())) {
+        if !walked.insert(fd.id()) {
             continue;
         }
-        let entries = match fs::read_dir(&dir) {
+        let entries = match fd.entries() {
             Ok(entries) => entries,
             Err(err) => {
                 counter.push(failed(err))?;
@@ -418,11 +465,13 @@ fn walk(
         names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut subdirs = Vec::new();
         for (name, kind) in names {
-            let path = dir.join(name);
+            let shown = dir.shown.join(&name);
+            let at = Some(Arc::clone(&fd));
+            let name = PathBuf::from(name);
             if kind.is_dir() {
-                subdirs.push(path);
+                subdirs.push(Pending { at, name, shown });
             } else if kind.is_file() {
-                counter.push(Job::Count(path, true))?;
+                counter.push(Job::Count(Target { at, name, shown }))?;
             } else if kind.is_symlink() {
                 counter.report.skipped.links += 1;
             } else {

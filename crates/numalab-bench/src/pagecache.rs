@@ -594,7 +594,7 @@ fn open_given(path: &std::path::Path) -> Result<(File, u64), BenchError> {
         path: path.display().to_string(),
         source,
     };
-    let file = cache::open_for_cache(path, true).map_err(|e| wrap(PageCacheError::Os(e)))?;
+    let file = cache::open_for_cache(path, true).map_err(wrap)?;
     let size = cache::file_size(&file).map_err(wrap)?;
     Ok((file, size))
 }

@@ -303,6 +303,85 @@ impl OutputTarget {
     }
 }
 
+/// A directory held open by a walk that must stay inside its tree
+/// whatever another user does meanwhile: each level is opened from the
+/// descriptor of the one above it, never through a path and never through
+/// a link ([`open_child`](Self::open_child)), so a directory renamed or
+/// swapped for a link during the walk cannot lead it out of the tree;
+/// files are opened from it the same way
+/// ([`pagecache::open_for_cache_at`](crate::pagecache::open_for_cache_at)).
+///
+/// ```
+/// use numalab::files::TreeDir;
+/// let dir = std::env::temp_dir().join(format!("numalab-treedir-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(dir.join("sub"))?;
+/// std::os::unix::fs::symlink("/dev", dir.join("link"))?;
+/// let root = TreeDir::open(&dir)?;
+/// let names: Vec<_> = root.entries()?.map(|e| e.map(|e| e.file_name())).collect::<Result<_, _>>()?;
+/// assert_eq!(names.len(), 2);
+/// assert!(root.open_child("sub".as_ref())?.is_some());
+/// assert!(root.open_child("link".as_ref())?.is_none(), "a link is not followed");
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct TreeDir {
+    fd: std::os::fd::OwnedFd,
+    id: (u64, u64),
+}
+
+impl TreeDir {
+    /// The walk's root, as the user named it (a link there is followed,
+    /// as `find -H` does).
+    pub fn open(path: &Path) -> io::Result<TreeDir> {
+        TreeDir::held(linux::open_dir_at(None, path, true)?)
+    }
+
+    /// The directory `name` inside this one; `None` when a symbolic link
+    /// is there (it is not followed); an error when anything else but a
+    /// directory is.
+    pub fn open_child(&self, name: &Path) -> io::Result<Option<TreeDir>> {
+        use std::os::fd::AsFd;
+        match linux::open_dir_at(Some(self.fd.as_fd()), name, false) {
+            Ok(fd) => TreeDir::held(fd).map(Some),
+            // A link there: ELOOP, or ENOTDIR (O_DIRECTORY is checked
+            // first on some kernels); told apart from a file by its kind.
+            Err(err) if matches!(err.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                let named = linux::open_path_at(Some(self.fd.as_fd()), name, false)?;
+                if linux::stat_fd(&named)?.mode & libc::S_IFMT == libc::S_IFLNK {
+                    Ok(None)
+                } else {
+                    Err(err)
+                }
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    fn held(fd: std::os::fd::OwnedFd) -> io::Result<TreeDir> {
+        let id = linux::stat_fd(&fd)?.id;
+        Ok(TreeDir { fd, id })
+    }
+
+    /// Device and inode: a walk that has seen it once need not list it
+    /// again (a bind mount of a directory inside itself cannot loop).
+    pub fn id(&self) -> (u64, u64) {
+        self.id
+    }
+
+    /// Its entries, read through the descriptor held (not its path).
+    pub fn entries(&self) -> io::Result<std::fs::ReadDir> {
+        use std::os::fd::AsRawFd;
+        std::fs::read_dir(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+}
+
+impl std::os::fd::AsFd for TreeDir {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 /// What a file type is called in errors; `None` for a regular file.
 pub(crate) fn kind_name(kind: std::fs::FileType) -> Option<&'static str> {
     Some(if kind.is_file() {

@@ -194,33 +194,40 @@ pub fn file_size(file: &File) -> Result<u64, PageCacheError> {
     Ok(regular(file)?.size)
 }
 
-/// Opens `path` to ask about its cache: read-only, without waiting (a
-/// FIFO does not block for a writer), without touching its access time
-/// where the caller may ask that (its owner, or root), and, unless
-/// `follow`, refusing a symbolic link at `path` itself (`ELOOP`).
+/// Opens `path` to ask about its cache, once it is known to be a regular
+/// file: its kind is read from a descriptor that opens nothing (`O_PATH`),
+/// so a device, FIFO or socket named here is refused without its open
+/// running ([`PageCacheError::NotRegular`]); then that same file is opened
+/// read-only, without waiting, and without touching its access time where
+/// the caller may ask that (its owner, or root). Unless `follow`, a
+/// symbolic link at `path` itself is refused as one.
 ///
 /// ```
-/// use numalab::pagecache::open_for_cache;
-/// assert!(open_for_cache("/proc/self/exe".as_ref(), false).is_err(), "a link, not followed");
+/// use numalab::pagecache::{open_for_cache, PageCacheError};
+/// let link = open_for_cache("/proc/self/exe".as_ref(), false).unwrap_err();
+/// assert!(matches!(link, PageCacheError::NotRegular("symbolic link")), "{link}");
 /// assert!(open_for_cache("/proc/self/exe".as_ref(), true).is_ok());
+/// let device = open_for_cache("/dev/null".as_ref(), true).unwrap_err();
+/// assert_eq!(device.to_string(), "is a character device, not a regular file: only regular files have cached pages to count");
 /// ```
-pub fn open_for_cache(path: &std::path::Path, follow: bool) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOATIME;
-    if !follow {
-        flags |= libc::O_NOFOLLOW;
+pub fn open_for_cache(path: &std::path::Path, follow: bool) -> Result<File, PageCacheError> {
+    open_for_cache_at(None, path, follow)
+}
+
+/// [`open_for_cache`] of `path` inside the directory `at` holds (a walk
+/// opens each file from its directory's descriptor, so a directory
+/// swapped for a link during the walk cannot lead it elsewhere).
+pub fn open_for_cache_at(
+    at: Option<std::os::fd::BorrowedFd<'_>>,
+    path: &std::path::Path,
+    follow: bool,
+) -> Result<File, PageCacheError> {
+    let named = linux::open_path_at(at, path, follow)?;
+    let stat = linux::stat_fd(&named)?;
+    if !stat.regular {
+        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
     }
-    let open = |flags| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flags)
-            .open(path)
-    };
-    open(flags).or_else(|err| match err.raw_os_error() {
-        // O_NOATIME is for the file's owner and root only.
-        Some(libc::EPERM) => open(flags & !libc::O_NOATIME),
-        _ => Err(err),
-    })
+    Ok(File::from(linux::reopen_read(named.as_fd(), true)?))
 }
 
 /// How many of `file`'s pages are in the page cache, and on which nodes

@@ -130,6 +130,60 @@ fn fincore_names_what_it_cannot_count_counts_the_rest_and_exits_1() {
     );
 }
 
+/// Whether process `pid` is blocked opening a file (`/proc/PID/syscall`
+/// names `openat`, 257 on x86-64, or `open`, 2).
+fn blocked_in_open(pid: u32) -> bool {
+    let syscall = fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    matches!(syscall.split_whitespace().next(), Some("257" | "2"))
+}
+
+#[test]
+fn fincore_and_pagecache_refuse_a_fifo_or_device_without_opening_it() {
+    // A writer opening a FIFO waits until a reader opens it: it is still
+    // waiting after numalab ends exactly when numalab did not open it.
+    let scratch = Scratch::new("fincore-no-open");
+    let fifo = scratch.path("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut writer = Command::new("sh")
+        .args(["-c", &format!("exec 3> '{fifo}'")])
+        .spawn()
+        .unwrap();
+    while !blocked_in_open(writer.id()) {
+        assert!(writer.try_wait().unwrap().is_none(), "the writer ended");
+        std::thread::yield_now();
+    }
+    for args in [
+        vec!["fincore", fifo.as_str()],
+        vec!["pagecache", "drop", fifo.as_str()],
+        vec!["pagecache", "load", fifo.as_str(), "--node", "0"],
+    ] {
+        let out = numalab(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("{fifo}: is a FIFO, not a regular file")),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            writer.try_wait().unwrap().is_none() && blocked_in_open(writer.id()),
+            "numalab {args:?} opened the FIFO"
+        );
+    }
+    // A device named directly: refused by its kind alone.
+    let out = numalab(&["fincore", "/dev/null"]);
+    assert!(
+        stderr(&out).contains("/dev/null: is a character device, not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+}
+
 #[test]
 fn fincore_reports_the_same_with_one_thread_or_several() {
     let scratch = Scratch::new("fincore-threads");

@@ -1521,18 +1521,91 @@ pub fn is_hugetlbfs(dir: &Path) -> bool {
     st.f_type as i64 == libc::HUGETLBFS_MAGIC
 }
 
-/// `open(2)` of a file to read, close-on-exec and non-blocking, so that
-/// opening a FIFO nobody writes to returns at once instead of hanging; the
-/// caller checks what kind of file it got before reading. Symbolic links
-/// are followed unless `follow` is false (`O_NOFOLLOW`: `ELOOP`).
+/// A file to read, opened only once its kind is known: a regular file or
+/// a FIFO comes back open for reading (close-on-exec, non-blocking, so a
+/// FIFO nobody writes to reads as its end instead of hanging); anything
+/// else comes back as an `O_PATH` descriptor, never opened (no device
+/// driver's open runs), for the caller to refuse by its kind
+/// ([`stat_fd`]). Symbolic links are followed unless `follow` is false
+/// (`O_NOFOLLOW`: a link at `path` comes back as itself).
 pub fn open_input(path: &Path, follow: bool) -> io::Result<OwnedFd> {
+    let named = open_path_at(None, path, follow)?;
+    let kind = stat_fd(&named)?.mode & libc::S_IFMT;
+    if kind != libc::S_IFREG && kind != libc::S_IFIFO {
+        return Ok(named);
+    }
+    reopen_read(named.as_fd(), false)
+}
+
+/// `openat(2)` with `O_PATH`: a descriptor that names a file without
+/// opening it (no device driver's open runs, a FIFO is not waited on,
+/// nothing can be read through it), so that its kind can be checked
+/// ([`stat_fd`]) before [`reopen_read`] opens that same file. `path` is
+/// relative to the directory `at` holds (or absolute, or relative to the
+/// working directory without one); a symbolic link at its last component
+/// is followed only when `follow` (otherwise the descriptor names the
+/// link itself).
+pub fn open_path_at(at: Option<BorrowedFd<'_>>, path: &Path, follow: bool) -> io::Result<OwnedFd> {
     let path = c_path(path)?;
-    let mut flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let mut flags = libc::O_PATH | libc::O_CLOEXEC;
     if !follow {
         flags |= libc::O_NOFOLLOW;
     }
+    let dir = at.map_or(libc::AT_FDCWD, |fd| fd.as_raw_fd());
     // SAFETY: path is NUL-terminated; no mode argument without O_CREAT.
-    let fd = unsafe { libc::open(path.as_ptr(), flags) };
+    let fd = unsafe { libc::openat(dir, path.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor this function owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens for reading the very file an [`open_path_at`] descriptor names,
+/// through `/proc/self/fd` (whatever has been renamed or replaced at its
+/// path since): read-only, close-on-exec, non-blocking, never as a
+/// controlling terminal; with `noatime` without updating its access time
+/// where the caller may ask that (its owner, or root).
+pub fn reopen_read(named: BorrowedFd<'_>, noatime: bool) -> io::Result<OwnedFd> {
+    // /proc/self/fd/N is a magic link to the descriptor's file: opened
+    // without O_NOFOLLOW, it leads nowhere else.
+    let path =
+        CString::new(format!("/proc/self/fd/{}", named.as_raw_fd())).map_err(io::Error::other)?;
+    let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let open = |flags| {
+        // SAFETY: path is NUL-terminated; no mode argument without O_CREAT.
+        let fd = unsafe { libc::open(path.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor this function owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    if !noatime {
+        return open(flags);
+    }
+    open(flags | libc::O_NOATIME).or_else(|err| match err.raw_os_error() {
+        // O_NOATIME is for the file's owner and root only.
+        Some(libc::EPERM) => open(flags),
+        _ => Err(err),
+    })
+}
+
+/// `openat(2)` of a directory to list: `path` relative to the directory
+/// `at` holds (or absolute, or relative to the working directory without
+/// one); a symbolic link at its last component is refused unless
+/// `follow` (`ELOOP`), as is anything but a directory (`ENOTDIR`). A walk
+/// that opens each level from the one it holds cannot be led out of its
+/// tree by a directory swapped for a link meanwhile.
+pub fn open_dir_at(at: Option<BorrowedFd<'_>>, path: &Path, follow: bool) -> io::Result<OwnedFd> {
+    let path = c_path(path)?;
+    let mut flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let dir = at.map_or(libc::AT_FDCWD, |fd| fd.as_raw_fd());
+    // SAFETY: path is NUL-terminated; no mode argument without O_CREAT.
+    let fd = unsafe { libc::openat(dir, path.as_ptr(), flags) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
