@@ -66,6 +66,9 @@ pub const MAX_REPEATS: usize = 100;
 pub const MAX_STAGGER: Duration = Duration::from_secs(60);
 /// The largest file numalab creates: 1 TiB.
 pub const MAX_SIZE: u64 = 1 << 40;
+/// The most time all the staggered starts of a run may add up to (every
+/// cell, every repeat): readers waiting for their group's turn.
+pub const MAX_TOTAL_STAGGER: Duration = Duration::from_secs(3600);
 
 /// How readers read the file.
 ///
@@ -575,6 +578,7 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
             cells.extend(copies);
         }
     }
+    check_totals(config, &cells, size, cache_node, given.is_none(), topology)?;
     Ok(Plan {
         config: BenchConfig {
             places,
@@ -585,6 +589,83 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
         size,
         cells,
     })
+}
+
+/// The bytes each reader's buffer takes: a block, or the whole file when
+/// that is smaller (a read never asks for more than is left).
+fn buffer_bytes(config: &BenchConfig, size: u64) -> u64 {
+    config.block_size.min(size)
+}
+
+/// What the cells take together, checked before anything is made: each
+/// cell's reader buffers must fit in the free memory of the node they
+/// are placed on (less the file's cache when numalab is to cache a new
+/// file there), and the staggered starts of every cell and repeat must
+/// add up to at most [`MAX_TOTAL_STAGGER`].
+fn check_totals(
+    config: &BenchConfig,
+    cells: &[PlannedCell],
+    size: u64,
+    cache_node: u32,
+    created: bool,
+    topology: &Topology,
+) -> Result<(), BenchError> {
+    let format = numalab::units::format_size;
+    let hours = |d: Duration| format!("{:.1} hours", d.as_secs_f64() / 3600.0);
+    let buffer = buffer_bytes(config, size);
+    let mut waits = Duration::ZERO;
+    for cell in cells.iter().filter(|c| c.skip.is_none()) {
+        let groups = cell.readers.div_ceil(config.group) as u32;
+        waits = waits.saturating_add(
+            config
+                .stagger
+                .saturating_mul(groups.saturating_sub(1))
+                .saturating_mul(config.repeats as u32),
+        );
+        let Some(reader_node) = cell.reader_node else {
+            continue;
+        };
+        // First touch on the readers' CPUs: their node's memory, or for a
+        // memory-less node the nearest node's.
+        let node = topology
+            .local_memory_node(reader_node)
+            .unwrap_or(reader_node);
+        let need = buffer.saturating_mul(cell.readers as u64);
+        let Ok(memory) = numalab::system::NodeMemory::read(node) else {
+            continue;
+        };
+        let cached_here = if created && node == cache_node {
+            size
+        } else {
+            0
+        };
+        let room = (memory.free_bytes / 10 * 9).saturating_sub(cached_here);
+        if need > room {
+            return Err(BenchError::Invalid(format!(
+                "{} reader(s) x --block-size {} need {} of buffers on node {node}, which has {} free{}: give fewer --readers or a smaller --block-size",
+                cell.readers,
+                format(buffer),
+                format(need),
+                format(memory.free_bytes),
+                if cached_here > 0 {
+                    format!(" and is to cache the {} file", format(size))
+                } else {
+                    String::new()
+                }
+            )));
+        }
+    }
+    if waits > MAX_TOTAL_STAGGER {
+        return Err(BenchError::Invalid(format!(
+            "--stagger {:?} between groups of --group {} readers, over every cell and --repeats {}, adds up to {} of waiting; at most {} is allowed: give a shorter --stagger, larger groups or fewer repeats",
+            config.stagger,
+            config.group,
+            config.repeats,
+            hours(waits),
+            hours(MAX_TOTAL_STAGGER),
+        )));
+    }
+    Ok(())
 }
 
 /// Opens the user's file, which must be a regular file numalab may
@@ -1242,7 +1323,7 @@ fn one_repeat(
         let run = run_pinned(
             readers.cpus,
             |_| {
-                let mut buffer = vec![0u8; block];
+                let mut buffer = vec![0u8; buffer_bytes(config, size) as usize];
                 // First touch on the reader's CPU puts the buffer on its node.
                 buffer.iter_mut().step_by(4096).for_each(|b| *b = 1);
                 let mapping = match config.method {

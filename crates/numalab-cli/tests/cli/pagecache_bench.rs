@@ -205,6 +205,25 @@ fn bad_input_is_one_sentence_before_anything_is_written() {
         (vec!["--repeats".into(), "0".into()], "--repeats"),
         (vec!["--stagger".into(), "2m".into()], "--stagger"),
         (vec!["--size".into(), "2T".into()], "--size"),
+        // Every reader's buffer together, before any is allocated (this
+        // asked for 1 TiB).
+        (
+            ["--size", "1G", "--readers", "1024", "--oversubscribe"]
+                .into_iter()
+                .chain(["--block-size", "1G"])
+                .map(String::from)
+                .collect(),
+            "of buffers on node",
+        ),
+        // Every staggered start together (this asked for 71 days).
+        (
+            ["--readers", "1024", "--group", "1", "--stagger", "60s"]
+                .into_iter()
+                .chain(["--repeats", "100", "--oversubscribe"])
+                .map(String::from)
+                .collect(),
+            "hours of waiting; at most 1.0 hours",
+        ),
         (vec!["--reader-node".into(), "4096".into()], "no node 4096"),
         (
             vec!["--reader-node".into(), "far".into()],
