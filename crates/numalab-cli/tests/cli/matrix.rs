@@ -25,7 +25,9 @@ fn matrix_ctrl_c_finishes_the_cell_and_writes_what_was_measured() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1000));
+    // Once the workers have measured a while (their CPU time, not the
+    // host's clock).
+    wait_for_worker_cpu(child.id(), std::time::Duration::from_millis(500));
     let out = ctrl_c(child);
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(

@@ -31,10 +31,9 @@ fn run_interrupted_by(signal: &str) -> Interrupted {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the pinned worker runs (a thread besides the main one
-    // and the signal watcher appears) and has measured something.
-    wait_for_worker(child.id());
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Wait until the pinned worker has measured something: 200 ms of its
+    // own CPU time (a pause of wall time failed on a busy host).
+    wait_for_worker_cpu(child.id(), std::time::Duration::from_millis(200));
     let sent = Command::new("kill")
         .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
