@@ -290,6 +290,7 @@ pub fn profile_pid(
     let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|n| n.trim().to_owned())
         .unwrap_or_default();
+    let process = numalab::profile::Process::of(pid)?;
     let before = HintFaults::now();
     let start = Instant::now();
     let mut threads = numalab::profile::threads(pid);
@@ -298,7 +299,7 @@ pub fn profile_pid(
     let timeline = watch(pid, options, stop)?;
     let (memory_events, events_source) = memory_events(Some(counters), "while it was watched");
     let elapsed_s = start.elapsed().as_secs_f64();
-    let ended = !numalab::profile::running(pid);
+    let ended = !process.running();
     Ok(ProfileReport {
         command: vec![name],
         pid,

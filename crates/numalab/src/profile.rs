@@ -368,6 +368,51 @@ impl Timeline {
     }
 }
 
+/// A process held by what identifies it, its pid and its start time,
+/// not by its number alone: once it has ended, a later process given the
+/// same number is not it ([`running`](Self::running) says no).
+///
+/// ```
+/// use numalab::profile::Process;
+/// let mut child = std::process::Command::new("sleep").arg("5").spawn()?;
+/// let process = Process::of(child.id() as i32)?;
+/// assert!(process.running());
+/// child.kill()?;
+/// child.wait()?;
+/// assert!(!process.running());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Process {
+    pid: i32,
+    start_ticks: u64,
+}
+
+impl Process {
+    /// Process `pid` as it is now; an error when there is none.
+    pub fn of(pid: i32) -> io::Result<Process> {
+        let stat = procfs::task_stat(pid, pid)?;
+        Ok(Process {
+            pid,
+            start_ticks: stat.start_ticks,
+        })
+    }
+
+    /// Its number.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Whether it still runs: its number names a process started when it
+    /// was, which has not exited (a zombie waiting for its parent does
+    /// not run).
+    pub fn running(&self) -> bool {
+        procfs::task_stat(self.pid, self.pid).is_ok_and(|stat| {
+            stat.start_ticks == self.start_ticks && stat.state != 'Z' && stat.state != 'X'
+        })
+    }
+}
+
 /// Samples process `pid` (all its threads, and the processes it has
 /// started and that still run, found again at each sample) every
 /// `options.interval` until it ends, `options.duration` passes or
@@ -391,6 +436,9 @@ impl Timeline {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::Result<Timeline> {
+    // The process as it is now: once it ends, its number may be given to
+    // another, which is not watched.
+    let process = Process::of(pid)?;
     // The first read says whether the process can be read at all.
     ProcessMemory::of_process(pid)?;
     let mut recorder = Recorder::new(
@@ -405,7 +453,9 @@ pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::
         let cpu = crate::system::thread_cpu_time();
         // The process and what it has started since the last sample.
         let now = recorder.sample(&descendants(pid), |_, _| {});
-        if now.processes == 0 || !running(pid) {
+        // Checked after the reading: a sample that may have read a later
+        // process of the same number is not kept.
+        if now.processes == 0 || !process.running() {
             break;
         }
         let pause = recorder.keep(now, began, cpu);
@@ -415,7 +465,7 @@ pub fn watch(pid: i32, options: ProfileOptions, stop: impl Fn() -> bool) -> io::
             if stop() || ends.is_some_and(|end| Instant::now() >= end) {
                 break 'sampling;
             }
-            if !running(pid) {
+            if !process.running() {
                 break;
             }
             std::thread::sleep((wake - Instant::now()).min(Duration::from_millis(10)));

@@ -175,3 +175,9 @@ pub fn wait_for_worker(pid: u32) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Whether this runs in CI, where every prerequisite is required: `CI`
+/// set to anything but empty, `0` or `false`.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"))
+}

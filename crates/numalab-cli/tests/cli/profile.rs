@@ -40,11 +40,16 @@ impl Holder {
 /// `--pid` of the launcher would then watch two processes where
 /// `numastat -p` reads one.
 fn python() -> String {
-    let out = Command::new("python3")
-        .args(["-c", "import sys; print(sys.executable)"])
-        .output()
-        .expect("python3 runs");
-    stdout(&out).trim().to_owned()
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let out = Command::new("python3")
+                .args(["-c", "import sys; print(sys.executable)"])
+                .output()
+                .expect("python3 runs");
+            stdout(&out).trim().to_owned()
+        })
+        .clone()
 }
 
 impl Drop for Holder {
@@ -581,4 +586,105 @@ fn profile_counts_memory_events_where_the_kernel_has_a_pmu() {
         assert!(events.is_empty(), "no PMU, no counts: {events:?}");
         assert!(line.contains("no hardware PMU here"), "{line}");
     }
+}
+
+/// Whether process `pid` is asleep in `clock_nanosleep` (230 on x86-64,
+/// `/proc/PID/syscall`): numalab profile's watch between two samples.
+fn sleeping(pid: u32) -> bool {
+    let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    syscall.split_whitespace().next() == Some("230")
+}
+
+/// Whether process `pid` is stopped (state `T`).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_default()
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+}
+
+#[test]
+fn profile_pid_stops_when_its_process_ends_even_if_the_number_is_reused() {
+    // The kernel gives the next process the number after ns_last_pid:
+    // root can make a new process take the number of one just ended.
+    const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
+    if std::fs::OpenOptions::new()
+        .write(true)
+        .open(LAST_PID)
+        .is_err()
+    {
+        assert!(!ci(), "{LAST_PID} must be writable (root) under CI");
+        eprintln!("skipped: needs root to write {LAST_PID}");
+        return;
+    }
+    let mut first = Some(Holder::start(1));
+    let pid = first.as_ref().unwrap().0.id();
+    // A watch ends when its process does; --duration only ends a watch
+    // that wrongly went on to the process given the number next.
+    let watcher = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(["profile", "--pid", &pid.to_string(), "--interval", "20ms"])
+        .args(["--duration", "5s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let signal = |name: &str| {
+        let sent = Command::new("kill")
+            .args([name, &watcher.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    };
+    // Watching (asleep between two samples), then stopped, as a busy
+    // host leaves a process waiting to run, while its process ends and
+    // the number is given to another.
+    while !sleeping(watcher.id()) {
+        std::thread::yield_now();
+    }
+    signal("-STOP");
+    while !stopped(watcher.id()) {
+        std::thread::yield_now();
+    }
+    drop(first.take());
+    let mut second = None;
+    for _ in 0..100 {
+        std::fs::write(LAST_PID, (pid - 1).to_string()).unwrap();
+        let holder = Holder::start(200);
+        if holder.0.id() == pid {
+            second = Some(holder);
+            break;
+        }
+    }
+    let Some(second) = second else {
+        panic!("no new process took number {pid} in 100 tries");
+    };
+    signal("-CONT");
+    let out = watcher.wait_with_output().unwrap();
+    drop(second);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["ended"], true);
+    let samples = doc["timeline"]["samples"].as_array().unwrap();
+    let most: f64 = samples
+        .iter()
+        .map(|s| {
+            s["memory"]["bytes"].as_object().map_or(0.0, |kinds| {
+                kinds
+                    .values()
+                    .flat_map(|nodes| nodes.as_object().unwrap().values())
+                    .filter_map(Value::as_f64)
+                    .sum::<f64>()
+            })
+        })
+        .fold(0.0, f64::max);
+    eprintln!(
+        "{} samples, the most memory in one {:.1} MiB",
+        samples.len(),
+        most / (1 << 20) as f64
+    );
+    assert!(
+        most < (100 << 20) as f64,
+        "the watch reported {:.0} MiB: the later process under number {pid}",
+        most / (1 << 20) as f64
+    );
 }

@@ -333,6 +333,11 @@ pub struct TaskStat {
     pub cpu_ticks: u64,
     /// The CPU it last ran on.
     pub processor: u32,
+    /// Its state: `R`, `S`, `D`, `Z` (exited, not yet waited for), ...
+    pub state: char,
+    /// When it started, in clock ticks since boot: with the pid, what
+    /// tells a process from a later one given the same number.
+    pub start_ticks: u64,
 }
 
 /// Parses a `stat` line: fields after the command name (which is in
@@ -347,6 +352,8 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
         major_faults: field(12)?,
         cpu_ticks: field(14)? + field(15)?,
         processor: u32::try_from(field(39)?).ok()?,
+        state: fields.first()?.chars().next()?,
+        start_ticks: field(22)?,
     })
 }
 
