@@ -128,6 +128,41 @@ pub fn check_target(path: &Path) -> Result<()> {
         .map_err(output_error)
 }
 
+/// Refuses two outputs of one command that name the same file: the
+/// later write would silently replace the earlier (`profile --emit X -o
+/// X`). The same file: the same path, or, where both exist, the same
+/// device and inode (a hard link, `./x` and `x`), or where one does not
+/// exist yet, the same name in the same directory.
+pub fn distinct_targets(targets: &[(&str, &Path)]) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |path: &Path| -> Option<(u64, u64, Option<std::ffi::OsString>)> {
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            return Some((meta.dev(), meta.ino(), None));
+        }
+        let name = path.file_name()?.to_owned();
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let meta = std::fs::metadata(parent).ok()?;
+        Some((meta.dev(), meta.ino(), Some(name)))
+    };
+    for (i, (flag, path)) in targets.iter().enumerate() {
+        for (other_flag, other) in &targets[..i] {
+            let same =
+                path == other || identity(path).is_some_and(|id| identity(other) == Some(id));
+            if same {
+                anyhow::bail!(
+                    "{other_flag} {} and {flag} {} are the same file: the second would replace the first; give each its own",
+                    other.display(),
+                    path.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Replaces the file at `path` with `bytes`, atomically (a reader sees the
 /// old file or the new one), keeping an existing file's mode; a link, a
 /// device or a FIFO there is refused, and a failure leaves nothing behind.
@@ -246,6 +281,23 @@ pub fn human_bytes(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn two_outputs_naming_one_file_are_refused() {
+        let dir = std::env::temp_dir().join(format!("numalab-distinct-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+        let dotted = dir.join(".").join("a.json");
+        // Not there yet: the same name in the same directory.
+        assert!(distinct_targets(&[("-o", &a), ("--emit", &dotted)]).is_err());
+        assert!(distinct_targets(&[("-o", &a), ("--emit", &b)]).is_ok());
+        // There: the same file by another name (a hard link).
+        std::fs::write(&a, "{}").unwrap();
+        std::fs::hard_link(&a, &b).unwrap();
+        let err = distinct_targets(&[("-o", &a), ("--html", &b)]).unwrap_err();
+        assert!(err.to_string().contains("are the same file"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
     use super::*;
 
     #[test]

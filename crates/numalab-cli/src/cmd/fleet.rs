@@ -129,6 +129,9 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     args.output.check()?;
     if let Some(page) = &args.html {
         output::check_target(page)?;
+        if let Some(out) = &args.output.output {
+            output::distinct_targets(&[("--output", out), ("--html", page)])?;
+        }
     }
     let mut options = FleetOptions {
         threshold: args.threshold,

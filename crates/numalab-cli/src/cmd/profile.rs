@@ -87,6 +87,9 @@ pub fn run(args: &ProfileArgs) -> Result<i32> {
     args.output.check()?;
     if let Some(path) = &args.emit {
         output::check_target(path).with_context(|| format!("--emit {}", path.display()))?;
+        if let Some(out) = &args.output.output {
+            output::distinct_targets(&[("--output", out), ("--emit", path)])?;
+        }
     }
     let mut options = ProfileOptions {
         duration: args.duration.map(|d| d.0),

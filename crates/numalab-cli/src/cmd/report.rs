@@ -150,6 +150,9 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     for path in args.output.iter().chain(&args.html) {
         output::check_target(path)?;
     }
+    if let (Some(out), Some(page)) = (&args.output, &args.html) {
+        output::distinct_targets(&[("--output", out), ("--html", page)])?;
+    }
     let page_path = args
         .html
         .clone()

@@ -688,3 +688,30 @@ fn profile_pid_stops_when_its_process_ends_even_if_the_number_is_reused() {
         most / (1 << 20) as f64
     );
 }
+
+#[test]
+fn profile_refuses_emit_and_output_naming_one_file_before_running() {
+    let scratch = Scratch::new("profile-same-file");
+    let marker = scratch.path("ran");
+    let out = numalab(&[
+        "profile",
+        "--emit",
+        &scratch.path("x.toml"),
+        "-o",
+        &format!("{}/./x.toml", scratch.0.display()),
+        "--",
+        "touch",
+        &marker,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("are the same file"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        scratch.files(),
+        Vec::<String>::new(),
+        "nothing ran, nothing written"
+    );
+}
