@@ -111,6 +111,27 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// One field of a table or one name in a line (a file's path, a host's
+/// name) safe to show: [`printable`], and newlines and tabs too, so a file
+/// named `x\ny` cannot forge a row or a line of its own.
+pub fn printable_field(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Prints to stdout; a closed pipe (`numalab topo | head`) is not an error.
 pub fn print_stdout(text: &str) -> Result<()> {
     let mut out = io::stdout().lock();
@@ -281,6 +302,12 @@ pub fn human_bytes(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_name_with_a_newline_stays_on_its_line() {
+        assert_eq!(printable_field("plain name"), "plain name");
+        assert_eq!(printable_field("x\ny\tz\x1b[2J"), "x\\ny\\tz\\x1b[2J");
+    }
 
     #[test]
     fn two_outputs_naming_one_file_are_refused() {

@@ -69,7 +69,11 @@ pub fn run(args: &FincoreArgs) -> Result<i32> {
 pub fn say_failures(output: &OutputArgs, failed: &[Unreadable]) {
     if output.format() == Format::Table && output.output.is_none() {
         for failed in failed {
-            eprintln!("numalab: {}", crate::output::printable(&failed.to_string()));
+            eprintln!(
+                "numalab: {}: {}",
+                crate::output::printable_field(&failed.path),
+                crate::output::printable(&failed.error)
+            );
         }
     }
 }

@@ -269,7 +269,7 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
             }
             Err(err) => eprintln!(
                 "numalab fleet: no report page for {}: {err:#}",
-                output::printable(&entry.host)
+                output::printable_field(&entry.host)
             ),
         }
     }
@@ -278,7 +278,10 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
 
 fn say_left_out(left_out: &[LeftOut]) {
     for left in left_out {
-        eprintln!("numalab: left out {}", output::printable(&left.to_string()));
+        eprintln!(
+            "numalab: left out {}",
+            output::printable_field(&left.to_string())
+        );
     }
 }
 

@@ -6,7 +6,7 @@ use numalab::units::Size;
 use numalab_bench::fincore::FincoreReport;
 
 use super::{Render, Style};
-use crate::output::Csv;
+use crate::output::{self, Csv};
 
 impl Render for FincoreReport {
     fn text(&self, style: Style) -> String {
@@ -18,7 +18,10 @@ impl Render for FincoreReport {
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.failed.iter().map(ToString::to_string).collect()
+        self.failed
+            .iter()
+            .map(|f| format!("{}: {}", output::printable_field(&f.path), f.error))
+            .collect()
     }
 }
 
@@ -63,7 +66,7 @@ fn human(report: &FincoreReport, style: Style) -> String {
         row
     };
     for file in &report.files {
-        table.add_row(row(&file.cache, &file.path));
+        table.add_row(row(&file.cache, &output::printable_field(&file.path)));
     }
     if report.files.len() > 1 {
         table.add_row(row(

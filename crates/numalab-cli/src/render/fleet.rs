@@ -11,7 +11,7 @@ use std::path::Path;
 use numalab_bench::fleet::{CellSummary, FleetReport, Group, Outlier, MIN_HOSTS};
 
 use super::{escape_html as escape, Render, Style};
-use crate::output::Csv;
+use crate::output::{self, Csv};
 
 impl Render for FleetReport {
     fn text(&self, style: Style) -> String {
@@ -25,11 +25,11 @@ impl Render for FleetReport {
 
 /// Host names of `group`, at most `most`, then how many more.
 fn host_names(report: &FleetReport, group: usize, most: usize) -> String {
-    let mut names: Vec<&str> = report
+    let mut names: Vec<String> = report
         .hosts
         .iter()
         .filter(|h| h.group == group)
-        .map(|h| h.host.as_str())
+        .map(|h| output::printable_field(&h.host).into_owned())
         .take(most + 1)
         .collect();
     let count = report.groups.get(group - 1).map_or(0, |g| g.hosts);
@@ -149,7 +149,7 @@ fn text(report: &FleetReport, style: Style) -> String {
         for o in &report.outliers {
             let unit = o.cell.metric.unit();
             table.add_row(vec![
-                o.host.clone(),
+                output::printable_field(&o.host).into_owned(),
                 o.group.to_string(),
                 o.cell.to_string(),
                 format!("{} {unit}", figure(o.value)),

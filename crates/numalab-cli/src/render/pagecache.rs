@@ -9,6 +9,7 @@ use numalab_bench::pagecache::{BenchCell, PagecacheBench, ReaderPlace};
 use numalab_bench::ring::CellStatus;
 
 use super::experiment::text::{num, time};
+use crate::output;
 
 use super::{Render, Style};
 use crate::output::Csv;
@@ -23,7 +24,11 @@ impl Render for CacheChange {
     }
 
     fn warnings(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.failed.iter().map(ToString::to_string).collect();
+        let mut out: Vec<String> = self
+            .failed
+            .iter()
+            .map(|f| format!("{}: {}", output::printable_field(&f.path), f.error))
+            .collect();
         out.extend(notes(self));
         out
     }

@@ -263,3 +263,26 @@ fn pagecache_drop_and_load_move_a_files_cache_as_fincore_sees_it() {
     );
     assert_eq!(fincore_pages(&path), Some(0), "nothing was read");
 }
+
+#[test]
+fn a_file_name_with_a_newline_cannot_forge_a_row_or_a_line() {
+    let scratch = Scratch::new("fincore-newline");
+    std::fs::write(scratch.0.join("x\nnumalab: forged"), b"a").unwrap();
+    let dir = scratch.path("");
+    let out = numalab(&["fincore", &dir]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(table.contains("x\\nnumalab: forged"), "{table}");
+    assert!(
+        !table.lines().any(|l| l.starts_with("numalab: forged")),
+        "{table}"
+    );
+    let missing = scratch.path("y\nnumalab: forged");
+    let out = numalab(&["fincore", &missing]);
+    let err = stderr(&out);
+    assert!(err.contains("y\\nnumalab: forged: No such file"), "{err}");
+    assert!(
+        !err.lines().any(|l| l.starts_with("numalab: forged")),
+        "{err}"
+    );
+}
