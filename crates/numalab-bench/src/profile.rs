@@ -434,7 +434,7 @@ impl ProfileReport {
     /// ```
     pub fn experiment(&self, machine: &EmitMachine) -> String {
         let samples = &self.timeline.samples;
-        let private = |s: &ProfileSample| s.memory.private_per_node().values().sum::<u64>();
+        let private = |s: &ProfileSample| s.memory.private_total();
         let peak = samples.iter().max_by_key(|s| private(s));
         let peak_private = peak.map_or(0, private);
         // Threads and processes at the peak: a short helper process at

@@ -722,7 +722,7 @@ struct SamplerState {
 }
 
 fn private_total(memory: &ProcessMemory) -> u64 {
-    memory.private_per_node().values().sum()
+    memory.private_total()
 }
 
 impl SamplerState {

@@ -135,11 +135,12 @@ impl PageHistogram {
 
     /// Adds another histogram's counts (same page size).
     pub fn merge(&mut self, other: &PageHistogram) {
-        self.queried += other.queried;
-        self.not_present += other.not_present;
-        self.unknown += other.unknown;
+        self.queried = self.queried.saturating_add(other.queried);
+        self.not_present = self.not_present.saturating_add(other.not_present);
+        self.unknown = self.unknown.saturating_add(other.unknown);
         for (node, count) in &other.per_node {
-            *self.per_node.entry(*node).or_default() += count;
+            let slot = self.per_node.entry(*node).or_default();
+            *slot = slot.saturating_add(*count);
         }
     }
 }
@@ -405,26 +406,46 @@ impl ProcessMemory {
                 }
             };
             for (node, pages) in &entry.pages {
-                *memory
+                let slot = memory
                     .bytes
                     .entry(kind)
                     .or_default()
                     .entry(*node)
-                    .or_default() += pages * entry.page_size;
+                    .or_default();
+                *slot = slot.saturating_add(pages.saturating_mul(entry.page_size));
             }
         }
         memory
     }
 
-    /// Bytes per node over all kinds.
+    /// Bytes per node over all kinds. Sums saturate here and below: a
+    /// saved profile's numbers come from a file, and a wrapped sum would
+    /// show a huge count as a small one.
     pub fn per_node(&self) -> BTreeMap<u32, u64> {
         let mut total = BTreeMap::new();
         for per_node in self.bytes.values() {
             for (node, bytes) in per_node {
-                *total.entry(*node).or_default() += bytes;
+                let slot: &mut u64 = total.entry(*node).or_default();
+                *slot = slot.saturating_add(*bytes);
             }
         }
         total
+    }
+
+    /// Bytes of the process's own memory on every node together
+    /// ([`private_per_node`](Self::private_per_node), saturating).
+    ///
+    /// ```
+    /// use numalab::locate::{MemoryKind, ProcessMemory};
+    /// let mut memory = ProcessMemory::default();
+    /// memory.bytes.entry(MemoryKind::Heap).or_default().insert(0, u64::MAX);
+    /// memory.bytes.entry(MemoryKind::Stack).or_default().insert(0, 2 << 20);
+    /// assert_eq!(memory.private_total(), u64::MAX, "never wraps to 2 MiB");
+    /// ```
+    pub fn private_total(&self) -> u64 {
+        self.private_per_node()
+            .values()
+            .fold(0u64, |sum, b| sum.saturating_add(*b))
     }
 
     /// Bytes per node of the process's own memory: everything but
@@ -437,19 +458,23 @@ impl ProcessMemory {
                 continue;
             }
             for (node, bytes) in per_node {
-                *total.entry(*node).or_default() += bytes;
+                let slot: &mut u64 = total.entry(*node).or_default();
+                *slot = slot.saturating_add(*bytes);
             }
         }
         total
     }
 
-    /// Adds another process's memory.
+    /// Adds another process's memory (saturating).
     pub fn merge(&mut self, other: &ProcessMemory) {
-        self.transparent_huge_bytes += other.transparent_huge_bytes;
+        self.transparent_huge_bytes = self
+            .transparent_huge_bytes
+            .saturating_add(other.transparent_huge_bytes);
         for (kind, per_node) in &other.bytes {
             let mine = self.bytes.entry(*kind).or_default();
             for (node, bytes) in per_node {
-                *mine.entry(*node).or_default() += bytes;
+                let slot = mine.entry(*node).or_default();
+                *slot = slot.saturating_add(*bytes);
             }
         }
     }

@@ -95,15 +95,17 @@ impl FileCache {
         self.cached - self.on_node(node)
     }
 
-    /// Adds another file's counts (for totals).
+    /// Adds another file's counts (for totals; saturating: ten million
+    /// exabyte-long sparse files add up past `u64`).
     pub fn add(&mut self, other: &FileCache) {
-        self.size += other.size;
+        self.size = self.size.saturating_add(other.size);
         self.page_size = other.page_size.max(self.page_size);
-        self.pages += other.pages;
-        self.cached += other.cached;
-        self.unknown += other.unknown;
+        self.pages = self.pages.saturating_add(other.pages);
+        self.cached = self.cached.saturating_add(other.cached);
+        self.unknown = self.unknown.saturating_add(other.unknown);
         for (&node, &pages) in &other.per_node {
-            *self.per_node.entry(node).or_default() += pages;
+            let slot = self.per_node.entry(node).or_default();
+            *slot = slot.saturating_add(pages);
         }
     }
 }

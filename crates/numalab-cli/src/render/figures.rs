@@ -151,7 +151,7 @@ pub fn profile_chart(report: &ProfileReport) -> LineChart {
         name: "private, all nodes".to_owned(),
         points: samples
             .iter()
-            .map(|s| (s.at_s, mib(s.memory.private_per_node().values().sum())))
+            .map(|s| (s.at_s, mib(s.memory.private_total())))
             .collect(),
         ranges: Vec::new(),
     });
