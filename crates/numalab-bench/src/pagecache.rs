@@ -1090,7 +1090,8 @@ pub fn run(
                 dir.display(),
                 plan.cache_node
             ));
-            let file = make_file(dir, *size, plan.cache_node)?;
+            // Ctrl-C while writing it: every cell is marked interrupted.
+            let file = make_file(dir, *size, plan.cache_node, stop)?;
             (format!("{} (unnamed)", dir.display()), file, true)
         }
         (None, FileSource::Given(path)) => (path.display().to_string(), open_given(path)?.0, false),
@@ -1158,7 +1159,15 @@ pub fn run(
         let mut before = cache::file_cache(&file).map_err(wrap)?;
         if before.on_node(plan.cache_node) < before.pages {
             cache::drop_cache(&file).map_err(wrap)?;
-            cache::load_on(&file, plan.cache_node).map_err(wrap)?;
+            cache::load_on_until(&file, plan.cache_node, stop).map_err(wrap)?;
+            if stop.load(Ordering::SeqCst) {
+                // Ctrl-C while reading it in: this cell and the rest are
+                // interrupted, not measured on a cache half placed.
+                interrupted = true;
+                cell.status = CellStatus::Interrupted;
+                cells.push(cell);
+                continue;
+            }
             before = cache::file_cache(&file).map_err(wrap)?;
             cell.placed = true;
         }
@@ -1223,13 +1232,18 @@ pub fn run(
 }
 
 /// An unnamed file of `size` bytes in `dir`, written on `node`.
-fn make_file(dir: &std::path::Path, size: u64, node: u32) -> Result<File, BenchError> {
+fn make_file(
+    dir: &std::path::Path,
+    size: u64,
+    node: u32,
+    stop: &AtomicBool,
+) -> Result<File, BenchError> {
     let wrap = |source| BenchError::File {
         path: dir.display().to_string(),
         source,
     };
     let file = numalab::files::scratch_file(dir).map_err(|e| wrap(PageCacheError::Os(e)))?;
-    cache::fill_on(&file, size, node).map_err(wrap)?;
+    cache::fill_on_until(&file, size, node, stop).map_err(wrap)?;
     Ok(file)
 }
 

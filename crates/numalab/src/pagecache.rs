@@ -940,14 +940,33 @@ pub fn drop_cache(file: &File) -> Result<(), PageCacheError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn load_on(file: &File, node: u32) -> Result<u64, PageCacheError> {
+    load_on_until(file, node, &std::sync::atomic::AtomicBool::new(false))
+}
+
+/// [`load_on`], ending at the next MiB once `stop` is set (Ctrl-C): the
+/// bytes read so far.
+///
+/// ```
+/// use numalab::pagecache::load_on_until;
+/// use std::sync::atomic::AtomicBool;
+/// let file = std::fs::File::open("/proc/self/exe")?;
+/// assert_eq!(load_on_until(&file, 0, &AtomicBool::new(true))?, 0, "stopped before the first MiB");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load_on_until(
+    file: &File,
+    node: u32,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<u64, PageCacheError> {
     use std::os::unix::fs::FileExt;
+    use std::sync::atomic::Ordering;
     let stat = regular(file)?;
     on_node(node, || {
         let mut buffer = vec![0u8; 1 << 20];
         let mut offset = 0u64;
         // The size it had: a file that keeps growing is read as far as
         // it was.
-        while offset < stat.size {
+        while offset < stat.size && !stop.load(Ordering::Relaxed) {
             let want = (stat.size - offset).min(buffer.len() as u64) as usize;
             let n = file.read_at(&mut buffer[..want], offset)?;
             if n == 0 {
@@ -976,7 +995,19 @@ pub fn load_on(file: &File, node: u32) -> Result<u64, PageCacheError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn fill_on(file: &File, size: u64, node: u32) -> Result<(), PageCacheError> {
+    fill_on_until(file, size, node, &std::sync::atomic::AtomicBool::new(false))
+}
+
+/// [`fill_on`], ending at the next MiB once `stop` is set (Ctrl-C): the
+/// file then holds less than `size`.
+pub fn fill_on_until(
+    file: &File,
+    size: u64,
+    node: u32,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<(), PageCacheError> {
     use std::os::unix::fs::FileExt;
+    use std::sync::atomic::Ordering;
     regular(file)?;
     on_node(node, || {
         let mut block = vec![0u8; 1 << 20];
@@ -984,7 +1015,7 @@ pub fn fill_on(file: &File, size: u64, node: u32) -> Result<(), PageCacheError> 
             *byte = (i % 251) as u8 + 1;
         }
         let mut offset = 0u64;
-        while offset < size {
+        while offset < size && !stop.load(Ordering::Relaxed) {
             let n = (size - offset).min(block.len() as u64) as usize;
             file.write_all_at(&block[..n], offset)?;
             offset += n as u64;

@@ -380,3 +380,57 @@ fn reading_through_copies_makes_them_on_the_readers_node_and_survives_writes() {
     assert_eq!(doc["gains"][0]["memory_bytes"], 8 << 20);
     assert!(scratch.files().is_empty(), "{:?}", scratch.files());
 }
+
+/// CPU time process `pid` has run, user and system, in clock ticks (100
+/// a second); `None` once it is gone.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+#[test]
+fn one_ctrl_c_ends_the_set_up_of_a_huge_file() {
+    // 256 GiB of holes on tmpfs: reading it in copies zeros for half a
+    // minute of CPU and allocates nothing.
+    let path = format!("/dev/shm/numalab-setup-{}", std::process::id());
+    let file = fs::File::create(&path).unwrap();
+    file.set_len(256 << 30).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(["pagecache", "bench", &path, "--reader-node", "same"])
+        .args(["--repeats", "1", "--no-matrix", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Reading it in, on a thread of its own.
+    wait_for_worker_cpu(child.id(), Duration::from_millis(200));
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    // One signal ends it: it must not read on (measured by its own CPU
+    // time, not the clock: 10 s of CPU is a third of the whole read).
+    let at_signal = cpu_ticks(child.id());
+    let mut child = child;
+    while let Some(now) = cpu_ticks(child.id()) {
+        if now.saturating_sub(at_signal.unwrap_or(now)) > 1000 {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = fs::remove_file(&path);
+            panic!("numalab read on for 10 s of CPU after one Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let _ = fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["interrupted"], true);
+    assert_eq!(doc["cells"][0]["status"], "interrupted");
+}
