@@ -232,7 +232,11 @@ pub fn candidates(
     topology: &Topology,
     weights: Option<(&BTreeMap<u32, u8>, &str)>,
 ) -> Vec<Candidate> {
-    let memory = topology.nodes_with_memory();
+    // Only the nodes this process may use (its cpuset's mems): a policy
+    // naming another is refused by the kernel (EINVAL).
+    let memory = topology
+        .nodes_with_memory()
+        .intersection(&topology.allowed_nodes);
     let with_cpus = topology.nodes_with_cpus();
     let mut list = vec![Candidate::first_touch()];
     if memory.len() < 2 {
@@ -524,7 +528,9 @@ pub fn advise(
     if config.runs < 2 {
         return Err(AdviseError::TooFewRuns(config.runs));
     }
-    let memory_nodes = topology.nodes_with_memory();
+    let memory_nodes = topology
+        .nodes_with_memory()
+        .intersection(&topology.allowed_nodes);
     let mut report = AdviseReport {
         command: config
             .command
@@ -572,7 +578,23 @@ pub fn advise(
             if result.failed.is_some() {
                 continue;
             }
-            let run = run_once(topology, config, &result.candidate, round < config.warmup)?;
+            let run = match run_once(topology, config, &result.candidate, round < config.warmup) {
+                Ok(run) => run,
+                // A placement the kernel refuses (a node outside this
+                // process's cpuset, a policy it lacks) is left out with
+                // why; first touch failing to start is the command's own
+                // failure.
+                Err(AdviseError::Exec(
+                    err @ (ExecError::Launch(LaunchError::Spawn { .. }) | ExecError::Weights(_)),
+                )) if index != 0 => {
+                    result.failed = Some(format!(
+                        "cannot run under {}: {err}; left out of the comparison",
+                        result.candidate.name
+                    ));
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
             progress(&result.candidate, &run.0);
             let (one, relayed) = run;
             let exit = one.exit;
@@ -809,6 +831,63 @@ mod tests {
         );
         assert_eq!(w(&[(0, 80.0)]), None);
         assert_eq!(w(&[(0, 0.0), (1, 0.0)]), None);
+    }
+
+    #[test]
+    fn candidates_use_only_the_nodes_this_process_may_use() {
+        let mut three = Topology::from_synthetic("pack:3 numa:1 core:2 pu:1").unwrap();
+        three.allowed_nodes = "0-1".parse().unwrap();
+        let names: Vec<String> = candidates(&three, None)
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "first-touch",
+                "interleave:0-1",
+                "bind:0",
+                "bind:1",
+                "preferred:0",
+                "preferred:1"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_placement_the_kernel_refuses_is_left_out_with_why() {
+        // Two nodes by the topology, one on this machine: the kernel
+        // refuses every policy naming node 1 (EINVAL).
+        let two = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1").unwrap();
+        if numalab::NodeInventory::live().with_memory.contains(1) {
+            eprintln!("not run: this machine has a node 1, so nothing is refused");
+            return;
+        }
+        let mut config = AdviseConfig::new(["true"]);
+        config.runs = 2;
+        config.warmup = 0;
+        let report = advise(&two, &config, candidates(&two, None), &mut |_, _| {}).unwrap();
+        let failed: Vec<(&str, &str)> = report
+            .candidates
+            .iter()
+            .filter_map(|c| Some((c.candidate.name.as_str(), c.failed.as_deref()?)))
+            .collect();
+        let names: Vec<&str> = failed.iter().map(|(n, _)| *n).collect();
+        assert!(
+            names.contains(&"bind:1") && names.contains(&"preferred:1"),
+            "{failed:?}"
+        );
+        assert!(
+            failed
+                .iter()
+                .all(|(_, why)| why.contains("cannot run under") && why.contains("left out")),
+            "{failed:?}"
+        );
+        let first = &report.candidates[0];
+        assert_eq!(
+            (first.candidate.name.as_str(), first.runs.len()),
+            ("first-touch", 2)
+        );
     }
 
     #[test]
