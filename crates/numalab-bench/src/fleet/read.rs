@@ -314,6 +314,16 @@ impl HostResult {
                 Report::NAME
             ));
         };
+        let cells = [
+            matrix.latency.as_ref().map_or(0, |m| m.cells.len()),
+            matrix.bandwidth.as_ref().map_or(0, |m| m.cells.len()),
+        ];
+        crate::report::check_saved_sizes(
+            topology.topology.nodes.len(),
+            [0, 0],
+            cells.into_iter().max().unwrap_or(0),
+            0,
+        )?;
         let environment = matrix.environment.as_ref();
         let host = view
             .host

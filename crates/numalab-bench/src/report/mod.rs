@@ -79,6 +79,54 @@ impl Schema for Report {
     const VERSION: u32 = 1;
 }
 
+/// The most NUMA nodes a saved report may describe: Linux's own limit
+/// (`MAX_NUMNODES`, 1024). A report is drawn as tables of node × node:
+/// past this a file of a few tens of megabytes made pages of hundreds
+/// and gigabytes of memory (3,000 nodes: 2.6 GB, a 100 MB page).
+pub const MAX_SAVED_NODES: usize = 1024;
+
+/// The most cells of the policy sweep a saved report may hold (numalab's
+/// own reports have a few dozen).
+pub const MAX_SAVED_SWEEP_CELLS: usize = 10_000;
+
+/// Why `count` of `what` is too many, or nothing.
+fn at_most(what: &str, count: usize, limit: usize) -> Result<(), String> {
+    if count > limit {
+        return Err(format!(
+            "it describes {count} {what}, more than the {limit} a saved report may (Linux's own limit for nodes); not read"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the sizes a saved report's tables are drawn from, before
+/// anything is drawn: nodes and matrix sides at most [`MAX_SAVED_NODES`],
+/// cells at most one per pair of nodes, sweep cells at most
+/// [`MAX_SAVED_SWEEP_CELLS`].
+///
+/// ```
+/// use numalab_bench::report::check_saved_sizes;
+/// assert!(check_saved_sizes(8, [8, 8], 64, 24).is_ok());
+/// let err = check_saved_sizes(3000, [3000, 3000], 9_000_000, 24).unwrap_err();
+/// assert!(err.contains("3000 nodes, more than the 1024"), "{err}");
+/// ```
+pub fn check_saved_sizes(
+    nodes: usize,
+    sides: [usize; 2],
+    cells: usize,
+    sweep_cells: usize,
+) -> Result<(), String> {
+    at_most("nodes", nodes, MAX_SAVED_NODES)?;
+    at_most("initiator nodes in its matrix", sides[0], MAX_SAVED_NODES)?;
+    at_most("target nodes in its matrix", sides[1], MAX_SAVED_NODES)?;
+    at_most(
+        "cells in one matrix",
+        cells,
+        MAX_SAVED_NODES * MAX_SAVED_NODES,
+    )?;
+    at_most("sweep cells", sweep_cells, MAX_SAVED_SWEEP_CELLS)
+}
+
 impl Report {
     /// The report of these results, with its findings, its host and
     /// fingerprint, and — when `topology` is this machine's — the task's
@@ -105,6 +153,26 @@ impl Report {
             sweep,
             scaling: None,
         }
+    }
+
+    /// [`check_saved_sizes`] of this report.
+    pub fn check_sizes(&self) -> Result<(), String> {
+        let matrix = &self.matrix;
+        let cells = [
+            matrix.latency.as_ref().map_or(0, |m| m.cells.len()),
+            matrix.bandwidth.as_ref().map_or(0, |m| m.cells.len()),
+            matrix.c2c.as_ref().map_or(0, |m| m.cells.len()),
+            matrix.firmware.len(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        check_saved_sizes(
+            self.topology.topology.nodes.len(),
+            [matrix.shape.initiators.len(), matrix.shape.targets.len()],
+            cells,
+            self.sweep.cells.len(),
+        )
     }
 
     /// With read bandwidth by thread count, and the finding it makes.

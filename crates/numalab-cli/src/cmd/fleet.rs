@@ -261,7 +261,12 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
             n += 1;
         }
         let made = read_saved::<Report>(Path::new(&entry.file), MAX_FILE_BYTES, "host reports")
-            .and_then(|host_report| page::html_page(&host_report, &[]))
+            .and_then(|host_report| {
+                host_report
+                    .check_sizes()
+                    .map_err(|why| anyhow::anyhow!("{}: {why}", entry.file))?;
+                page::html_page(&host_report, &[])
+            })
             .and_then(|html| output::write_atomically(&dir.join(&file), html.as_bytes()));
         match made {
             Ok(()) => {

@@ -187,6 +187,9 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     };
     if let Some(saved) = &args.from {
         let report = read_saved::<Report>(saved, MAX_RESULT_BYTES, "saved reports")?;
+        report
+            .check_sizes()
+            .map_err(|why| anyhow::anyhow!("{}: {why}", saved.display()))?;
         write(&report)?;
         return Ok(0);
     }

@@ -187,3 +187,35 @@ fn report_open_hands_the_page_to_the_browser_named_in_browser() {
         std::fs::canonicalize(&page).unwrap().to_str().unwrap()
     );
 }
+
+#[test]
+fn a_saved_report_with_more_nodes_than_linux_allows_is_refused_before_drawing() {
+    // 1,100 nodes (a file of 3,000 took 2.6 GB and wrote a 100 MB page).
+    let scratch = Scratch::new("report-many-nodes");
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(saved("cxl")).unwrap()).unwrap();
+    let nodes = doc["topology"]["topology"]["nodes"].as_array_mut().unwrap();
+    let one = nodes[0].clone();
+    nodes.extend(std::iter::repeat_n(one, 1100));
+    let many = scratch.path("many.json");
+    std::fs::write(&many, serde_json::to_string(&doc).unwrap()).unwrap();
+    let page = scratch.path("many.html");
+    let out = numalab(&["report", "--from", &many, "-o", &page]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("nodes, more than the 1024 a saved report may"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(&page).exists(), "no page drawn");
+    // fleet leaves such a host out, naming why.
+    let dir = scratch.path("hosts");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::copy(&many, format!("{dir}/many.json")).unwrap();
+    let out = numalab(&["fleet", &dir]);
+    assert!(
+        stderr(&out).contains("more than the 1024"),
+        "{}",
+        stderr(&out)
+    );
+}
