@@ -97,81 +97,57 @@ pub fn sysfs_roles() -> (Vec<u32>, Vec<u32>) {
     (with_cpus, sysfs_list("/sys/devices/system/node/has_memory"))
 }
 
-/// Waits until the worker threads of numalab `pid` (every thread but
-/// its main one and its signal watcher) have run `cpu` of CPU time
-/// together, or it ended: a sure sign they have measured something, on an
-/// idle host or a busy one, where a pause of wall time is not.
+/// The CPU time (clock ticks) of each worker thread of numalab `pid`:
+/// every thread but its main one and its signal watcher
+/// (`numalab-signals`); `None` once it has ended.
+fn workers_cpu(pid: u32) -> Option<Vec<u64>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    if stat
+        .rsplit_once(')')
+        .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'))
+    {
+        return None;
+    }
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    Some(
+        tasks
+            .filter_map(|t| t.ok())
+            .filter(|t| t.file_name().to_str() != Some(&pid.to_string()))
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() != "numalab-signals")
+            })
+            .map(|t| {
+                // utime and stime: fields 14 and 15, the 12th and 13th
+                // after the command's closing parenthesis.
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                stat.rsplit_once(')').map_or(0, |(_, rest)| {
+                    rest.split_whitespace()
+                        .skip(11)
+                        .take(2)
+                        .filter_map(|f| f.parse::<u64>().ok())
+                        .sum()
+                })
+            })
+            .collect(),
+    )
+}
+
+/// Waits until the worker threads of numalab `pid` have run `cpu` of CPU
+/// time together, or it ended: a sure sign they have measured something,
+/// on an idle host or a busy one, where a pause of wall time is not.
 pub fn wait_for_worker_cpu(pid: u32, cpu: std::time::Duration) {
     // Clock ticks of CPU time (USER_HZ is 100 on Linux).
     let wanted = (cpu.as_millis() / 10) as u64;
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'))
-        {
-            return; // it ended: the caller's assertions say how
-        }
-        let used: u64 = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|tasks| {
-                tasks
-                    .filter_map(|t| t.ok())
-                    .filter(|t| t.file_name().to_str() != Some(&pid.to_string()))
-                    .filter(|t| {
-                        std::fs::read_to_string(t.path().join("comm"))
-                            .is_ok_and(|c| c.trim() != "numalab-signals")
-                    })
-                    .map(|t| {
-                        // utime and stime: fields 14 and 15, the 12th and
-                        // 13th after the command's closing parenthesis.
-                        let stat =
-                            std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
-                        stat.rsplit_once(')')
-                            .map(|(_, rest)| {
-                                rest.split_whitespace()
-                                    .skip(11)
-                                    .take(2)
-                                    .filter_map(|f| f.parse::<u64>().ok())
-                                    .sum()
-                            })
-                            .unwrap_or(0)
-                    })
-                    .sum()
-            })
-            .unwrap_or(0);
-        if used >= wanted {
-            return;
-        }
+    // None: it ended, and the caller's assertions say how.
+    while workers_cpu(pid).is_some_and(|w| w.iter().sum::<u64>() < wanted) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
-/// Waits until numalab `pid` runs a worker thread: a thread besides its
-/// main one and its signal watcher (`numalab-signals`).
+/// Waits until numalab `pid` runs a worker thread, or it ended.
 pub fn wait_for_worker(pid: u32) {
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit_once(')')
-            .is_none_or(|(_, rest)| rest.trim_start().starts_with('Z'))
-        {
-            return; // it ended: the caller's assertions say how
-        }
-        let workers = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map(|tasks| {
-                tasks
-                    .filter_map(|t| t.ok())
-                    .filter(|t| t.file_name().to_str() != Some(&pid.to_string()))
-                    .filter(|t| {
-                        std::fs::read_to_string(t.path().join("comm"))
-                            .is_ok_and(|c| c.trim() != "numalab-signals")
-                    })
-                    .count()
-            })
-            .unwrap_or(0);
-        if workers > 0 {
-            return;
-        }
+    while workers_cpu(pid).is_some_and(|w| w.is_empty()) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
