@@ -457,6 +457,11 @@ pub struct AdviseReport {
     pub interrupted: Option<i32>,
     /// Placements not tried, and why (weighted interleave without root).
     pub not_tried: Vec<String>,
+    /// Set when the command failed under first touch after running under
+    /// it before: advising stopped there (nothing to compare with), the
+    /// runs so far are kept, and numalab leaves with this exit status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_by_default: Option<i32>,
 }
 
 impl Schema for AdviseReport {
@@ -555,6 +560,7 @@ pub fn advise(
         notes: Vec::new(),
         interrupted: None,
         not_tried: Vec::new(),
+        failed_by_default: None,
     };
     if memory_nodes.len() < 2 {
         report.cannot_matter = Some(format!(
@@ -607,11 +613,23 @@ pub fn advise(
                 break 'rounds;
             }
             if exit != Exit::Code(0) {
-                if index == 0 {
+                if index == 0 && result.runs.len() == 1 {
                     return Err(AdviseError::FailsByDefault {
                         exit: ExitText(exit),
                         code: exit.shell_code(),
                     });
+                }
+                if index == 0 {
+                    // Failed later under first touch: what was measured is
+                    // kept, the run that failed named, nothing compared.
+                    result.failed = Some(format!(
+                        "the command {} under first touch (run {} of {}), after running under it before: advising stopped there, with nothing to compare the other placements with; the runs so far are kept",
+                        ExitText(exit),
+                        result.runs.len(),
+                        rounds,
+                    ));
+                    report.failed_by_default = Some(exit.shell_code());
+                    break 'rounds;
                 }
                 result.failed = Some(format!(
                     "the command {} under {} (run {} of {}), and exits 0 under first touch; left out of the comparison",
@@ -678,7 +696,11 @@ fn run_once(
 /// Fills in the summaries, the differences against first touch and the
 /// recommendation.
 fn compare(report: &mut AdviseReport, confidence: f64) {
-    let baseline = report.candidates.first().map(CandidateResult::times);
+    let baseline = report
+        .candidates
+        .first()
+        .filter(|first| first.failed.is_none())
+        .map(CandidateResult::times);
     for result in &mut report.candidates {
         let times = result.times();
         result.summary = Summary::of(&times);
@@ -688,7 +710,7 @@ fn compare(report: &mut AdviseReport, confidence: f64) {
             }
         }
     }
-    let Some(first) = report.candidates.first() else {
+    let Some(first) = report.candidates.first().filter(|f| f.failed.is_none()) else {
         return;
     };
     let Some(first_summary) = &first.summary else {
@@ -854,8 +876,48 @@ mod tests {
         );
     }
 
+    /// Launched commands are followed with waitpid(-1) by the launching
+    /// thread: two tests launching at once in this one process would take
+    /// each other's children's events. They take turns.
+    static LAUNCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn a_command_failing_later_under_first_touch_keeps_the_runs_so_far() {
+        let _turn = LAUNCHING.lock().unwrap_or_else(|e| e.into_inner());
+        let two = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1").unwrap();
+        let counter =
+            std::env::temp_dir().join(format!("numalab-advise-later-{}", std::process::id()));
+        let _ = std::fs::remove_file(&counter);
+        // Counts its runs under the default policy (its own numa_maps
+        // says "default"), and fails the second.
+        let script = format!(
+            "read -r address policy rest < /proc/$$/numa_maps\n\
+             if [ \"$policy\" = default ]; then\n\
+               n=$(cat {0} 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {0}\n\
+               [ $n -lt 2 ] || exit 3\n\
+             fi\n",
+            counter.display()
+        );
+        let mut config = AdviseConfig::new(["sh", "-c", &script]);
+        config.runs = 3;
+        config.warmup = 0;
+        let report = advise(&two, &config, candidates(&two, None), &mut |_, _| {}).unwrap();
+        let _ = std::fs::remove_file(&counter);
+        assert_eq!(report.failed_by_default, Some(3));
+        let first = &report.candidates[0];
+        assert_eq!(first.runs.len(), 2, "the good run and the failed one kept");
+        let why = first.failed.as_deref().unwrap();
+        assert!(
+            why.contains("exits 3 under first touch (run 2 of 3)"),
+            "{why}"
+        );
+        assert!(report.recommendation.is_none());
+        assert!(report.candidates.iter().skip(1).any(|c| !c.runs.is_empty()));
+    }
+
     #[test]
     fn a_placement_the_kernel_refuses_is_left_out_with_why() {
+        let _turn = LAUNCHING.lock().unwrap_or_else(|e| e.into_inner());
         // Two nodes by the topology, one on this machine: the kernel
         // refuses every policy naming node 1 (EINVAL).
         let two = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1").unwrap();
@@ -951,6 +1013,7 @@ mod tests {
             notes: vec![],
             interrupted: None,
             not_tried: vec![],
+            failed_by_default: None,
         }
     }
 

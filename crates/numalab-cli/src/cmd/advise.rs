@@ -159,6 +159,9 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
     };
     report.not_tried = not_tried;
     render::emit(&report, &args.output)?;
+    if let Some(code) = report.failed_by_default {
+        return Ok(code);
+    }
     Ok(report.interrupted.map_or(0, |signal| 128 + signal))
 }
 

@@ -177,6 +177,7 @@ mod tests {
             notes: vec![],
             interrupted: None,
             not_tried: vec![],
+            failed_by_default: None,
         };
         let text = human(&report, Style::Plain);
         assert_eq!(text, "numalab advise: `sort 'a file'`: one node.\n");
@@ -218,6 +219,7 @@ mod tests {
             notes: vec![],
             interrupted: None,
             not_tried: vec![],
+            failed_by_default: None,
         };
         let text = human(&report, Style::Plain);
         assert!(text.contains("failed (below)"), "{text}");
