@@ -498,14 +498,19 @@ impl Launch {
                 // The command's own end ends the run (as numactl, which
                 // becomes the command, would end): what it leaves running
                 // is let go below, not waited for.
+                // Reaped: its number is free from here on and may be given
+                // to a process that is none of the command's, so it is no
+                // longer watched (until reaped, a tracee keeps it).
                 linux::WaitEvent::Exited(code) => {
                     live.remove(&tid);
+                    sampler.forget(tid);
                     if tid == pid {
                         break Exit::Code(code);
                     }
                 }
                 linux::WaitEvent::Signaled(signal) => {
                     live.remove(&tid);
+                    sampler.forget(tid);
                     if tid == pid {
                         break Exit::Signal(signal);
                     }
@@ -812,6 +817,11 @@ impl Sampler {
 
     fn watch(&self, pid: i32) {
         lock(&self.shared.watched).insert(pid);
+    }
+
+    /// Stops watching `pid`, once reaped.
+    fn forget(&self, pid: i32) {
+        lock(&self.shared.watched).remove(&pid);
     }
 
     fn offer(&self, pid: i32, memory: &ProcessMemory) {

@@ -665,18 +665,7 @@ fn profile_pid_stops_when_its_process_ends_even_if_the_number_is_reused() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["ended"], true);
     let samples = doc["timeline"]["samples"].as_array().unwrap();
-    let most: f64 = samples
-        .iter()
-        .map(|s| {
-            s["memory"]["bytes"].as_object().map_or(0.0, |kinds| {
-                kinds
-                    .values()
-                    .flat_map(|nodes| nodes.as_object().unwrap().values())
-                    .filter_map(Value::as_f64)
-                    .sum::<f64>()
-            })
-        })
-        .fold(0.0, f64::max);
+    let most = most_memory(&doc);
     eprintln!(
         "{} samples, the most memory in one {:.1} MiB",
         samples.len(),
@@ -714,4 +703,100 @@ fn profile_refuses_emit_and_output_naming_one_file_before_running() {
         Vec::<String>::new(),
         "nothing ran, nothing written"
     );
+}
+
+#[test]
+fn profile_of_a_command_forgets_a_child_once_it_has_ended() {
+    // The command starts a child that ends at once, writes its number,
+    // and waits until the test says go, then lives on for a second while
+    // another process of 200 MiB holds that number: the child's number,
+    // once reaped, is not the command's any more.
+    const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
+    if std::fs::OpenOptions::new()
+        .write(true)
+        .open(LAST_PID)
+        .is_err()
+    {
+        assert!(!ci(), "{LAST_PID} must be writable (root) under CI");
+        eprintln!("skipped: needs root to write {LAST_PID}");
+        return;
+    }
+    let scratch = Scratch::new("profile-forget");
+    let (number, go) = (scratch.path("child"), scratch.path("go"));
+    let script = format!(
+        "import os, subprocess, time\n\
+p = subprocess.Popen(['true']); p.wait()\n\
+open('{number}.tmp', 'w').write(str(p.pid)); os.rename('{number}.tmp', '{number}')\n\
+while not os.path.exists('{go}'): time.sleep(0.01)\n\
+time.sleep(1)\n"
+    );
+    let python = python();
+    let watcher = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args([
+            "profile",
+            "--interval",
+            "20ms",
+            "--json",
+            "--",
+            &python,
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let child: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&number)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        std::thread::yield_now();
+    };
+    let mut holder = None;
+    for _ in 0..100 {
+        std::fs::write(LAST_PID, (child - 1).to_string()).unwrap();
+        let held = Holder::start(200);
+        if held.0.id() == child {
+            holder = Some(held);
+            break;
+        }
+    }
+    let Some(holder) = holder else {
+        panic!("no new process took number {child} in 100 tries");
+    };
+    std::fs::write(&go, "").unwrap();
+    let out = watcher.wait_with_output().unwrap();
+    drop(holder);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value =
+        serde_json::from_slice(&out.stderr[out.stderr.iter().position(|&b| b == b'{').unwrap()..])
+            .unwrap();
+    let most = most_memory(&doc);
+    assert!(
+        most < (100 << 20) as f64,
+        "a sample counted {:.0} MiB: the process now holding number {child}",
+        most / (1 << 20) as f64
+    );
+}
+
+/// The most memory, of every kind on every node, in one sample of a
+/// profile.
+fn most_memory(doc: &Value) -> f64 {
+    doc["timeline"]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s["memory"]["bytes"].as_object().map_or(0.0, |kinds| {
+                kinds
+                    .values()
+                    .flat_map(|nodes| nodes.as_object().unwrap().values())
+                    .filter_map(Value::as_f64)
+                    .sum::<f64>()
+            })
+        })
+        .fold(0.0, f64::max)
 }
