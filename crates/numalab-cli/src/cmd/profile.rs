@@ -117,6 +117,10 @@ pub fn run(args: &ProfileArgs) -> Result<i32> {
     let report = profile_pid(pid, options, || stop.load(Ordering::SeqCst)).map_err(|err| {
         let why = match err.kind() {
             std::io::ErrorKind::NotFound => "no such process".to_owned(),
+            std::io::ErrorKind::PermissionDenied if numalab::system::is_root() => {
+                "permission denied although numalab runs as root: the kernel does not show this process's memory to it (Yama's ptrace_scope, a security module, or lockdown)"
+                    .to_owned()
+            }
             std::io::ErrorKind::PermissionDenied => {
                 "permission denied (another user's process: run numalab as that user or as root)"
                     .to_owned()

@@ -800,3 +800,22 @@ fn most_memory(doc: &Value) -> f64 {
         })
         .fold(0.0, f64::max)
 }
+
+#[test]
+fn profile_pid_denied_as_root_does_not_tell_root_to_run_as_root() {
+    // A process whose memory the kernel hides from this one: on the
+    // development VM, PID 1 (a security module refuses even root).
+    if std::fs::read_to_string("/proc/1/numa_maps").is_ok() {
+        eprintln!("not run: this process may read PID 1's memory, so nothing is denied");
+        return;
+    }
+    let out = numalab(&["profile", "--pid", "1", "--duration", "100ms"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("--pid 1: permission denied"), "{err}");
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    assert_eq!(err.contains("or as root"), !root, "{err}");
+}
