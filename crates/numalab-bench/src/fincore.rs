@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 use crate::document::Schema;
 
 /// The most files one `numalab fincore` counts: each keeps a row of the
-/// result (a path and a few counts, about 200 bytes), so ten million
-/// bound it to a few gigabytes at worst.
+/// result, and its table or JSON is written from that (measured: 200,000
+/// files took 84 MiB at most for the table, 105 MiB for `--json`, about
+/// half a kilobyte a file), so ten million bound it to about 5 GB.
 pub const MAX_FILES: usize = 10_000_000;
 
 /// Everything `numalab fincore` found (`--json`).

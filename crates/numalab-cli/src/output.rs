@@ -222,6 +222,39 @@ pub fn table(header: impl Into<comfy_table::Row>) -> Table {
     table
 }
 
+/// The lines [`table`] and [`render`] make of `header` and `rows`, without
+/// holding the rows as cells: `rows` is called twice, once to measure
+/// each column and once to write the lines, so a table of a million rows
+/// (`numalab fincore` of a large tree) costs its text and no more.
+pub fn plain_table<I>(header: &[String], rows: impl Fn() -> I) -> String
+where
+    I: Iterator<Item = Vec<String>>,
+{
+    let width = |cell: &str| cell.chars().count();
+    let mut widths: Vec<usize> = header.iter().map(|h| width(h)).collect();
+    for row in rows() {
+        for (w, cell) in widths.iter_mut().zip(&row) {
+            *w = (*w).max(width(cell));
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[String]| {
+        let start = out.len();
+        for (cell, w) in cells.iter().zip(&widths) {
+            out.push(' ');
+            out.push_str(cell);
+            out.extend(std::iter::repeat_n(' ', w - width(cell) + 1));
+        }
+        out.truncate(out[start..].trim_end().len() + start);
+        out.push('\n');
+    };
+    line(header);
+    for row in rows() {
+        line(&row);
+    }
+    out
+}
+
 /// A Markdown table.
 pub fn markdown_table(header: impl Into<comfy_table::Row>) -> Table {
     let mut table = Table::new();
@@ -302,6 +335,21 @@ pub fn human_bytes(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_plain_table_streamed_reads_as_one_made_whole() {
+        let header: Vec<String> = ["RES", "PAGES", "FILE"].map(String::from).to_vec();
+        let rows = || {
+            [["4 KiB", "1", "a"], ["12 MiB", "3072", "long/name"]]
+                .into_iter()
+                .map(|r| r.map(String::from).to_vec())
+        };
+        let mut whole = table(header.clone());
+        for row in rows() {
+            whole.add_row(row);
+        }
+        assert_eq!(plain_table(&header, rows), render(&whole));
+    }
 
     #[test]
     fn a_name_with_a_newline_stays_on_its_line() {

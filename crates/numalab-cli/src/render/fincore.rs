@@ -47,7 +47,6 @@ fn human(report: &FincoreReport, style: Style) -> String {
         header.push("unknown".into());
     }
     header.push("FILE".into());
-    let mut table = style.table(header);
     let row = |cache: &numalab::pagecache::FileCache, name: &str| {
         let mut row = vec![
             Size(cache.cached_bytes()).to_string(),
@@ -65,16 +64,31 @@ fn human(report: &FincoreReport, style: Style) -> String {
         row.push(name.to_owned());
         row
     };
-    for file in &report.files {
-        table.add_row(row(&file.cache, &output::printable_field(&file.path)));
-    }
-    if report.files.len() > 1 {
-        table.add_row(row(
+    let total = (report.files.len() > 1).then(|| {
+        row(
             &report.total,
             &format!("total of {} files", report.files.len()),
-        ));
-    }
-    let mut out = style.render(&table);
+        )
+    });
+    let rows = || {
+        report
+            .files
+            .iter()
+            .map(|file| row(&file.cache, &output::printable_field(&file.path)))
+            .chain(total.clone())
+    };
+    // A row a file: for a tree of millions of files, the plain table is
+    // written without holding its cells (about 1.6 KB a file as a table).
+    let mut out = match style {
+        Style::Plain => output::plain_table(&header, rows),
+        Style::Markdown => {
+            let mut table = style.table(header);
+            for row in rows() {
+                table.add_row(row);
+            }
+            style.render(&table)
+        }
+    };
     out.push('\n');
     let skipped = report.skipped;
     if skipped.links + skipped.special > 0 {
