@@ -57,7 +57,7 @@ struct Cli {
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     jobs: Option<u16>,
 
-    /// Kill a guest that has not powered off after SECONDS [default: 420,
+    /// Kill a guest that has not powered off after SECONDS [default: 1200,
     /// or $NUMALAB_EMU_TIMEOUT]
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<u64>,
