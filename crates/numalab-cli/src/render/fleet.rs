@@ -479,7 +479,13 @@ fn shell_quote(text: &str) -> String {
 pub fn sbatch_script(numalab: &Path, out_dir: &Path, threshold: f64, quick: bool) -> String {
     let quick = if quick { " --quick" } else { "" };
     let numalab = shell_quote(&numalab.display().to_string());
-    let out_dir = shell_quote(&out_dir.display().to_string());
+    // A directory named like an option (`--out-dir=--html=x`) is written
+    // ./--html=x, so mkdir, srun and fleet read it as a path.
+    let mut out_dir = out_dir.display().to_string();
+    if out_dir.starts_with('-') {
+        out_dir.insert_str(0, "./");
+    }
+    let out_dir = shell_quote(&out_dir);
     format!(
         r#"#!/bin/bash
 # numalab fleet: `numalab report` on every node of the job, then the merge.
@@ -518,6 +524,18 @@ fi
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_out_dir_named_like_an_option_is_written_as_a_path() {
+        let script = sbatch_script(
+            Path::new("/usr/bin/numalab"),
+            Path::new("--html=x"),
+            1.5,
+            false,
+        );
+        assert!(script.contains("out_dir='./--html=x'"), "{script}");
+        assert!(!script.contains("out_dir='--html"), "{script}");
+    }
     use super::*;
 
     #[test]
