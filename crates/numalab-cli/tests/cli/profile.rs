@@ -588,6 +588,38 @@ fn profile_counts_memory_events_where_the_kernel_has_a_pmu() {
     }
 }
 
+/// The kernel gives a new process the number after this one: root can
+/// make a new process take the number of one just ended.
+const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
+
+/// Whether this test may choose the number of the next process (root);
+/// says why not otherwise, and fails under CI.
+fn may_give_numbers() -> bool {
+    if std::fs::OpenOptions::new()
+        .write(true)
+        .open(LAST_PID)
+        .is_ok()
+    {
+        return true;
+    }
+    assert!(!ci(), "{LAST_PID} must be writable (root) under CI");
+    eprintln!("skipped: needs root to write {LAST_PID}");
+    false
+}
+
+/// A process holding `mib` MiB under number `pid`, which has just been
+/// freed (another process may take it first: tried 100 times).
+fn holder_numbered(pid: u32, mib: u64) -> Holder {
+    for _ in 0..100 {
+        std::fs::write(LAST_PID, (pid - 1).to_string()).unwrap();
+        let holder = Holder::start(mib);
+        if holder.0.id() == pid {
+            return holder;
+        }
+    }
+    panic!("no new process took number {pid} in 100 tries");
+}
+
 /// Whether process `pid` is asleep in `clock_nanosleep` (230 on x86-64,
 /// `/proc/PID/syscall`): numalab profile's watch between two samples.
 fn sleeping(pid: u32) -> bool {
@@ -605,16 +637,7 @@ fn stopped(pid: u32) -> bool {
 
 #[test]
 fn profile_pid_stops_when_its_process_ends_even_if_the_number_is_reused() {
-    // The kernel gives the next process the number after ns_last_pid:
-    // root can make a new process take the number of one just ended.
-    const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
-    if std::fs::OpenOptions::new()
-        .write(true)
-        .open(LAST_PID)
-        .is_err()
-    {
-        assert!(!ci(), "{LAST_PID} must be writable (root) under CI");
-        eprintln!("skipped: needs root to write {LAST_PID}");
+    if !may_give_numbers() {
         return;
     }
     let mut first = Some(Holder::start(1));
@@ -646,18 +669,7 @@ fn profile_pid_stops_when_its_process_ends_even_if_the_number_is_reused() {
         std::thread::yield_now();
     }
     drop(first.take());
-    let mut second = None;
-    for _ in 0..100 {
-        std::fs::write(LAST_PID, (pid - 1).to_string()).unwrap();
-        let holder = Holder::start(200);
-        if holder.0.id() == pid {
-            second = Some(holder);
-            break;
-        }
-    }
-    let Some(second) = second else {
-        panic!("no new process took number {pid} in 100 tries");
-    };
+    let second = holder_numbered(pid, 200);
     signal("-CONT");
     let out = watcher.wait_with_output().unwrap();
     drop(second);
@@ -711,14 +723,7 @@ fn profile_of_a_command_forgets_a_child_once_it_has_ended() {
     // and waits until the test says go, then lives on for a second while
     // another process of 200 MiB holds that number: the child's number,
     // once reaped, is not the command's any more.
-    const LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
-    if std::fs::OpenOptions::new()
-        .write(true)
-        .open(LAST_PID)
-        .is_err()
-    {
-        assert!(!ci(), "{LAST_PID} must be writable (root) under CI");
-        eprintln!("skipped: needs root to write {LAST_PID}");
+    if !may_give_numbers() {
         return;
     }
     let scratch = Scratch::new("profile-forget");
@@ -755,18 +760,7 @@ time.sleep(1)\n"
         }
         std::thread::yield_now();
     };
-    let mut holder = None;
-    for _ in 0..100 {
-        std::fs::write(LAST_PID, (child - 1).to_string()).unwrap();
-        let held = Holder::start(200);
-        if held.0.id() == child {
-            holder = Some(held);
-            break;
-        }
-    }
-    let Some(holder) = holder else {
-        panic!("no new process took number {child} in 100 tries");
-    };
+    let holder = holder_numbered(child, 200);
     std::fs::write(&go, "").unwrap();
     let out = watcher.wait_with_output().unwrap();
     drop(holder);
