@@ -342,20 +342,9 @@ impl TreeDir {
     /// directory is.
     pub fn open_child(&self, name: &Path) -> io::Result<Option<TreeDir>> {
         use std::os::fd::AsFd;
-        match linux::open_dir_at(Some(self.fd.as_fd()), name, false) {
-            Ok(fd) => TreeDir::held(fd).map(Some),
-            // A link there: ELOOP, or ENOTDIR (O_DIRECTORY is checked
-            // first on some kernels); told apart from a file by its kind.
-            Err(err) if matches!(err.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
-                let named = linux::open_path_at(Some(self.fd.as_fd()), name, false)?;
-                if linux::stat_fd(&named)?.mode & libc::S_IFMT == libc::S_IFLNK {
-                    Ok(None)
-                } else {
-                    Err(err)
-                }
-            }
-            Err(err) => Err(err),
-        }
+        linux::open_child_dir(self.fd.as_fd(), name)?
+            .map(TreeDir::held)
+            .transpose()
     }
 
     fn held(fd: std::os::fd::OwnedFd) -> io::Result<TreeDir> {

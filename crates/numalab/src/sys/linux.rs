@@ -891,19 +891,21 @@ pub fn link_fd(fd: &OwnedFd, path: &Path) -> io::Result<()> {
 /// Opens the file behind `fd` again, as a new open file description (its
 /// own [`lock`]s), through `/proc/self/fd`.
 pub fn reopen_fd(fd: &OwnedFd, how: SegmentOpen) -> io::Result<OwnedFd> {
-    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    let how = match how {
-        SegmentOpen::CreateExclusive => SegmentOpen::ReadWrite,
-        other => other,
-    };
-    // /proc/self/fd/N is a magic link: open it without O_NOFOLLOW.
-    let path = CString::new(path).map_err(io::Error::other)?;
     let flags = libc::O_CLOEXEC
         | match how {
             SegmentOpen::ReadOnly => libc::O_RDONLY,
-            _ => libc::O_RDWR,
+            SegmentOpen::CreateExclusive | SegmentOpen::ReadWrite => libc::O_RDWR,
         };
-    // SAFETY: path is NUL-terminated.
+    open_through_proc(fd.as_fd(), flags)
+}
+
+/// `open(2)` of `/proc/self/fd/N` for `fd`: the very file `fd` names,
+/// whatever has been renamed or replaced at its path since. The path is a
+/// magic link: opened without `O_NOFOLLOW`, it leads nowhere else.
+fn open_through_proc(fd: BorrowedFd<'_>, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let path =
+        CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(io::Error::other)?;
+    // SAFETY: path is NUL-terminated; no mode argument without O_CREAT.
     let new = unsafe { libc::open(path.as_ptr(), flags) };
     if new < 0 {
         return Err(io::Error::last_os_error());
@@ -1546,11 +1548,14 @@ pub fn open_input(path: &Path, follow: bool) -> io::Result<OwnedFd> {
 /// is followed only when `follow` (otherwise the descriptor names the
 /// link itself).
 pub fn open_path_at(at: Option<BorrowedFd<'_>>, path: &Path, follow: bool) -> io::Result<OwnedFd> {
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+    open_at(at, path, libc::O_PATH | libc::O_CLOEXEC | nofollow)
+}
+
+/// `openat(2)` of `path` with `flags` (no `O_CREAT`), relative to the
+/// directory `at` holds, or to the working directory without one.
+fn open_at(at: Option<BorrowedFd<'_>>, path: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
     let path = c_path(path)?;
-    let mut flags = libc::O_PATH | libc::O_CLOEXEC;
-    if !follow {
-        flags |= libc::O_NOFOLLOW;
-    }
     let dir = at.map_or(libc::AT_FDCWD, |fd| fd.as_raw_fd());
     // SAFETY: path is NUL-terminated; no mode argument without O_CREAT.
     let fd = unsafe { libc::openat(dir, path.as_ptr(), flags) };
@@ -1567,26 +1572,13 @@ pub fn open_path_at(at: Option<BorrowedFd<'_>>, path: &Path, follow: bool) -> io
 /// controlling terminal; with `noatime` without updating its access time
 /// where the caller may ask that (its owner, or root).
 pub fn reopen_read(named: BorrowedFd<'_>, noatime: bool) -> io::Result<OwnedFd> {
-    // /proc/self/fd/N is a magic link to the descriptor's file: opened
-    // without O_NOFOLLOW, it leads nowhere else.
-    let path =
-        CString::new(format!("/proc/self/fd/{}", named.as_raw_fd())).map_err(io::Error::other)?;
     let flags = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
-    let open = |flags| {
-        // SAFETY: path is NUL-terminated; no mode argument without O_CREAT.
-        let fd = unsafe { libc::open(path.as_ptr(), flags) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor this function owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    };
     if !noatime {
-        return open(flags);
+        return open_through_proc(named, flags);
     }
-    open(flags | libc::O_NOATIME).or_else(|err| match err.raw_os_error() {
+    open_through_proc(named, flags | libc::O_NOATIME).or_else(|err| match err.raw_os_error() {
         // O_NOATIME is for the file's owner and root only.
-        Some(libc::EPERM) => open(flags),
+        Some(libc::EPERM) => open_through_proc(named, flags),
         _ => Err(err),
     })
 }
@@ -1594,23 +1586,34 @@ pub fn reopen_read(named: BorrowedFd<'_>, noatime: bool) -> io::Result<OwnedFd> 
 /// `openat(2)` of a directory to list: `path` relative to the directory
 /// `at` holds (or absolute, or relative to the working directory without
 /// one); a symbolic link at its last component is refused unless
-/// `follow` (`ELOOP`), as is anything but a directory (`ENOTDIR`). A walk
-/// that opens each level from the one it holds cannot be led out of its
-/// tree by a directory swapped for a link meanwhile.
+/// `follow` (`ELOOP`, or `ENOTDIR`), as is anything but a directory
+/// (`ENOTDIR`).
 pub fn open_dir_at(at: Option<BorrowedFd<'_>>, path: &Path, follow: bool) -> io::Result<OwnedFd> {
-    let path = c_path(path)?;
-    let mut flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NONBLOCK;
-    if !follow {
-        flags |= libc::O_NOFOLLOW;
+    let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    open_at(at, path, flags | nofollow)
+}
+
+/// [`open_dir_at`] of `name` inside the directory `at` holds, a link
+/// never followed: `None` when a symbolic link is there, an error when
+/// anything else but a directory is. A walk that opens each level from
+/// the one it holds cannot be led out of its tree by a directory swapped
+/// for a link meanwhile.
+pub fn open_child_dir(at: BorrowedFd<'_>, name: &Path) -> io::Result<Option<OwnedFd>> {
+    match open_dir_at(Some(at), name, false) {
+        Ok(fd) => Ok(Some(fd)),
+        // A link there: ELOOP, or ENOTDIR (O_DIRECTORY is checked first
+        // on some kernels); told apart from a file by its kind.
+        Err(err) if matches!(err.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+            let named = open_path_at(Some(at), name, false)?;
+            if stat_fd(&named)?.mode & libc::S_IFMT == libc::S_IFLNK {
+                Ok(None)
+            } else {
+                Err(err)
+            }
+        }
+        Err(err) => Err(err),
     }
-    let dir = at.map_or(libc::AT_FDCWD, |fd| fd.as_raw_fd());
-    // SAFETY: path is NUL-terminated; no mode argument without O_CREAT.
-    let fd = unsafe { libc::openat(dir, path.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor this function owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Clears `O_NONBLOCK` on `fd` (`fcntl(2)` `F_SETFL`), once the caller
