@@ -155,12 +155,12 @@ pub struct NodeInventory {
 /// node's CPUs are usable, and `--cpunodebind` may name it.
 pub(crate) fn allow_memoryless<'a>(
     allowed_nodes: &mut NodeSet,
-    memoryless: impl IntoIterator<Item = &'a (u32, CpuSet)>,
+    memoryless: impl IntoIterator<Item = (u32, &'a CpuSet)>,
     allowed_cpus: &CpuSet,
 ) {
     for (node, cpus) in memoryless {
         if !cpus.intersection(allowed_cpus).is_empty() {
-            allowed_nodes.insert(*node);
+            allowed_nodes.insert(node);
         }
     }
 }
@@ -186,7 +186,10 @@ impl NodeInventory {
         let mut allowed_nodes = allowed_nodes.unwrap_or_else(|| nodes.clone());
         allow_memoryless(
             &mut allowed_nodes,
-            node_cpus.iter().filter(|(n, _)| !with_memory.contains(*n)),
+            node_cpus
+                .iter()
+                .filter(|(n, _)| !with_memory.contains(*n))
+                .map(|(n, cpus)| (*n, cpus)),
             &allowed_cpus,
         );
         NodeInventory {

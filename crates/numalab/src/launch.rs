@@ -726,15 +726,11 @@ struct SamplerState {
     last: Mutex<BTreeMap<i32, ProcessMemory>>,
 }
 
-fn private_total(memory: &ProcessMemory) -> u64 {
-    memory.private_total()
-}
-
 impl SamplerState {
     fn offer(&self, pid: i32, memory: &ProcessMemory) {
         let mut peak = lock(&self.peak);
         let entry = peak.entry(pid).or_default();
-        if private_total(memory) >= private_total(entry) {
+        if memory.private_total() >= entry.private_total() {
             *entry = memory.clone();
         }
         lock(&self.last).insert(pid, memory.clone());

@@ -628,12 +628,11 @@ impl Topology {
                 allowed_nodes = m;
             }
         }
-        let memoryless: Vec<(u32, CpuSet)> = nodes
+        let memoryless = nodes
             .iter()
             .filter(|n| n.memory_bytes == 0)
-            .map(|n| (n.id, n.cpus.clone()))
-            .collect();
-        crate::inventory::allow_memoryless(&mut allowed_nodes, &memoryless, &allowed_cpus);
+            .map(|n| (n.id, &n.cpus));
+        crate::inventory::allow_memoryless(&mut allowed_nodes, memoryless, &allowed_cpus);
 
         Ok(Topology {
             source,
