@@ -508,10 +508,12 @@ fn cache_of(file: &File, size: u64, offset: u64, len: u64) -> Result<FileCache, 
         ..FileCache::default()
     };
     let end = offset.saturating_add(len).min(size);
-    // Where cachestat(2) works, parts with nothing cached are skipped at
+    // Where cachestat(2) works, windows with nothing cached are skipped at
     // the cost of what is cached, whatever the file's apparent size;
-    // without it every window is asked, so the length is bounded.
-    let skips = linux::cache_stat_range(fd, offset, page).is_ok();
+    // without it every window is asked, so the length is bounded. (One
+    // window has nothing to skip: its parts are probed below anyway.)
+    let skips =
+        end.saturating_sub(offset) > WINDOW && linux::cache_stat_range(fd, offset, page).is_ok();
     if !skips && end.saturating_sub(offset) > MAX_WALKED {
         return Err(PageCacheError::TooLong {
             size: end - offset,
