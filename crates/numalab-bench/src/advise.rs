@@ -232,11 +232,7 @@ pub fn candidates(
     topology: &Topology,
     weights: Option<(&BTreeMap<u32, u8>, &str)>,
 ) -> Vec<Candidate> {
-    // Only the nodes this process may use (its cpuset's mems): a policy
-    // naming another is refused by the kernel (EINVAL).
-    let memory = topology
-        .nodes_with_memory()
-        .intersection(&topology.allowed_nodes);
+    let memory = usable_memory_nodes(topology);
     let with_cpus = topology.nodes_with_cpus();
     let mut list = vec![Candidate::first_touch()];
     if memory.len() < 2 {
@@ -258,6 +254,14 @@ pub fn candidates(
         list.push(Candidate::weighted(weights.clone(), source));
     }
     list
+}
+
+/// The nodes with memory this process may use (its cpuset's mems): a
+/// policy naming another is refused by the kernel (EINVAL).
+fn usable_memory_nodes(topology: &Topology) -> NodeSet {
+    topology
+        .nodes_with_memory()
+        .intersection(&topology.allowed_nodes)
 }
 
 /// How to advise.
@@ -533,9 +537,7 @@ pub fn advise(
     if config.runs < 2 {
         return Err(AdviseError::TooFewRuns(config.runs));
     }
-    let memory_nodes = topology
-        .nodes_with_memory()
-        .intersection(&topology.allowed_nodes);
+    let memory_nodes = usable_memory_nodes(topology);
     let mut report = AdviseReport {
         command: config
             .command

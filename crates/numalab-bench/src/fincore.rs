@@ -267,9 +267,10 @@ enum Job {
     Failed(Unreadable),
 }
 
-/// A file to count: named by the user (`at` none, a link followed), or
-/// found in a walk (`name` inside the directory `at` holds, a link at
-/// `name` not followed), with the path it is shown as.
+/// A file to count or a directory to list: named by the user (`at`
+/// none, a link followed), or found in a walk (`name` inside the
+/// directory `at` holds, a link at `name` not followed), with the path it
+/// is shown as.
 struct Target {
     at: Option<Arc<TreeDir>>,
     name: PathBuf,
@@ -399,14 +400,6 @@ impl Counter {
     }
 }
 
-/// A directory still to list: `name` inside the directory `at` holds
-/// (the root: `at` none, as the user named it), shown as `shown`.
-struct Pending {
-    at: Option<Arc<TreeDir>>,
-    name: PathBuf,
-    shown: PathBuf,
-}
-
 /// Every regular file under `root`, depth first, entries sorted by name.
 ///
 /// Each directory is opened from the descriptor of the one above it, a
@@ -419,7 +412,7 @@ fn walk(
     walked: &mut HashSet<(u64, u64)>,
     counter: &mut Counter,
 ) -> Result<(), FincoreError> {
-    let mut stack = vec![Pending {
+    let mut stack = vec![Target {
         at: None,
         name: root.to_path_buf(),
         shown: root.to_path_buf(),
@@ -470,7 +463,7 @@ fn walk(
             let at = Some(Arc::clone(&fd));
             let name = PathBuf::from(name);
             if kind.is_dir() {
-                subdirs.push(Pending { at, name, shown });
+                subdirs.push(Target { at, name, shown });
             } else if kind.is_file() {
                 counter.push(Job::Count(Target { at, name, shown }))?;
             } else if kind.is_symlink() {

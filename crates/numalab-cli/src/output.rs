@@ -96,37 +96,32 @@ impl OutputArgs {
 /// saved result cannot clear the screen, move the cursor or retitle the
 /// terminal. Tables, Markdown, warnings and errors go through it.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
-    if !text.contains(unsafe_char) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if unsafe_char(c) {
-            let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\x{:02x}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
+    escape_controls(text, true)
 }
 
 /// One field of a table or one name in a line (a file's path, a host's
-/// name) safe to show: [`printable`], and newlines and tabs too, so a file
-/// named `x\ny` cannot forge a row or a line of its own.
+/// name) safe to show: [`printable`], and newlines and tabs too (`\n`,
+/// `\t`), so a file named `x\ny` cannot forge a row or a line of its own.
 pub fn printable_field(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.contains(char::is_control) {
+    escape_controls(text, false)
+}
+
+/// `text` with its control characters written as visible escapes;
+/// newlines and tabs kept as they are when `keep_layout`.
+fn escape_controls(text: &str, keep_layout: bool) -> std::borrow::Cow<'_, str> {
+    let kept = |c: char| !c.is_control() || (keep_layout && matches!(c, '\n' | '\t'));
+    if text.chars().all(kept) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
         match c {
+            c if kept(c) => out.push(c),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
+            c => {
                 let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\x{:02x}", c as u32));
             }
-            c => out.push(c),
         }
     }
     std::borrow::Cow::Owned(out)

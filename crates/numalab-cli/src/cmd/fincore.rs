@@ -70,9 +70,8 @@ pub fn say_failures(output: &OutputArgs, failed: &[Unreadable]) {
     if output.format() == Format::Table && output.output.is_none() {
         for failed in failed {
             eprintln!(
-                "numalab: {}: {}",
-                crate::output::printable_field(&failed.path),
-                crate::output::printable(&failed.error)
+                "numalab: {}",
+                crate::render::fincore::unreadable_line(failed)
             );
         }
     }

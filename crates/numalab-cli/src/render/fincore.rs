@@ -3,7 +3,7 @@
 //! each node's page cache.
 
 use numalab::units::Size;
-use numalab_bench::fincore::FincoreReport;
+use numalab_bench::fincore::{FincoreReport, Unreadable};
 
 use super::{Render, Style};
 use crate::output::{self, Csv};
@@ -18,11 +18,19 @@ impl Render for FincoreReport {
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.failed
-            .iter()
-            .map(|f| format!("{}: {}", output::printable_field(&f.path), f.error))
-            .collect()
+        self.failed.iter().map(unreadable_line).collect()
     }
+}
+
+/// `path: why` of a file that could not be counted or changed, as
+/// util-linux tools name one, the path escaped as one field (a newline in
+/// a name cannot start a line of its own).
+pub(crate) fn unreadable_line(failed: &Unreadable) -> String {
+    format!(
+        "{}: {}",
+        output::printable_field(&failed.path),
+        output::printable(&failed.error)
+    )
 }
 
 /// The nodes with a column: every node with memory, and any node a page

@@ -9,7 +9,6 @@ use numalab_bench::pagecache::{BenchCell, PagecacheBench, ReaderPlace};
 use numalab_bench::ring::CellStatus;
 
 use super::experiment::text::{num, time};
-use crate::output;
 
 use super::{Render, Style};
 use crate::output::Csv;
@@ -27,7 +26,7 @@ impl Render for CacheChange {
         let mut out: Vec<String> = self
             .failed
             .iter()
-            .map(|f| format!("{}: {}", output::printable_field(&f.path), f.error))
+            .map(super::fincore::unreadable_line)
             .collect();
         out.extend(notes(self));
         out
