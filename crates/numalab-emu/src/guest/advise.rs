@@ -91,13 +91,12 @@ pub fn kernel_keeps_soft_dirty() -> Result<bool> {
     Ok(!cleared && written)
 }
 
-/// A page-aligned page of memory of its own, in base pages.
-fn signal_page() -> Result<NodeBuffer> {
+/// `bytes` of memory of its own, page-aligned, in base pages (no
+/// transparent huge page, whose one written byte would mark 512 pages
+/// written), not yet touched.
+fn base_pages(bytes: usize) -> Result<NodeBuffer> {
     let options = BufferOptions::new(MemPolicy::Default).prefault(false);
-    Ok(NodeBuffer::with_options(
-        numalab::system::page_size(),
-        options,
-    )?)
+    Ok(NodeBuffer::with_options(bytes, options)?)
 }
 
 /// `numalab-guest --allocate A,B`: for each node in turn, 32 MiB bound
@@ -106,7 +105,7 @@ fn signal_page() -> Result<NodeBuffer> {
 pub fn allocate_in_turn(nodes: &str) -> Result<()> {
     let nodes: NodeSet = nodes.parse().context("--allocate takes nodes, as 0,1")?;
     let signal = SampleSignal::new()?;
-    let mut page = signal_page()?;
+    let mut page = base_pages(numalab::system::page_size())?;
     for node in nodes.iter() {
         let buffer = NodeBuffer::new(
             (HELD_MIB << 20) as usize,
@@ -218,8 +217,7 @@ const QUARTER_PASSES: u64 = 4;
 /// in one window, and the program's own few writes.
 pub fn write_quarter() -> Result<()> {
     let page = numalab::system::page_size();
-    let options = BufferOptions::new(MemPolicy::Default).prefault(false);
-    let mut buffer = NodeBuffer::with_options(WRITES_MIB << 20, options)?;
+    let mut buffer = base_pages(WRITES_MIB << 20)?;
     let memory = buffer.as_mut_slice();
     let (quarter, last) = (memory.len() / 4, memory.len() - page);
     let signal = SampleSignal::new()?;
