@@ -229,6 +229,98 @@ pub fn now_rfc3339() -> String {
     )
 }
 
+/// Seconds since 1970-01-01 UTC of an RFC 3339 time as documents carry
+/// it (`2026-11-27T01:29:11Z`, fractions of a second and `+HH:MM` offsets
+/// too); `None` for anything else, and for a date before year 1 or after
+/// 9999. Saved files are compared by this, never by their text.
+///
+/// ```
+/// use numalab_bench::document::{now_rfc3339, seconds_since_epoch};
+/// assert_eq!(seconds_since_epoch("1970-01-02T00:00:01Z"), Some(86_401));
+/// assert_eq!(seconds_since_epoch("2026-11-27T02:29:11.5+01:00"), seconds_since_epoch("2026-11-27T01:29:11Z"));
+/// assert_eq!(seconds_since_epoch("zzz"), None);
+/// assert_eq!(seconds_since_epoch("2026-02-30T00:00:00Z"), None);
+/// assert!(seconds_since_epoch(&now_rfc3339()).is_some());
+/// ```
+pub fn seconds_since_epoch(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = b.get(range)?;
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
+    };
+    let sep = |at: usize, allowed: &[u8]| b.get(at).is_some_and(|c| allowed.contains(c));
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
+        return None;
+    }
+    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if year < 1
+        || !(1..=12).contains(&month)
+        || day < 1
+        || day > month_days[(month - 1) as usize]
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    // The fraction of a second, then the zone.
+    let mut at = 19;
+    if b.get(at) == Some(&b'.') {
+        at += 1;
+        let start = at;
+        while b.get(at).is_some_and(u8::is_ascii_digit) {
+            at += 1;
+        }
+        if at == start {
+            return None;
+        }
+    }
+    let offset = match b.get(at..)? {
+        b"Z" | b"z" => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (h, m) = (digits(at + 1..at + 3)?, digits(at + 4..at + 6)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            let minutes = h * 60 + m;
+            if *sign == b'+' {
+                minutes
+            } else {
+                -minutes
+            }
+        }
+        _ => return None,
+    };
+    // Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm,
+    // the inverse of the one in `now_rfc3339`).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset * 60)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,6 +86,23 @@ impl Metric {
         self != Metric::Latency
     }
 
+    /// The figures a measurement of this metric can give, in its unit: a
+    /// latency from 0.1 ns to 10 ms, a bandwidth up to 100,000 GB/s (a
+    /// hundred times the fastest memory of today). A saved report with a
+    /// figure outside is not a measurement and is left out of a fleet.
+    ///
+    /// ```
+    /// use numalab_bench::fleet::Metric;
+    /// assert!(Metric::Latency.plausible().contains(&95.0));
+    /// assert!(!Metric::Read.plausible().contains(&1e308));
+    /// ```
+    pub fn plausible(self) -> std::ops::RangeInclusive<f64> {
+        match self {
+            Metric::Latency => 0.1..=1e7,
+            _ => 1e-6..=1e5,
+        }
+    }
+
     /// Its name, as in [`Cell`]'s text.
     pub fn name(self) -> &'static str {
         match self {
@@ -582,7 +599,7 @@ fn one_per_host(hosts: Vec<HostResult>, left_out: &mut Vec<LeftOut>) -> Vec<Host
             kept.push(host);
             continue;
         };
-        let newer = host.created > kept[at].created;
+        let newer = written(&host) > written(&kept[at]);
         let dropped = if newer {
             std::mem::replace(&mut kept[at], host)
         } else {
@@ -594,7 +611,7 @@ fn one_per_host(hosts: Vec<HostResult>, left_out: &mut Vec<LeftOut>) -> Vec<Host
                 "a second report of host {}: kept {}, {}",
                 dropped.host,
                 kept[at].file.display(),
-                if kept[at].created > dropped.created {
+                if written(&kept[at]) > written(&dropped) {
                     "written later"
                 } else {
                     "written at the same time and listed first"
@@ -603,6 +620,14 @@ fn one_per_host(hosts: Vec<HostResult>, left_out: &mut Vec<LeftOut>) -> Vec<Host
         });
     }
     kept
+}
+
+/// When a report was written, in seconds: `None` (an undated report)
+/// before every date.
+fn written(host: &HostResult) -> Option<i64> {
+    host.created
+        .as_deref()
+        .and_then(crate::document::seconds_since_epoch)
 }
 
 /// The hosts' indices, grouped: fingerprints that are identical are taken
@@ -711,6 +736,33 @@ mod tests {
         );
         let kept = report.hosts.iter().find(|h| h.host == "n001").unwrap();
         assert_eq!(kept.file, "r/n003.json");
+    }
+
+    #[test]
+    fn reports_are_ordered_by_the_time_they_name_not_its_text() {
+        // 05:00 at +05:00 is 00:00 UTC: earlier than 01:00 UTC, although
+        // its text sorts after; an undated report is older than any.
+        for (first, second, kept) in [
+            (
+                Some("2026-11-27T05:00:00+05:00"),
+                Some("2026-11-27T01:00:00Z"),
+                "r/n003.json",
+            ),
+            (
+                Some("2026-11-27T01:00:00Z"),
+                Some("2026-11-27T05:00:00+05:00"),
+                "r/n001.json",
+            ),
+            (None, Some("1970-01-01T00:00:00Z"), "r/n003.json"),
+        ] {
+            let mut fleet = hosts(4);
+            fleet[1].created = first.map(str::to_owned);
+            fleet[3].host = "n001".into();
+            fleet[3].created = second.map(str::to_owned);
+            let report = merge(fleet, Vec::new(), 0.9).unwrap();
+            let entry = report.hosts.iter().find(|h| h.host == "n001").unwrap();
+            assert_eq!(entry.file, kept, "{first:?} then {second:?}");
+        }
     }
 
     #[test]

@@ -54,7 +54,8 @@ pub struct HostResult {
     pub host: String,
     /// The file it was read from.
     pub file: PathBuf,
-    /// When the report was written (RFC 3339), if it says.
+    /// When the report was written (RFC 3339), if it says so in a date
+    /// that reads ([`seconds_since_epoch`](crate::document::seconds_since_epoch)).
     pub created: Option<String>,
     /// The machine's fingerprint, computed from the report's topology and
     /// environment (the same rule for files of every numalab version).
@@ -353,12 +354,29 @@ impl HostResult {
             add(Metric::Write, c.initiator, c.target, c.write_gbps.as_ref());
             add(Metric::Copy, c.initiator, c.target, c.copy_gbps.as_ref());
         }
+        if let Some((cell, value)) = figures
+            .iter()
+            .find(|(cell, value)| !cell.metric.plausible().contains(value))
+        {
+            let range = cell.metric.plausible();
+            return Err(format!(
+                "{cell} is {value:e} {}: not a measurement (a figure is from {:e} to {:e} {})",
+                cell.metric.unit(),
+                range.start(),
+                range.end(),
+                cell.metric.unit()
+            ));
+        }
         figures.sort_by_key(|(cell, _)| *cell);
         figures.dedup_by_key(|(cell, _)| *cell);
         Ok(HostResult {
             host,
             file: file.to_owned(),
-            created: view.created,
+            // A date that does not read is no date: it can neither be shown
+            // nor order two reports of a host.
+            created: view
+                .created
+                .filter(|c| crate::document::seconds_since_epoch(c).is_some()),
             fingerprint,
             task: view.task,
             figures,
@@ -488,5 +506,45 @@ mod tests {
         assert!(host.fingerprint.quick && !host.fingerprint.hmat);
         assert!(host.task.is_empty());
         assert!(host.created.is_some());
+    }
+
+    fn edited(change: &dyn Fn(&mut serde_json::Value)) -> Vec<u8> {
+        let mut doc: serde_json::Value = serde_json::from_str(&two_socket()).unwrap();
+        change(&mut doc);
+        serde_json::to_vec(&doc).unwrap()
+    }
+
+    #[test]
+    fn a_figure_no_memory_gives_leaves_the_report_out() {
+        let file = Path::new("x.json");
+        let fast = edited(&|doc| {
+            doc["matrix"]["bandwidth"]["cells"][0]["read_gbps"]["median"] = 1e308.into()
+        });
+        let why = HostResult::parse(&fast, file).unwrap_err();
+        assert!(
+            why.starts_with("read 0->0 is 1e308 GB/s: not a measurement"),
+            "{why}"
+        );
+        let quick = edited(&|doc| {
+            doc["matrix"]["latency"]["cells"][1]["latency_ns"]["median"] = 1e-9.into()
+        });
+        let why = HostResult::parse(&quick, file).unwrap_err();
+        assert!(
+            why.starts_with("latency 0->1 is 1e-9 ns: not a measurement"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_date_that_does_not_read_is_no_date() {
+        let file = Path::new("x.json");
+        for bad in ["9999-99-99T99:99:99Z", "zzz", "2026-11-27", ""] {
+            let doc = edited(&|doc| doc["created"] = bad.into());
+            let host = HostResult::parse(&doc, file).unwrap();
+            assert_eq!(host.created, None, "{bad:?}");
+        }
+        let doc = edited(&|doc| doc["created"] = "2026-11-27T05:00:00+05:00".into());
+        let host = HostResult::parse(&doc, file).unwrap();
+        assert_eq!(host.created.as_deref(), Some("2026-11-27T05:00:00+05:00"));
     }
 }
