@@ -609,6 +609,17 @@ pub fn change_cache(paths: &[PathBuf], action: CacheAction) -> Result<CacheChang
             });
         }
     }
+    // Pages read past what the node holds push out the ones read before
+    // (or land elsewhere): a file larger than the node's memory, a sparse
+    // one of exabytes among them, is refused before it is read.
+    let room = match action {
+        CacheAction::Load { node } => Some(
+            NodeMemory::read(node)
+                .map_err(|source| FincoreError::Node { node, source })?
+                .total_bytes,
+        ),
+        CacheAction::Drop => None,
+    };
     let mut change = CacheChange {
         action,
         files: Vec::new(),
@@ -618,7 +629,7 @@ pub fn change_cache(paths: &[PathBuf], action: CacheAction) -> Result<CacheChang
     for path in paths {
         let result = open_for_cache(path, true)
             .map_err(|err| err.to_string())
-            .and_then(|file| one_change(&file, path, action).map_err(|err| err.to_string()));
+            .and_then(|file| one_change(&file, path, action, room));
         match result {
             Ok(changed) => change.files.push(changed),
             Err(error) => change.failed.push(Unreadable::new(path, error)),
@@ -628,23 +639,39 @@ pub fn change_cache(paths: &[PathBuf], action: CacheAction) -> Result<CacheChang
     Ok(change)
 }
 
+/// Changes one file's cache; a file to load larger than `room` (the
+/// node's memory) is refused unread.
 fn one_change(
     file: &File,
     path: &Path,
     action: CacheAction,
-) -> Result<ChangedFile, numalab::pagecache::PageCacheError> {
-    let before = file_cache(file)?;
+    room: Option<u64>,
+) -> Result<ChangedFile, String> {
+    let size = numalab::pagecache::file_size(file).map_err(|err| err.to_string())?;
+    if let (CacheAction::Load { node }, Some(room)) = (action, room) {
+        if size > room {
+            return Err(format!(
+                "is {}, more than node {node}'s {} of memory: its cache cannot all be there (nothing read)",
+                numalab::units::format_size(size),
+                numalab::units::format_size(room)
+            ));
+        }
+    }
+    let counted = |file| file_cache(file).map_err(|err| err.to_string());
+    let before = counted(file)?;
     let read_bytes = match action {
-        CacheAction::Load { node } => Some(numalab::pagecache::load_on(file, node)?),
+        CacheAction::Load { node } => {
+            Some(numalab::pagecache::load_on(file, node).map_err(|err| err.to_string())?)
+        }
         CacheAction::Drop => {
-            numalab::pagecache::drop_cache(file)?;
+            numalab::pagecache::drop_cache(file).map_err(|err| err.to_string())?;
             None
         }
     };
     Ok(ChangedFile {
         path: path.display().to_string(),
         before,
-        after: file_cache(file)?,
+        after: counted(file)?,
         read_bytes,
         unflushed_pages: numalab::pagecache::unflushed_pages(file),
     })

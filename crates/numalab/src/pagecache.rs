@@ -137,6 +137,13 @@ pub enum PageCacheError {
         /// The most numalab walks: [`MAX_WALKED`].
         limit: u64,
     },
+    /// The file shrank while it was counted, every time it was counted
+    /// ([`SETTLE_TRIES`] times): pages past the new end were counted but
+    /// are no longer the file's.
+    Shrinking {
+        /// Its size when last asked.
+        size: u64,
+    },
 }
 
 impl fmt::Display for PageCacheError {
@@ -154,6 +161,11 @@ impl fmt::Display for PageCacheError {
                 crate::units::format_size(*size),
                 crate::units::format_size(*limit)
             ),
+            PageCacheError::Shrinking { size } => write!(
+                f,
+                "shrank while it was counted, {SETTLE_TRIES} times in a row (now {}): another process is truncating it",
+                crate::units::format_size(*size)
+            ),
         }
     }
 }
@@ -161,7 +173,9 @@ impl fmt::Display for PageCacheError {
 impl std::error::Error for PageCacheError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            PageCacheError::NotRegular(_) | PageCacheError::TooLong { .. } => None,
+            PageCacheError::NotRegular(_)
+            | PageCacheError::TooLong { .. }
+            | PageCacheError::Shrinking { .. } => None,
             PageCacheError::Os(err) => Some(err),
             PageCacheError::Locate(err) => Some(err),
         }
@@ -250,8 +264,31 @@ pub fn open_for_cache_at(
 /// How many of `file`'s pages are in the page cache, and on which nodes
 /// (see the [module](self)). Nothing is read from the file.
 pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
-    let size = regular(file)?.size;
-    cache_of(file, size, 0, size)
+    settled(file, |size| cache_of(file, size, 0, size))
+}
+
+/// How many times a file that shrinks while it is counted is counted.
+pub const SETTLE_TRIES: usize = 4;
+
+/// `count` of `file` at its size, counted again at its new size when it
+/// shrank meanwhile (pages past its new end would be counted as cached
+/// but unknown, under a size it no longer has); a file that grew keeps
+/// the count of the size it had. [`PageCacheError::Shrinking`] after
+/// [`SETTLE_TRIES`] counts that each saw it shrink.
+fn settled(
+    file: &File,
+    mut count: impl FnMut(u64) -> Result<FileCache, PageCacheError>,
+) -> Result<FileCache, PageCacheError> {
+    let mut size = regular(file)?.size;
+    for _ in 0..SETTLE_TRIES {
+        let cache = count(size)?;
+        let now = regular(file)?.size;
+        if now >= size {
+            return Ok(cache);
+        }
+        size = now;
+    }
+    Err(PageCacheError::Shrinking { size })
 }
 
 /// [`file_cache`] with the file shared among up to `threads` threads, a
@@ -271,7 +308,11 @@ pub fn file_cache(file: &File) -> Result<FileCache, PageCacheError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn file_cache_threads(file: &File, threads: usize) -> Result<FileCache, PageCacheError> {
-    let size = regular(file)?.size;
+    settled(file, |size| cache_in_parts(file, size, threads))
+}
+
+/// [`file_cache_threads`] of `file` at `size`.
+fn cache_in_parts(file: &File, size: u64, threads: usize) -> Result<FileCache, PageCacheError> {
     let parts = (size / PART).min(threads as u64).max(1);
     if parts < 2 {
         return cache_of(file, size, 0, size);
@@ -394,7 +435,7 @@ impl FileCacheBatch {
             }));
         }
         if probe != Probe::Whole || size > SLOT_FILE || Frames::get().is_none() {
-            return Some(cache_of(file, size, 0, size));
+            return Some(settled(file, |size| cache_of(file, size, 0, size)));
         }
         let bytes = (pages * page) as usize;
         if self.slots.is_none() {
@@ -409,7 +450,7 @@ impl FileCacheBatch {
                 .is_ok()
         });
         if !mapped {
-            return Some(cache_of(file, size, 0, size));
+            return Some(settled(file, |size| cache_of(file, size, 0, size)));
         }
         self.mapped.push((index, self.used, size));
         self.used += bytes;
@@ -1178,5 +1219,43 @@ mod tests {
             (cache.cached, cache.pages),
             (2, (1u64 << 62) / linux::page_size() as u64)
         );
+    }
+
+    #[test]
+    fn a_file_truncated_while_counted_is_counted_at_its_new_size() {
+        let file = File::from(linux::memfd("numalab-shrinking").unwrap());
+        let page = linux::page_size() as u64;
+        file.write_all_at(&vec![1u8; 64 << 20], 0).unwrap();
+        // Counted as it was when another process truncates it mid-count:
+        // the pages past its new end are counted but are no one's.
+        let stale = |file: &File, size: u64| {
+            file.set_len(page).unwrap();
+            cache_of(file, size, 0, size)
+        };
+        let what_was_said = stale(&file, 64 << 20).unwrap();
+        assert_eq!(
+            what_was_said.size,
+            64 << 20,
+            "a size the file no longer has"
+        );
+        file.write_all_at(&vec![1u8; 64 << 20], 0).unwrap();
+        let mut first = true;
+        let cache = settled(&file, |size| {
+            if std::mem::take(&mut first) {
+                stale(&file, size)
+            } else {
+                cache_of(&file, size, 0, size)
+            }
+        })
+        .unwrap();
+        assert_eq!((cache.size, cache.pages, cache.cached), (page, 1, 1));
+        assert_eq!(cache.unknown, 0);
+        // Truncated again at every count: said, not counted forever.
+        let err = settled(&file, |size| {
+            file.set_len(size - 1).unwrap();
+            Ok(FileCache::default())
+        })
+        .unwrap_err();
+        assert!(matches!(err, PageCacheError::Shrinking { .. }), "{err}");
     }
 }

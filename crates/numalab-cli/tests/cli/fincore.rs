@@ -265,6 +265,54 @@ fn pagecache_drop_and_load_move_a_files_cache_as_fincore_sees_it() {
 }
 
 #[test]
+fn pagecache_load_refuses_a_file_larger_than_the_nodes_memory_unread() {
+    let scratch = Scratch::new("pagecache-sparse");
+    let node = sysfs_nodes()[0];
+    let memory: u64 = fs::read_to_string(format!("/sys/devices/system/node/node{node}/meminfo"))
+        .unwrap()
+        .lines()
+        .find(|l| l.contains("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024;
+    // Sparse: a user makes one in a second; reading it would pull its
+    // holes into the cache for ever after the node is full.
+    let path = scratch.path("sparse");
+    let file = fs::File::create(&path).unwrap();
+    file.set_len(memory + (1 << 20)).unwrap();
+    file.write_all_at(b"x", 0).unwrap();
+    let small = scratch.path("small");
+    fs::write(&small, vec![1u8; 1 << 20]).unwrap();
+    let node = node.to_string();
+    let out = numalab(&[
+        "pagecache",
+        "load",
+        "--json",
+        "--node",
+        &node,
+        &path,
+        &small,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("sparse: is ") && err.contains(&format!("more than node {node}'s")),
+        "{err}"
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["files"].as_array().unwrap().len(),
+        1,
+        "the small file is loaded"
+    );
+    if let Some(pages) = fincore_pages(&path) {
+        assert!(pages <= 1, "nothing read: {pages} pages cached");
+    }
+}
+
+#[test]
 fn a_file_name_with_a_newline_cannot_forge_a_row_or_a_line() {
     let scratch = Scratch::new("fincore-newline");
     std::fs::write(scratch.0.join("x\nnumalab: forged"), b"a").unwrap();
