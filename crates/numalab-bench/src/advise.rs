@@ -20,6 +20,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
+use std::time::Duration;
 
 use numalab::launch::{Exit, LaunchError};
 use numalab::{CpuSet, MemPolicy, NodeSet, Topology};
@@ -284,6 +285,54 @@ pub struct AdviseConfig {
     pub show_output: bool,
     /// Confidence of the intervals (0.95).
     pub confidence: f64,
+    /// The longest a run may take before it is ended (`SIGTERM`, then
+    /// `SIGKILL`) and counted as failed; `None`: [`run_limit`]'s rule.
+    pub timeout: Option<Duration>,
+}
+
+/// The longest the first run (under first touch) may take without
+/// `--timeout`: an hour.
+pub const FIRST_RUN_LIMIT: Duration = Duration::from_secs(3600);
+
+/// Without `--timeout`, a later run may take this many times the first.
+pub const LATER_RUN_FACTOR: u32 = 10;
+
+/// Without `--timeout`, a later run may always take at least this long.
+pub const LATER_RUN_FLOOR: Duration = Duration::from_secs(60);
+
+/// How long a run may take: `config.timeout` when given; else
+/// [`FIRST_RUN_LIMIT`] for the first run, and for the later ones
+/// [`LATER_RUN_FACTOR`] times the first run's time (`first`), at least
+/// [`LATER_RUN_FLOOR`].
+///
+/// ```
+/// use std::time::Duration;
+/// use numalab_bench::advise::{run_limit, AdviseConfig};
+/// let config = AdviseConfig::new(["./app"]);
+/// assert_eq!(run_limit(&config, None), Duration::from_secs(3600));
+/// assert_eq!(run_limit(&config, Some(2.0)), Duration::from_secs(60));
+/// assert_eq!(run_limit(&config, Some(30.0)), Duration::from_secs(300));
+/// let given = AdviseConfig { timeout: Some(Duration::from_secs(5)), ..config };
+/// assert_eq!(run_limit(&given, Some(30.0)), Duration::from_secs(5));
+/// ```
+pub fn run_limit(config: &AdviseConfig, first: Option<f64>) -> Duration {
+    match (config.timeout, first) {
+        (Some(limit), _) => limit,
+        (None, None) => FIRST_RUN_LIMIT,
+        (None, Some(seconds)) => Duration::try_from_secs_f64(seconds * f64::from(LATER_RUN_FACTOR))
+            .unwrap_or(Duration::MAX)
+            .max(LATER_RUN_FLOOR),
+    }
+}
+
+/// A duration in words for messages: `90 s`, `1.5 s`.
+fn seconds_text(limit: Duration) -> String {
+    let s = limit.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s} s")
+    }
 }
 
 impl AdviseConfig {
@@ -300,6 +349,7 @@ impl AdviseConfig {
             warmup: 1,
             show_output: false,
             confidence: 0.95,
+            timeout: None,
         }
     }
 }
@@ -316,6 +366,7 @@ impl AdviseConfig {
 ///     on_expected: Some(0.97),
 ///     private_per_node: [(1, 64 << 20)].into(),
 ///     audit: "97% of present pages on node 1".into(),
+///     timed_out: None,
 /// };
 /// assert_eq!(run.private_per_node.values().sum::<u64>(), 64 << 20);
 /// ```
@@ -334,6 +385,10 @@ pub struct AdviseRun {
     pub private_per_node: BTreeMap<u32, u64>,
     /// The placement audit's sentence.
     pub audit: String,
+    /// The limit it ran out of, seconds, when it was ended for taking
+    /// longer ([`run_limit`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed_out: Option<f64>,
 }
 
 /// A candidate and its runs.
@@ -343,7 +398,7 @@ pub struct AdviseRun {
 /// use numalab_bench::advise::{AdviseRun, Candidate, CandidateResult};
 /// let run = |seconds, warmup, code| AdviseRun {
 ///     seconds, exit: Exit::Code(code), warmup, on_expected: Some(1.0),
-///     private_per_node: Default::default(), audit: String::new(),
+///     private_per_node: Default::default(), audit: String::new(), timed_out: None,
 /// };
 /// let result = CandidateResult {
 ///     candidate: Candidate::first_touch(),
@@ -502,6 +557,12 @@ pub enum AdviseError {
         /// The exit status to leave with.
         code: i32,
     },
+    /// Its first run, under first touch, took longer than its limit.
+    #[error("the command did not end within {} under first touch (its first run), so it was ended and nothing was compared; give a longer --timeout (or a shorter workload)", seconds_text(*limit))]
+    TimesOutByDefault {
+        /// The limit ([`run_limit`]).
+        limit: Duration,
+    },
 }
 
 /// An exit described in words: `exits 3`, `is killed by signal 9`.
@@ -582,11 +643,14 @@ pub fn advise(
             } else {
                 (step + round) % count
             };
-            let result = &mut report.candidates[index];
-            if result.failed.is_some() {
+            if report.candidates[index].failed.is_some() {
                 continue;
             }
-            let run = match run_once(topology, config, &result.candidate, round < config.warmup) {
+            let first = report.candidates[0].runs.first().map(|r| r.seconds);
+            let limit = run_limit(config, first);
+            let result = &mut report.candidates[index];
+            let warmup = round < config.warmup;
+            let run = match run_once(topology, config, &result.candidate, warmup, limit) {
                 Ok(run) => run,
                 // A placement the kernel refuses (a node outside this
                 // process's cpuset, a policy it lacks) is left out with
@@ -615,6 +679,15 @@ pub fn advise(
                 break 'rounds;
             }
             if exit != Exit::Code(0) {
+                let timed_out = result.runs.last().is_some_and(|r| r.timed_out.is_some());
+                let ended = if timed_out {
+                    format!("did not end within {}", seconds_text(limit))
+                } else {
+                    ExitText(exit).to_string()
+                };
+                if index == 0 && result.runs.len() == 1 && timed_out {
+                    return Err(AdviseError::TimesOutByDefault { limit });
+                }
                 if index == 0 && result.runs.len() == 1 {
                     return Err(AdviseError::FailsByDefault {
                         exit: ExitText(exit),
@@ -625,8 +698,7 @@ pub fn advise(
                     // Failed later under first touch: what was measured is
                     // kept, the run that failed named, nothing compared.
                     result.failed = Some(format!(
-                        "the command {} under first touch (run {} of {}), after running under it before: advising stopped there, with nothing to compare the other placements with; the runs so far are kept",
-                        ExitText(exit),
+                        "the command {ended} under first touch (run {} of {}), after running under it before: advising stopped there, with nothing to compare the other placements with; the runs so far are kept",
                         result.runs.len(),
                         rounds,
                     ));
@@ -634,8 +706,7 @@ pub fn advise(
                     break 'rounds;
                 }
                 result.failed = Some(format!(
-                    "the command {} under {} (run {} of {}), and exits 0 under first touch; left out of the comparison",
-                    ExitText(exit),
+                    "the command {ended} under {} (run {} of {}), and exits 0 under first touch; left out of the comparison",
                     result.candidate.name,
                     result.runs.len(),
                     rounds,
@@ -655,6 +726,7 @@ fn run_once(
     config: &AdviseConfig,
     candidate: &Candidate,
     warmup: bool,
+    limit: Duration,
 ) -> Result<(AdviseRun, Option<i32>), AdviseError> {
     let exec_config = ExecConfig {
         command: config.command.clone(),
@@ -662,6 +734,7 @@ fn run_once(
         cpus: candidate.cpus.clone(),
         weights: candidate.weights.clone(),
         quiet: !config.show_output,
+        timeout: Some(limit),
     };
     let report = match exec(topology, &exec_config) {
         Ok(report) => report,
@@ -674,6 +747,7 @@ fn run_once(
                     on_expected: None,
                     private_per_node: BTreeMap::new(),
                     audit: format!("not run: signal {signal} arrived first"),
+                    timed_out: None,
                 },
                 Some(signal),
             ))
@@ -690,6 +764,7 @@ fn run_once(
             on_expected: (present > 0).then_some(report.audit.on_expected),
             private_per_node: private,
             audit: report.audit.note.clone(),
+            timed_out: report.run.timed_out.then_some(limit.as_secs_f64()),
         },
         report.run.relayed,
     ))
@@ -918,6 +993,59 @@ mod tests {
     }
 
     #[test]
+    fn a_run_that_does_not_end_in_time_is_ended_and_its_placement_left_out() {
+        let _turn = LAUNCHING.lock().unwrap_or_else(|e| e.into_inner());
+        let two = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1").unwrap();
+        // Hangs when bound (its own numa_maps says "bind:0"), ends at once
+        // otherwise: only the bound run can meet the limit.
+        let script = "read -r address policy rest < /proc/$$/numa_maps\n\
+                      case $policy in bind*) exec sleep 100000 ;; esac\n";
+        let mut config = AdviseConfig::new(["sh", "-c", script]);
+        config.runs = 2;
+        config.warmup = 0;
+        config.timeout = Some(Duration::from_secs(10));
+        let bind0 = |c: &Candidate| c.name == "bind:0";
+        let list: Vec<Candidate> = candidates(&two, None)
+            .into_iter()
+            .filter(|c| c.name == "first-touch" || bind0(c))
+            .collect();
+        assert_eq!(list.len(), 2);
+        let report = advise(&two, &config, list, &mut |_, _| {}).unwrap();
+        let bound = report
+            .candidates
+            .iter()
+            .find(|c| bind0(&c.candidate))
+            .unwrap();
+        let why = bound.failed.as_deref().unwrap_or_default();
+        assert!(
+            why.contains("did not end within 10 s under bind:0 (run 1 of 2)"),
+            "{why}"
+        );
+        assert_eq!(bound.runs.len(), 1, "not run again once it failed");
+        assert_eq!(bound.runs[0].timed_out, Some(10.0));
+        let first = &report.candidates[0];
+        assert_eq!((first.runs.len(), first.failed.as_deref()), (2, None));
+    }
+
+    #[test]
+    fn a_command_that_does_not_end_in_its_first_run_stops_advising() {
+        let _turn = LAUNCHING.lock().unwrap_or_else(|e| e.into_inner());
+        let two = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1").unwrap();
+        let mut config = AdviseConfig::new(["sleep", "100000"]);
+        config.timeout = Some(Duration::from_millis(200));
+        let err = advise(&two, &config, candidates(&two, None), &mut |_, _| {}).unwrap_err();
+        assert!(
+            matches!(err, AdviseError::TimesOutByDefault { .. }),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("the command did not end within 0.2 s under first touch"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_placement_the_kernel_refuses_is_left_out_with_why() {
         let _turn = LAUNCHING.lock().unwrap_or_else(|e| e.into_inner());
         // Two nodes by the topology, one on this machine: the kernel
@@ -995,6 +1123,7 @@ mod tests {
                     on_expected: Some(0.97),
                     private_per_node: BTreeMap::new(),
                     audit: String::new(),
+                    timed_out: None,
                 })
                 .collect(),
             summary: None,

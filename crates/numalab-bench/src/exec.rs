@@ -37,6 +37,8 @@ pub struct ExecConfig {
     /// Give the command no standard input and discard its output
     /// ([`Launch::quiet`]).
     pub quiet: bool,
+    /// End the command after this long ([`Launch::timeout`]).
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl ExecConfig {
@@ -52,6 +54,7 @@ impl ExecConfig {
             cpus: None,
             weights: None,
             quiet: false,
+            timeout: None,
         }
     }
 
@@ -92,6 +95,7 @@ impl ExecConfig {
 ///     elapsed: Duration::from_millis(20),
 ///     relayed: None,
 ///     timeline: None,
+///     timed_out: false,
 /// };
 /// let policy = MemPolicy::Bind(NodeSet::single(1));
 /// let report = ExecReport::new(&topology, vec!["./app".into()], Some(policy), None, run);
@@ -221,6 +225,9 @@ pub fn exec(topology: &Topology, config: &ExecConfig) -> Result<ExecReport, Exec
     if config.quiet {
         launch = launch.quiet();
     }
+    if let Some(limit) = config.timeout {
+        launch = launch.timeout(limit);
+    }
     let run = launch.run();
     let restored = weights.map_or(Ok(()), InterleaveWeights::restore);
     drop(relay);
@@ -268,6 +275,7 @@ mod tests {
             elapsed: Duration::from_millis(1),
             relayed: None,
             timeline: None,
+            timed_out: false,
         }
     }
 

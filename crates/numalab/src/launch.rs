@@ -129,6 +129,9 @@ pub struct LaunchReport {
     /// ([`Launch::timeline`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Timeline>,
+    /// Whether it ran out of its [`Launch::timeout`] and was ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
 }
 
 /// Why a command could not be run.
@@ -166,6 +169,10 @@ pub enum LaunchError {
     /// The signals to pass on could not be caught.
     #[error("cannot catch signals to pass them on to the command: {0}")]
     Signals(io::Error),
+    /// The command could not be held by a handle its timeout can end it
+    /// with (`pidfd_open(2)`, Linux 5.3); it was ended at once.
+    #[error("cannot hold the command to end it at its timeout (pidfd_open, Linux 5.3): {0}; it was ended")]
+    Timeout(io::Error),
 }
 
 /// Signals that are passed on to the command.
@@ -268,7 +275,12 @@ pub struct Launch {
     share: f64,
     writes: bool,
     quiet: bool,
+    timeout: Option<Duration>,
 }
+
+/// How long a command that ran out of its [`Launch::timeout`] has to end
+/// after `SIGTERM` before it is sent `SIGKILL`.
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
 
 impl Launch {
     /// `program` with `args`, placed as the calling process is.
@@ -286,7 +298,40 @@ impl Launch {
             share: crate::profile::MAX_SHARE,
             writes: false,
             quiet: false,
+            timeout: None,
         }
+    }
+
+    /// Ends the command once it has run for `limit`, as `timeout(1)`
+    /// does: `SIGTERM`, then `SIGKILL` [`KILL_GRACE`] later if it still
+    /// runs; its descendants still traced then are killed too. The
+    /// command is held by a pidfd, so no other process that is later
+    /// given its number is signalled. [`LaunchReport::timed_out`] says
+    /// whether it came to that.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use numalab::launch::{Exit, Launch};
+    /// let report = Launch::new("sleep", ["600"]).timeout(Duration::from_millis(100)).run()?;
+    /// assert!(report.timed_out);
+    /// assert_eq!(report.exit, Exit::Signal(15));
+    /// let quick = Launch::new("true", None::<&str>).timeout(Duration::from_secs(600)).run()?;
+    /// assert!(!quick.timed_out);
+    /// // A shell that ignores SIGTERM, and the sleep it started: both end.
+    /// let pids = std::env::temp_dir().join(format!("numalab-timeout-doc-{}", std::process::id()));
+    /// let script = format!("trap '' TERM; sleep 600 & echo $! > {}; wait", pids.display());
+    /// let report = Launch::new("sh", ["-c", &script]).timeout(Duration::from_millis(100)).run()?;
+    /// assert!(report.timed_out);
+    /// assert_eq!(report.exit, Exit::Signal(9));
+    /// let sleep: i32 = std::fs::read_to_string(&pids)?.trim().parse()?;
+    /// std::fs::remove_file(&pids)?;
+    /// let state = std::fs::read_to_string(format!("/proc/{sleep}/stat")).unwrap_or_default();
+    /// assert!(!state.contains(") S ") && !state.contains(") R "), "still running: {state}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
     }
 
     /// With [`timeline`](Self::timeline): count each sample's pages
@@ -442,6 +487,15 @@ impl Launch {
         linux::wait_any(pid).map_err(LaunchError::Wait)?;
         linux::trace_set_options(pid).map_err(LaunchError::Wait)?;
         at_start(pid);
+        let deadline = match Deadline::start(pid, self.timeout) {
+            Ok(deadline) => deadline,
+            Err(err) => {
+                let _ = linux::send_signal(pid, linux::SIGKILL);
+                let _ = linux::trace_continue(pid, 0);
+                let _ = linux::wait_any(pid);
+                return Err(err);
+            }
+        };
         let sampler = Sampler::start(pid, self.timeline, self.writes, self.share);
         linux::trace_continue(pid, 0).map_err(LaunchError::Wait)?;
 
@@ -519,6 +573,15 @@ impl Launch {
             }
         };
         let elapsed = start.elapsed();
+        let timed_out = deadline.finish();
+        if timed_out {
+            // What the command left running is ended with it: these are
+            // its traced descendants, not yet reaped, so their numbers are
+            // still theirs.
+            for &tid in &live {
+                let _ = linux::send_signal(tid, linux::SIGKILL);
+            }
+        }
         let (peak, timeline) = sampler.finish();
         release(live, unseen.max(0));
         let mut memory = ProcessMemory::default();
@@ -535,12 +598,21 @@ impl Launch {
             elapsed,
             relayed: None,
             timeline,
+            timed_out,
         })
     }
 
     /// Samples an untraced command's memory until it exits.
     fn sample(&self, pid: i32) -> Result<LaunchReport, LaunchError> {
         let start = Instant::now();
+        let deadline = match Deadline::start(pid, self.timeout) {
+            Ok(deadline) => deadline,
+            Err(err) => {
+                let _ = linux::send_signal(pid, linux::SIGKILL);
+                let _ = linux::wait_any(pid);
+                return Err(err);
+            }
+        };
         let sampler = Sampler::start(pid, self.timeline, self.writes, self.share);
         let exit = loop {
             match linux::wait_nohang(pid).map_err(LaunchError::Wait)? {
@@ -551,6 +623,7 @@ impl Launch {
         };
         let last = sampler.last(pid);
         let elapsed = start.elapsed();
+        let timed_out = deadline.finish();
         let (peak, timeline) = sampler.finish();
         Ok(LaunchReport {
             pid,
@@ -562,6 +635,7 @@ impl Launch {
             elapsed,
             relayed: None,
             timeline,
+            timed_out,
         })
     }
 }
@@ -700,6 +774,63 @@ fn release(live: BTreeSet<i32>, unseen: i64) {
             }
             linux::WaitEvent::Other => {}
         }
+    }
+}
+
+/// A command's [`Launch::timeout`]: a thread that sends it `SIGTERM` when
+/// the time is up and `SIGKILL` [`KILL_GRACE`] later, through a pidfd;
+/// [`finish`](Self::finish) ends the thread.
+struct Deadline {
+    /// Dropped to end the wait early.
+    cancel: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    fired: Arc<AtomicBool>,
+}
+
+impl Deadline {
+    /// Starts the clock on `pid` (a child not yet reaped) when there is a
+    /// `limit`.
+    fn start(pid: i32, limit: Option<Duration>) -> Result<Deadline, LaunchError> {
+        let fired = Arc::new(AtomicBool::new(false));
+        let Some(limit) = limit else {
+            return Ok(Deadline {
+                cancel: None,
+                thread: None,
+                fired,
+            });
+        };
+        let pidfd = linux::pidfd_open(pid).map_err(LaunchError::Timeout)?;
+        let (cancel, wait) = std::sync::mpsc::channel::<()>();
+        let shared = Arc::clone(&fired);
+        let thread = std::thread::Builder::new()
+            .name("numalab-timeout".into())
+            .spawn(move || {
+                use std::os::fd::AsFd;
+                use std::sync::mpsc::RecvTimeoutError;
+                if wait.recv_timeout(limit) != Err(RecvTimeoutError::Timeout) {
+                    return;
+                }
+                shared.store(true, Ordering::SeqCst);
+                let _ = linux::pidfd_signal(pidfd.as_fd(), linux::SIGTERM);
+                if wait.recv_timeout(KILL_GRACE) == Err(RecvTimeoutError::Timeout) {
+                    let _ = linux::pidfd_signal(pidfd.as_fd(), linux::SIGKILL);
+                }
+            })
+            .map_err(LaunchError::Timeout)?;
+        Ok(Deadline {
+            cancel: Some(cancel),
+            thread: Some(thread),
+            fired,
+        })
+    }
+
+    /// Stops the clock; whether the time ran out.
+    fn finish(mut self) -> bool {
+        drop(self.cancel.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.fired.load(Ordering::SeqCst)
     }
 }
 

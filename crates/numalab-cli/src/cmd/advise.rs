@@ -16,6 +16,7 @@ use numalab_bench::advise::{
 };
 use numalab_bench::document::Document;
 use numalab_bench::exec::ExecError;
+use numalab_bench::experiment::values::Seconds;
 use numalab_bench::matrix::{self, MatrixConfig, MatrixResult, Measurements, NodeSelection, Shape};
 
 use super::exec::cannot_run;
@@ -35,13 +36,16 @@ recommended only when its 95% interval (Welch's t on the logarithms of the times
 welch_ttest) says it is faster than first touch; the exact numactl and numalab exec lines are \
 printed. On a machine with one node with memory, nothing is run: placement cannot matter there.\n\n\
 The command gets no input and its output is discarded (--show-output keeps it). It must succeed \
-under first touch; a placement under which it fails is named and left out. numalab exits 0 when \
-advice was given, 128 + N when signal N ended it early (the runs so far are reported), the \
-command's status when it fails under first touch, 126/127 when it cannot be run, 125 when \
-numalab fails.\n\n\
+under first touch; a placement under which it fails is named and left out. A run that takes \
+longer than --timeout is ended (SIGTERM, then SIGKILL 5 s later, with what it started) and \
+counted as failed. numalab exits 0 when advice was given, 128 + N when signal N ended it early \
+(the runs so far are reported), the command's status when it fails under first touch, 124 when \
+its first run there does not end in time, 126/127 when it cannot be run, 125 when numalab \
+fails.\n\n\
 Examples:\n  \
   numalab advise -- ./app --size 8G               every placement, 5 runs each\n  \
   numalab advise --runs 10 --placements interleave,bind -- ./app\n  \
+  numalab advise --timeout 2m -- ./app            a run over 2 minutes fails\n  \
   numalab advise --matrix matrix.json --json -- ./app > advice.json"
 )]
 pub struct AdviseArgs {
@@ -69,6 +73,12 @@ pub struct AdviseArgs {
     /// Let the command read the terminal and write to it
     #[arg(long)]
     pub show_output: bool,
+
+    /// The longest one run may take (`90s`, `10m`; at most 24h) before
+    /// it is ended and counted as failed [default: 10 times the first
+    /// run under first touch, at least 1 minute; the first run 1 hour]
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<Seconds>,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -99,6 +109,7 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
         runs: args.runs as usize,
         warmup: args.warmup as usize,
         show_output: args.show_output,
+        timeout: args.timeout.map(|t| t.0),
         ..AdviseConfig::new(args.command.clone())
     };
     let mut not_tried = Vec::new();
@@ -154,6 +165,10 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
                 AdviseError::FailsByDefault { exit, code }
             );
             return Ok(code);
+        }
+        Err(err @ AdviseError::TimesOutByDefault { .. }) => {
+            eprintln!("numalab advise: {err}");
+            return Ok(124);
         }
         Err(err) => return Err(err.into()),
     };

@@ -78,6 +78,7 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
         cpus: placement.cpus,
         weights: placement.weights,
         quiet: false,
+        timeout: None,
     };
     if let Some(commands) = config
         .weights

@@ -192,6 +192,7 @@ mod tests {
             on_expected: None,
             private_per_node: BTreeMap::new(),
             audit: String::new(),
+            timed_out: None,
         };
         let report = AdviseReport {
             command: vec!["app".into()],

@@ -487,6 +487,33 @@ pub fn send_signal(pid: i32, signal: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// `pidfd_open(2)` (Linux 5.3): a descriptor that names process `pid`
+/// itself, which a later process given the same number is not.
+pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags.
+    let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `pidfd_send_signal(2)`: sends `signal` to the process `pidfd` names;
+/// `ESRCH` once it has exited, whatever process has its number since.
+pub fn pidfd_signal(pidfd: std::os::fd::BorrowedFd<'_>, signal: i32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: no siginfo is passed (null), flags 0.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    })?;
+    Ok(())
+}
+
 /// `tgkill(2)`: sends `signal` to thread `tid` of process `tgid`.
 pub fn signal_thread(tgid: i32, tid: i32, signal: i32) -> io::Result<()> {
     // SAFETY: tgkill takes three integers.
