@@ -44,10 +44,7 @@ fn counters_opened_at_exec_count_the_command_and_what_it_starts() {
     assert_eq!(report.exit, Exit::Code(0));
     let mut counters = counters.expect("called at the command's start");
     if let Some((_, err)) = counters.failed().first() {
-        if std::env::var_os("CI").is_some() {
-            panic!("perf_event_open is not usable in CI: {err}");
-        }
-        eprintln!("skipped: perf events not usable here ({err}); allow them with sysctl kernel.perf_event_paranoid=1");
+        numalab::testing::cannot_check(format!("perf events not usable here ({err}); allow them with sysctl kernel.perf_event_paranoid=1"));
         return;
     }
     let counted = counters.read()["page-faults"];

@@ -20,10 +20,10 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Whether this is a CI run (`CI` set to anything but empty, `0` or
-/// `false`), where a missing prerequisite is a failure, not a skip.
+/// Whether this is a CI run, where a missing prerequisite is a failure,
+/// not a skip: [`numalab::testing::ci`], the one rule of every test.
 pub fn is_ci() -> bool {
-    env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+    numalab::testing::ci()
 }
 
 /// The binaries that go into the guest.

@@ -20,6 +20,8 @@ pub mod ring;
 pub mod sets;
 pub(crate) mod sys;
 pub mod system;
+#[doc(hidden)]
+pub mod testing;
 pub mod topology;
 pub mod units;
 

@@ -198,11 +198,7 @@ fn another_users_segment_is_listed_and_removed_only_as_root_rules_say() {
     made.keep();
     drop(made);
     if !chown(&name.shm_path(), OTHER_USER) {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "chown needs root under CI"
-        );
-        println!("skipped: chown to another user needs root");
+        numalab::testing::cannot_check("chown to another user needs root");
         return;
     }
     // Listing never fails on it, and says whose it is.

@@ -166,10 +166,7 @@ mod tests {
     fn a_line_passes_between_two_cpus() {
         let cpus: Vec<u32> = affinity::thread_cpus().unwrap().iter().collect();
         if cpus.len() < 2 {
-            if std::env::var_os("CI").is_some() {
-                panic!("ping-pong needs two CPUs");
-            }
-            eprintln!("skipped: ping-pong needs two CPUs, this process has one");
+            numalab::testing::cannot_check("ping-pong needs two CPUs, this process has one");
             return;
         }
         let node = affinity::current().node;

@@ -167,11 +167,7 @@ impl Browser {
     pub fn start() -> Option<Browser> {
         let Some(program) = find_chromium() else {
             let why = "chromium is not installed (scripts/setup.sh --test installs it)";
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "{why}: CI must check the pages in a browser"
-            );
-            eprintln!("skipped: {why}");
+            numalab::testing::cannot_check(why);
             return None;
         };
         static STARTED: AtomicUsize = AtomicUsize::new(0);

@@ -298,10 +298,7 @@ fn exec_passes_sigterm_on_restores_the_weights_and_exits_143() {
         } else {
             "setting weights needs root"
         };
-        if std::env::var_os("CI").is_some() {
-            panic!("{why}: CI must test that the weights are restored");
-        }
-        eprintln!("skipped: {why} (the weight part; forwarding is tested)");
+        numalab::testing::cannot_check(format!("{why} (the weight part; forwarding is tested)"));
     }
     let dir = Scratch::new("exec-sigterm");
     let pidfile = dir.path("child.pid");

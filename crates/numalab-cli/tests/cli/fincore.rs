@@ -31,11 +31,7 @@ pub fn fincore_pages(path: &str) -> Option<u64> {
         ),
         Ok(out) => panic!("fincore {path}: {}", String::from_utf8_lossy(&out.stderr)),
         Err(err) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "fincore (util-linux) is needed under CI: {err}"
-            );
-            eprintln!("skipped: fincore (util-linux) cannot run here: {err}");
+            cannot_check(format!("fincore (util-linux) cannot run here: {err}"));
             None
         }
     }

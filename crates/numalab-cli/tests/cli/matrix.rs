@@ -300,11 +300,7 @@ fn lstopo() -> Option<&'static str> {
         }
     }
     let why = "lstopo (Debian's hwloc package) is not installed";
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{why}: CI must check --hwloc-xml against hwloc"
-    );
-    eprintln!("skipped: {why}");
+    numalab::testing::cannot_check(why);
     None
 }
 

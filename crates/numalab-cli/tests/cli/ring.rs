@@ -432,11 +432,7 @@ fn ring_list_shows_another_users_segment_without_failing() {
     let mut ring = TestRing::new("others", 4, 4096, 1);
     let path = std::path::PathBuf::from(format!("/dev/shm/numalab-ring.{}", ring.name));
     if std::os::unix::fs::chown(&path, Some(65534), Some(65534)).is_err() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "chown to another user needs root under CI"
-        );
-        println!("skipped: chown to another user needs root");
+        numalab::testing::cannot_check("chown to another user needs root");
         return;
     }
     if let Some(mut handle) = ring.ring.take() {

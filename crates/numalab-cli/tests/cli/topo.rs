@@ -44,10 +44,7 @@ fn topo_json_matches_sysfs() {
 #[test]
 fn topo_table_agrees_with_numactl_hardware() {
     let Ok(numactl) = Command::new("numactl").arg("--hardware").output() else {
-        if std::env::var_os("CI").is_some() {
-            panic!("numactl is missing in CI (apt-get install numactl)");
-        }
-        eprintln!("skipped: numactl not installed (apt-get install numactl)");
+        numalab::testing::cannot_check("numactl not installed (apt-get install numactl)");
         return;
     };
     let numactl = stdout(&numactl);

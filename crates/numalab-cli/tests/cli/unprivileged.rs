@@ -22,10 +22,7 @@ fn can_switch_users() -> bool {
         .map(|m| m.uid() == 0)
         .unwrap_or(false);
     if !root {
-        if std::env::var_os("CI").is_some() {
-            panic!("the unprivileged-user test needs root to act as two users; CI runs as root");
-        }
-        eprintln!("skipped: acting as two other users needs root");
+        numalab::testing::cannot_check("acting as two other users needs root");
     }
     root
 }
