@@ -512,11 +512,7 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
             (None, *size)
         }
     };
-    let other = topology
-        .nodes_by_distance(cache_node)
-        .into_iter()
-        .find(|&n| with_cpus.contains(&n))
-        .or_else(|| with_cpus.iter().copied().find(|&n| n != cache_node));
+    let other = other_node(cache_node, &with_cpus, |n| topology.distance(cache_node, n));
     let places = if config.places.is_empty() {
         let mut places = vec![ReaderPlace::Same];
         if other.is_some() {
@@ -602,6 +598,35 @@ fn buffer_bytes(config: &BenchConfig, size: u64) -> u64 {
 /// are placed on (less the file's cache when numalab is to cache a new
 /// file there), and the staggered starts of every cell and repeat must
 /// add up to at most [`MAX_TOTAL_STAGGER`].
+/// `--reader-node other`: of the nodes with CPUs (`with_cpus`) other than
+/// `cache_node`, the nearest by the firmware's distance from it
+/// (`distance`), the lowest id among equals and after those with a
+/// distance. Whether that node has memory does not matter: the question
+/// is what reading the cache from the next CPUs costs, and a memory-less
+/// node's readers keep their buffers on its nearest memory, as its CPUs'
+/// memory is.
+///
+/// ```
+/// use numalab_bench::pagecache::other_node;
+/// // The memless preset: node 2 (CPUs, no memory) is 12 from node 0,
+/// // node 1 (CPUs and memory) 21.
+/// let slit = |n| [None, Some(21), Some(12)][n as usize];
+/// assert_eq!(other_node(0, &[0, 1, 2], slit), Some(2));
+/// assert_eq!(other_node(0, &[0], slit), None);
+/// assert_eq!(other_node(0, &[0, 1, 2], |_| None), Some(1), "no distances: the lowest id");
+/// ```
+pub fn other_node(
+    cache_node: u32,
+    with_cpus: &[u32],
+    distance: impl Fn(u32) -> Option<u64>,
+) -> Option<u32> {
+    with_cpus
+        .iter()
+        .copied()
+        .filter(|&n| n != cache_node)
+        .min_by_key(|&n| (distance(n).unwrap_or(u64::MAX), n))
+}
+
 fn check_totals(
     config: &BenchConfig,
     cells: &[PlannedCell],
