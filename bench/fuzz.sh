@@ -9,6 +9,7 @@
 # fuzz/regressions/TARGET/ (crashes found and fixed) is run once.
 #
 #   corpus    target/fuzz-corpus/TARGET/     grows run to run; seeds in fuzz/seeds/TARGET/
+#                                            (saved reports: tests/results/ too)
 #   crashes   target/fuzz-crashes/TARGET/    crash-*, timeout-*, oom-* inputs
 #
 # NUMALAB_FUZZ_SEED=N makes libFuzzer's choices repeat from run to run
@@ -22,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(sets size experiment hwloc_xml result_json plot ring_segment)
+all_targets=(sets size experiment hwloc_xml result_json plot ring_segment saved_report fleet_host profile)
 
 usage() {
     echo "usage: bench/fuzz.sh DURATION [TARGET...]   (DURATION: 30s, 10m, 1h; targets: ${all_targets[*]})" >&2
@@ -80,10 +81,17 @@ max_len() {
     esac
 }
 
+# Seed directories per target besides fuzz/seeds/TARGET/.
+extra_seeds() {
+    case "$1" in
+        saved_report | fleet_host) echo tests/results ;;
+    esac
+}
+
 # Extra libFuzzer options per target.
 options() {
     case "$1" in
-        experiment | result_json | plot) echo "-dict=fuzz/dict/numbers.dict" ;;
+        experiment | result_json | plot | saved_report | fleet_host | profile) echo "-dict=fuzz/dict/numbers.dict" ;;
     esac
 }
 
@@ -139,7 +147,8 @@ for t in "${targets[@]}"; do
     log=$scratch/$t.log
     # Fork mode: a crash or hang ends one job, not the target's time.
     set +e
-    "$bin/$t" "$corpus" "fuzz/seeds/$t" \
+    mkdir -p "fuzz/seeds/$t"
+    "$bin/$t" "$corpus" "fuzz/seeds/$t" $(extra_seeds "$t") \
         -max_total_time="$per" -max_len="$(max_len "$t")" \
         -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$crashes/" \
         -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \

@@ -1,4 +1,5 @@
-//! `numalab plot`: a result file read as the command reads it, then drawn
+//! `numalab plot`: a result file (run, sweep, matrix, profile) read as
+//! the command reads it, then drawn
 //! by the command's own figure code (crates/numalab-cli/src/plot.rs and
 //! render/figures.rs, compiled in here) into SVG and PNG files in a
 //! scratch directory. A hang shows as libFuzzer's timeout.
@@ -12,6 +13,7 @@ use libfuzzer_sys::fuzz_target;
 use numalab_bench::document::{Document, Schema};
 use numalab_bench::experiment::result::{RunResult, SweepResult, RUN_SCHEMA, SWEEP_SCHEMA};
 use numalab_bench::matrix::MatrixResult;
+use numalab_bench::profile::ProfileReport;
 
 #[path = "../../crates/numalab-cli/src/plot.rs"]
 mod plot;
@@ -70,6 +72,10 @@ fuzz_target!(|data: &[u8]| {
         },
         MatrixResult::NAME => match Document::<MatrixResult>::parse(text) {
             Ok(result) => figures::draw_matrix(&result, stem()),
+            Err(_) => return,
+        },
+        ProfileReport::NAME => match Document::<ProfileReport>::parse(text) {
+            Ok(report) => figures::draw_profile(&report, stem()),
             Err(_) => return,
         },
         _ => return,
