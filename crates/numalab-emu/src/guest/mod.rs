@@ -217,6 +217,11 @@ pub const CHECKS: &[Check] = &[
         run: pagecache::bench,
     },
     Check {
+        name: "pagecache.post",
+        about: "numalab pagecache bench --layout post on a file written on the first CPU node: the post's rows and columns, other = the preset's nearest other CPU node (memory or not), readers on that node's CPUs by the kernel, cells beyond a node's CPUs skipped with numbered reasons, util-linux fincore and FilePages: the cache stays, remote/local beside the preset's SLIT",
+        run: pagecache::post,
+    },
+    Check {
         name: "pagecache.replicate",
         about: "numalab pagecache bench --replicate, one reader per CPU node and a writer: each node's copies all on that node (the kernel's count), later repeats read them, writes meanwhile; ReplicatedFile from each CPU node: copies there, a write read at once by every node",
         run: pagecache::replicate,

@@ -474,3 +474,160 @@ fn bench_on_every_cpu_node(
     let report = guest.numalab_result(&args)?;
     Ok((cache, cpu_nodes, report))
 }
+
+/// The nearest node with CPUs to `from` other than itself, by the
+/// preset's distances (the lowest id among equals): what `--reader-node
+/// other` must pick, worked out from the preset alone.
+fn nearest_cpu_node(guest: &Guest, from: u32) -> Option<u32> {
+    let preset = &guest.preset;
+    preset
+        .cpu_nodes()
+        .iter()
+        .filter(|&n| n != from)
+        .min_by_key(|&n| (preset.distance(from, n).unwrap_or(u64::MAX), n))
+}
+
+/// The mailing-list post's table, `numalab pagecache bench --layout post`,
+/// of an 8 MiB file written on the first node with CPUs and memory: the
+/// rows and columns the post has (1, 5, 10, 15, 30 readers; same and
+/// other); `other` is the preset's nearest other node with CPUs (on
+/// `memless`, the memory-less node 2, 12 away, not node 1, 21 away);
+/// every reader that ran is on a CPU the preset gives its node and on that
+/// node by the kernel; a cell with more readers than its node has CPUs is
+/// skipped, its reason numbered under the text table; util-linux
+/// `fincore` counts the whole file cached before and after, and the cache
+/// node's `FilePages` holds it; the remote/local ratio is given beside
+/// the preset's SLIT ratio.
+pub fn post(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    let preset = &guest.preset;
+    let cache = preset
+        .cpu_nodes()
+        .intersection(&preset.memory_nodes())
+        .iter()
+        .next()
+        .unwrap_or(0);
+    let Some(other) = nearest_cpu_node(guest, cache) else {
+        out.not_applicable("one node with CPUs: no other node to read from");
+        return Ok(());
+    };
+    let path = std::env::temp_dir().join("emu-post");
+    let before = NodeMemory::read(cache)?.file_bytes;
+    write_on(cache, &path)?;
+    let file = path.to_str().unwrap_or_default();
+    out.same("util-linux fincore before", PAGES, util_linux_pages(file)?);
+    let cache_arg = cache.to_string();
+    let args = [
+        "pagecache",
+        "bench",
+        file,
+        "--layout",
+        "post",
+        "--cache-node",
+        &cache_arg,
+        "--repeats",
+        "1",
+        "--no-matrix",
+    ];
+    let report: PagecacheBench = guest.numalab_result(&[&args[..], &["--json"]].concat())?;
+    let table = guest.numalab(&args)?;
+    out.same("util-linux fincore after", PAGES, util_linux_pages(file)?);
+    let held = NodeMemory::read(cache)?.file_bytes.saturating_sub(before);
+    let _ = fs::remove_file(&path);
+    file_pages_grew(out, cache, held);
+
+    let shape: Vec<String> = report
+        .cells
+        .iter()
+        .map(|c| format!("{}@{}", c.readers, c.place))
+        .collect();
+    let expected: Vec<String> = [1, 5, 10, 15, 30]
+        .iter()
+        .flat_map(|r| [format!("{r}@same"), format!("{r}@other")])
+        .collect();
+    out.same("cells (readers@place)", expected.join(" "), shape.join(" "));
+    for cell in &report.cells {
+        let name = format!("{} reader(s) on {}", cell.readers, cell.place);
+        let node = match cell.place.to_string().as_str() {
+            "same" => cache,
+            _ => other,
+        };
+        out.same(
+            format!("{name}: node"),
+            node,
+            cell.reader_node.map_or("none".into(), |n| n.to_string()),
+        );
+        let cpus = preset.cpus_of(node);
+        if cell.readers > cpus.len() {
+            out.check(
+                format!("{name}: skipped, with why"),
+                format!("skipped, naming node {node}'s CPUs"),
+                format!("{} {:?}", cell.status.as_str(), cell.reason),
+                cell.status.as_str() == "skipped"
+                    && cell.reason.as_deref().is_some_and(|r| r.contains("CPU")),
+            );
+            continue;
+        }
+        out.same(format!("{name}: status"), "ran", cell.status.as_str());
+        for reader in cell.repeats.iter().flat_map(|r| &r.readers) {
+            out.check(
+                format!("{name}: CPU {}", reader.cpu),
+                format!("in {cpus}"),
+                reader.cpu,
+                cpus.contains(reader.cpu),
+            );
+            out.same(format!("{name}: the kernel's node"), node, reader.node);
+            out.same(format!("{name}: bytes read"), BYTES, reader.bytes);
+        }
+        let on_cache = cell.cache_after.as_ref().map_or(0, |c| c.on_node(cache));
+        out.same(
+            format!("{name}: pages on node {cache} after"),
+            PAGES,
+            on_cache,
+        );
+    }
+    let slit = |from| match (preset.distance(from, cache), preset.distance(cache, cache)) {
+        (Some(far), Some(near)) => format!("{:.2}", far as f64 / near as f64),
+        _ => "none".into(),
+    };
+    let ratios: Vec<String> = report
+        .ratios
+        .iter()
+        .map(|r| {
+            format!(
+                "{} reader(s), node {}: SLIT {}",
+                r.readers,
+                r.reader_node,
+                r.slit_ratio.map_or("none".into(), |s| format!("{s:.2}"))
+            )
+        })
+        .collect();
+    out.same(
+        "remote/local rows",
+        format!("1 reader(s), node {other}: SLIT {}", slit(other)),
+        ratios.join("; "),
+    );
+    // The text table: each skipped cell points at a numbered reason.
+    let skipped = report
+        .cells
+        .iter()
+        .filter(|c| c.status.as_str() == "skipped")
+        .count();
+    let numbered = table
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("(1) "))
+        .count();
+    out.check(
+        "text table: skipped cells and numbered reasons",
+        format!("{skipped} skipped cells, each marked in every table; a line \"(1) why\""),
+        format!(
+            "exit {:?}; {} cells marked \"skipped (N)\"; {numbered} line(s) \"(1) …\"",
+            table.code,
+            table.stdout.matches("skipped (").count()
+        ),
+        table.code == Some(0)
+            && table.stdout.matches("skipped (").count() >= skipped
+            && (skipped == 0 || numbered == 1),
+    );
+    Ok(())
+}
