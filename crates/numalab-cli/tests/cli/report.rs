@@ -219,3 +219,40 @@ fn a_saved_report_with_more_nodes_than_linux_allows_is_refused_before_drawing() 
         stderr(&out)
     );
 }
+
+#[test]
+fn a_saved_report_with_a_ragged_distance_matrix_is_refused_not_a_panic() {
+    // A row shorter than the nodes (a panic in the table and in fleet's
+    // comparison of fingerprints), and more nodes than rows.
+    let scratch = Scratch::new("report-ragged-slit");
+    let text = std::fs::read_to_string(saved("two-socket")).unwrap();
+    for (name, distances, why) in [
+        (
+            "short-row",
+            serde_json::json!({"nodes": [0, 1], "values": [[10], [21, 10]]}),
+            "row 0 has 1 values for 2 nodes",
+        ),
+        (
+            "more-nodes",
+            serde_json::json!({"nodes": [0, 1, 2], "values": [[10, 21], [21, 10]]}),
+            "2 rows for 3 nodes",
+        ),
+    ] {
+        let mut doc: Value = serde_json::from_str(&text).unwrap();
+        doc["topology"]["topology"]["distances"] = distances;
+        doc["host"] = name.into();
+        let path = scratch.path(&format!("{name}.json"));
+        std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+        let out = numalab(&["report", "--from", &path]);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{name}: {}", stderr(&out));
+        // fleet leaves it out beside a good report, whichever sorts first.
+        let dir = scratch.path(&format!("hosts-{name}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::copy(&path, format!("{dir}/a.json")).unwrap();
+        std::fs::copy(saved("two-socket"), format!("{dir}/z.json")).unwrap();
+        let out = numalab(&["fleet", &dir]);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{name}: {}", stderr(&out));
+    }
+}

@@ -150,7 +150,22 @@ pub struct Cpu {
 /// assert_eq!(distances.get(0, 5), None);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// Read back from a saved file, a matrix must be what a machine can give:
+/// square, a row and a column for each node listed, each node once, at
+/// most [`MAX_DISTANCE_NODES`] of them; anything else is refused as it is
+/// read, so nothing that draws or compares distances meets a ragged one.
+///
+/// ```
+/// use numalab::topology::Distances;
+/// let ragged = r#"{"nodes": [0, 1], "values": [[10], [21, 10]]}"#;
+/// let err = serde_json::from_str::<Distances>(ragged).unwrap_err();
+/// assert!(err.to_string().contains("row 0 has 1 values for 2 nodes"), "{err}");
+/// let more = r#"{"nodes": [0, 1, 2], "values": [[10, 21], [21, 10]]}"#;
+/// assert!(serde_json::from_str::<Distances>(more).is_err());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "UncheckedDistances")]
 pub struct Distances {
     /// The nodes of the rows and columns, in order.
     pub nodes: Vec<u32>,
@@ -159,12 +174,60 @@ pub struct Distances {
     pub values: Vec<Vec<u64>>,
 }
 
+/// The most nodes a distance matrix read back may have: Linux's
+/// `MAX_NUMNODES` (1024, the largest `CONFIG_NODES_SHIFT`).
+pub const MAX_DISTANCE_NODES: usize = 1024;
+
+/// [`Distances`] as a file holds it, before it is checked.
+#[derive(Deserialize)]
+struct UncheckedDistances {
+    nodes: Vec<u32>,
+    values: Vec<Vec<u64>>,
+}
+
+impl TryFrom<UncheckedDistances> for Distances {
+    type Error = String;
+
+    fn try_from(raw: UncheckedDistances) -> Result<Distances, String> {
+        let n = raw.nodes.len();
+        if n > MAX_DISTANCE_NODES {
+            return Err(format!(
+                "a distance matrix of {n} nodes: Linux has at most {MAX_DISTANCE_NODES}"
+            ));
+        }
+        if raw.values.len() != n {
+            return Err(format!(
+                "a distance matrix with {} rows for {n} nodes",
+                raw.values.len()
+            ));
+        }
+        if let Some((i, row)) = raw.values.iter().enumerate().find(|(_, r)| r.len() != n) {
+            return Err(format!(
+                "distance matrix row {i} has {} values for {n} nodes",
+                row.len()
+            ));
+        }
+        let mut seen = raw.nodes.clone();
+        seen.sort_unstable();
+        if let Some(twice) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!(
+                "node {} appears twice in a distance matrix",
+                twice[0]
+            ));
+        }
+        Ok(Distances {
+            nodes: raw.nodes,
+            values: raw.values,
+        })
+    }
+}
+
 impl Distances {
     /// The distance from node `from` to node `to`, if both are in the matrix.
     pub fn get(&self, from: u32, to: u32) -> Option<u64> {
         let i = self.nodes.iter().position(|&n| n == from)?;
         let j = self.nodes.iter().position(|&n| n == to)?;
-        Some(self.values[i][j])
+        self.values.get(i)?.get(j).copied()
     }
 }
 
