@@ -26,6 +26,12 @@ use crate::document::Schema;
 /// half a kilobyte a file), so ten million bound it to about 5 GB.
 pub const MAX_FILES: usize = 10_000_000;
 
+/// The most bytes of paths one run holds (the files counted and the ones
+/// that failed): 512 MiB, ten million paths of 50 bytes. Paths of deep
+/// trees of long names (15 KB each) would otherwise take gigabytes long
+/// before [`MAX_FILES`].
+pub const MAX_PATH_BYTES: usize = 512 << 20;
+
 /// Everything `numalab fincore` found (`--json`).
 ///
 /// ```
@@ -134,6 +140,9 @@ pub enum FincoreError {
     /// More files than [`MAX_FILES`].
     #[error("more than {MAX_FILES} files under the paths given, the most numalab fincore counts in one run; name fewer or deeper directories")]
     TooManyFiles,
+    /// Paths of more than [`MAX_PATH_BYTES`] in all.
+    #[error("the paths of the files under the paths given take more than {} MiB, the most numalab fincore holds in one run; name fewer or shallower directories", MAX_PATH_BYTES >> 20)]
+    TooMuchPath,
     /// A node's memory could not be read.
     #[error("reading node {node}'s memory: {source}")]
     Node {
@@ -215,6 +224,7 @@ pub fn fincore_with(
         },
         jobs: Vec::new(),
         threads: options.threads,
+        path_bytes: 0,
     };
     // Directories already walked, by device and inode: a bind mount of a
     // directory inside itself cannot loop.
@@ -291,12 +301,21 @@ struct Counter {
     report: FincoreReport,
     jobs: Vec<Job>,
     threads: usize,
+    /// Bytes of the paths pushed so far.
+    path_bytes: usize,
 }
 
 impl Counter {
     fn push(&mut self, job: Job) -> Result<(), FincoreError> {
         if matches!(job, Job::Count(..)) && self.report.files.len() + self.jobs.len() >= MAX_FILES {
             return Err(FincoreError::TooManyFiles);
+        }
+        self.path_bytes += match &job {
+            Job::Count(target) => target.shown.as_os_str().len(),
+            Job::Failed(failed) => failed.path.len() + failed.error.len(),
+        };
+        if self.path_bytes > MAX_PATH_BYTES {
+            return Err(FincoreError::TooMuchPath);
         }
         self.jobs.push(job);
         if self.jobs.len() >= BATCH {
@@ -675,4 +694,31 @@ fn one_change(
         read_bytes,
         unflushed_pages: numalab::pagecache::unflushed_pages(file),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_paths_held_are_bounded_in_bytes_not_only_in_files() {
+        let mut counter = Counter {
+            report: FincoreReport {
+                files: Vec::new(),
+                total: FileCache::default(),
+                nodes: Vec::new(),
+                failed: Vec::new(),
+                skipped: Skipped::default(),
+            },
+            jobs: Vec::new(),
+            threads: 1,
+            // As after 100,000 paths of 5 KiB each, less 10 bytes.
+            path_bytes: MAX_PATH_BYTES - 10,
+        };
+        let failed = |path: &str| Job::Failed(Unreadable::new(Path::new(path), String::new()));
+        assert!(counter.push(failed("/a")).is_ok());
+        let err = counter.push(failed("/a-longer-path")).unwrap_err();
+        assert!(matches!(err, FincoreError::TooMuchPath), "{err}");
+        assert!(err.to_string().contains("more than 512 MiB"), "{err}");
+    }
 }
