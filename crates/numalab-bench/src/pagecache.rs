@@ -505,6 +505,22 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
                     path.display()
                 ));
             }
+            // Its cache is to be all on the cache node, read in again
+            // there when it is not: a file the node cannot hold (a sparse
+            // one of terabytes among them) is refused unread.
+            let memory =
+                numalab::system::NodeMemory::read(cache_node).map_err(|e| BenchError::File {
+                    path: path.display().to_string(),
+                    source: PageCacheError::Os(e),
+                })?;
+            if size > memory.total_bytes {
+                return invalid(format!(
+                    "{} is {}, more than node {cache_node}'s {} of memory: its cache cannot all be there (nothing read)",
+                    path.display(),
+                    numalab::units::format_size(size),
+                    numalab::units::format_size(memory.total_bytes)
+                ));
+            }
             (Some((path.clone(), file)), size)
         }
         FileSource::Create { dir, size } => {

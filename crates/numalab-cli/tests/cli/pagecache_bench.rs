@@ -183,6 +183,11 @@ fn bad_input_is_one_sentence_before_anything_is_written() {
     let dir = scratch.0.to_str().unwrap();
     fs::write(scratch.path("empty"), b"").unwrap();
     fs::write(scratch.path("small"), b"read, never written").unwrap();
+    // 8 TiB, sparse: larger than any node here, read for ever if read.
+    fs::File::create(scratch.path("sparse"))
+        .unwrap()
+        .set_len(8 << 40)
+        .unwrap();
     Command::new("mkfifo")
         .arg(scratch.path("fifo"))
         .status()
@@ -196,6 +201,10 @@ fn bad_input_is_one_sentence_before_anything_is_written() {
         (vec!["/dev/null".into()], "character device"),
         (vec![dir.into()], "directory"),
         (vec![scratch.path("empty")], "is empty"),
+        (
+            vec![scratch.path("sparse")],
+            "of memory: its cache cannot all be there",
+        ),
         (
             vec!["--cache-node".into(), "4096".into()],
             "node 4096 has no memory",
@@ -273,7 +282,7 @@ fn bad_input_is_one_sentence_before_anything_is_written() {
         assert_eq!(said.len(), 1, "{args:?}: one sentence: {err}");
     }
     let mut left = scratch.files();
-    left.retain(|f| f != "empty" && f != "fifo" && f != "small");
+    left.retain(|f| !["empty", "fifo", "small", "sparse"].contains(&f.as_str()));
     assert!(left.is_empty(), "{left:?}");
     let _ = node;
 }
