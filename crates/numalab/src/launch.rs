@@ -201,6 +201,22 @@ static RELAYING: AtomicBool = AtomicBool::new(false);
 /// assert_eq!(relay.arrived(), Some(15));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// A command that does not end on the signal passed on (it ignores or
+/// handles it) is killed (`SIGKILL`) at the second one, so that whoever
+/// sends them (a batch system's `scancel`, a supervisor) can always end
+/// it through numalab:
+///
+/// ```
+/// use numalab::launch::{Exit, Launch, SignalRelay};
+/// let _relay = SignalRelay::install()?;
+/// // Two signals (two of a kind sent at once may arrive as one).
+/// let script = "trap '' TERM HUP; kill -TERM $PPID; kill -HUP $PPID; exec sleep 600";
+/// let report = Launch::new("sh", ["-c", script]).run()?;
+/// assert!(matches!(report.relayed, Some(1 | 15)), "{:?}", report.relayed);
+/// assert_eq!(report.exit, Exit::Signal(9));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct SignalRelay {
     saved: Vec<linux::SavedAction>,

@@ -678,14 +678,20 @@ extern "C" fn relay_handler(signal: libc::c_int, info: *mut libc::siginfo_t, _: 
     if code == libc::SI_KERNEL {
         return;
     }
-    let _ = RELAY_ARRIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+    // The first is passed on; a second means the command did not end on
+    // it (it ignores or handles it) and whoever sends them wants it gone:
+    // it is killed.
+    let first = RELAY_ARRIVED
+        .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok();
     let pid = RELAY_TO.load(Ordering::SeqCst);
     if pid > 0 {
+        let send = if first { signal } else { libc::SIGKILL };
         // SAFETY: errno is thread-local; kill(2) is async-signal-safe and
         // may change errno, which the interrupted code must see unchanged.
         unsafe {
             let errno = *libc::__errno_location();
-            libc::kill(pid, signal);
+            libc::kill(pid, send);
             *libc::__errno_location() = errno;
         }
     }
