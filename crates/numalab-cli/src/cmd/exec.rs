@@ -54,7 +54,7 @@ pub struct ExecArgs {
 pub fn cannot_run(command: &str, program: &std::ffi::OsStr, source: &std::io::Error) -> i32 {
     eprintln!(
         "numalab {command}: cannot run {}: {source}",
-        program.to_string_lossy()
+        crate::output::printable_field(&program.to_string_lossy())
     );
     if source.kind() == std::io::ErrorKind::NotFound {
         127

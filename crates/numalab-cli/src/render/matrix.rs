@@ -152,9 +152,9 @@ pub fn human(result: &MatrixResult, markdown: bool) -> String {
         let _ = writeln!(
             out,
             "numalab matrix on {} ({}), Linux {}",
-            env.host.hostname,
-            env.host.cpu_model.as_deref().unwrap_or("unknown CPU"),
-            env.host.kernel
+            output::printable_field(&env.host.hostname),
+            output::printable_field(env.host.cpu_model.as_deref().unwrap_or("unknown CPU")),
+            output::printable_field(&env.host.kernel)
         );
     }
     let m = s.measurements;

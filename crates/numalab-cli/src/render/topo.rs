@@ -62,15 +62,18 @@ fn human(report: &TopoReport, markdown: bool) -> String {
         }
     };
     let mut out = String::new();
+    // Names from a saved file are shown, never obeyed: a newline in one
+    // cannot start a line of its own.
     let name = topo.host.clone().unwrap_or_else(|| "unnamed".into());
     let _ = writeln!(
         out,
         "topology of {} ({}){}",
-        topo.source,
-        name,
-        topo.cpu_model
-            .as_ref()
-            .map_or(String::new(), |m| format!(", {m}"))
+        output::printable_field(&topo.source.to_string()),
+        output::printable_field(&name),
+        topo.cpu_model.as_ref().map_or(String::new(), |m| format!(
+            ", {}",
+            output::printable_field(m)
+        ))
     );
     let summary = topo.summary();
     let _ = writeln!(
@@ -116,7 +119,7 @@ fn human(report: &TopoReport, markdown: bool) -> String {
             );
         }
         let kind = match (&node.subtype, node.cpus.is_empty(), node.memory_bytes) {
-            (Some(subtype), _, _) => subtype.clone(),
+            (Some(subtype), _, _) => output::printable_field(subtype).into_owned(),
             (None, _, 0) => "no memory".into(),
             (None, true, _) => "memory-only".into(),
             (None, false, _) => "DRAM".into(),
@@ -224,14 +227,14 @@ fn human(report: &TopoReport, markdown: bool) -> String {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default(),
-                device.bus_id.clone(),
-                device.os_devices.join(" "),
+                output::printable_field(&device.bus_id).into_owned(),
+                output::printable_field(&device.os_devices.join(" ")).into_owned(),
                 if device.nodes.is_empty() {
                     "?".into()
                 } else {
                     device.nodes.to_string()
                 },
-                device.name.clone().unwrap_or_default(),
+                output::printable_field(device.name.as_deref().unwrap_or_default()).into_owned(),
             ]);
         }
         out.push_str(&output::render(&table));
@@ -243,8 +246,8 @@ fn human(report: &TopoReport, markdown: bool) -> String {
         let _ = writeln!(
             out,
             "\nkernel: numa_balancing {balancing}; transparent huge pages enabled={} defrag={}",
-            kernel.thp_enabled.as_deref().unwrap_or("?"),
-            kernel.thp_defrag.as_deref().unwrap_or("?")
+            output::printable_field(kernel.thp_enabled.as_deref().unwrap_or("?")),
+            output::printable_field(kernel.thp_defrag.as_deref().unwrap_or("?"))
         );
         if let Some(tiers) = kernel.memory_tiers.as_ref().filter(|t| !t.is_empty()) {
             let text = tiers
@@ -282,7 +285,7 @@ fn human(report: &TopoReport, markdown: bool) -> String {
         let _ = writeln!(
             out,
             "policies this kernel (Linux {}) accepts: {}",
-            support.kernel,
+            output::printable_field(&support.kernel),
             policies.join(", ")
         );
     }

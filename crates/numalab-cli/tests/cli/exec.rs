@@ -69,6 +69,22 @@ fn exec_binds_cpus_and_keeps_the_exit_status() {
     let out = numalab(&["exec", "--", "/nonexistent/command"]);
     assert_eq!(out.status.code(), Some(127));
     assert!(stderr(&out).contains("/nonexistent/command"));
+
+    // A name with escapes and a newline is shown, not obeyed.
+    for cmd in ["exec", "profile", "advise"] {
+        let out = numalab(&[cmd, "--", "/nonexistent/evil\x1b[2J\nnumalab: forged"]);
+        assert_eq!(out.status.code(), Some(127), "{cmd}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("evil\\x1b[2J\\nnumalab: forged"),
+            "{cmd}: {err:?}"
+        );
+        assert!(!err.contains('\x1b'), "{cmd}: {err:?}");
+        assert!(
+            !err.lines().any(|l| l.starts_with("numalab: forged")),
+            "{cmd}: {err:?}"
+        );
+    }
 }
 
 #[test]

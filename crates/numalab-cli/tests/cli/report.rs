@@ -256,3 +256,27 @@ fn a_saved_report_with_a_ragged_distance_matrix_is_refused_not_a_panic() {
         assert!(stderr(&out).contains(why), "{name}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn names_in_a_saved_report_cannot_forge_a_line() {
+    let scratch = Scratch::new("report-newline-names");
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(saved("two-socket")).unwrap()).unwrap();
+    let evil = "evil\nnumalab: forged line\r";
+    doc["topology"]["topology"]["host"] = evil.into();
+    doc["topology"]["topology"]["cpu_model"] = evil.into();
+    doc["matrix"]["environment"]["host"]["hostname"] = evil.into();
+    doc["matrix"]["environment"]["host"]["kernel"] = evil.into();
+    let path = scratch.path("evil.json");
+    std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = numalab(&["report", "--from", &path]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("evil\\nnumalab: forged line"), "{text}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.trim_start().starts_with("numalab: forged")),
+        "{text}"
+    );
+}
