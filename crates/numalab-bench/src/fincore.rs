@@ -582,6 +582,10 @@ pub struct ChangedFile {
     /// Dirty and under-writeback pages after (`cachestat(2)`, Linux
     /// 6.5): pages `drop` cannot drop until they are written.
     pub unflushed_pages: Option<u64>,
+    /// Whether it lives in memory (tmpfs, shared memory): its pages are
+    /// the file itself and no drop evicts them.
+    #[serde(default)]
+    pub in_memory: bool,
 }
 
 impl ChangedFile {
@@ -693,6 +697,7 @@ fn one_change(
         after: counted(file)?,
         read_bytes,
         unflushed_pages: numalab::pagecache::unflushed_pages(file),
+        in_memory: numalab::pagecache::in_memory(file),
     })
 }
 

@@ -680,19 +680,27 @@ fn check_totals(
         } else {
             0
         };
-        let room = (memory.free_bytes / 10 * 9).saturating_sub(cached_here);
+        // Free memory and the page cache reclaim can give back, as the
+        // check of a created file's size counts it.
+        let available = memory.free_bytes.saturating_add(memory.file_lru_bytes) / 10 * 9;
+        let room = available.saturating_sub(cached_here);
+        if need > room && need <= available {
+            return Err(BenchError::Invalid(format!(
+                "the {} file to cache on node {node} leaves {} of its {} free or reclaimable for {} reader(s)' {} of buffers: give a smaller --size",
+                format(size),
+                format(room),
+                format(available),
+                cell.readers,
+                format(need)
+            )));
+        }
         if need > room {
             return Err(BenchError::Invalid(format!(
-                "{} reader(s) x --block-size {} need {} of buffers on node {node}, which has {} free{}: give fewer --readers or a smaller --block-size",
+                "{} reader(s) x --block-size {} need {} of buffers on node {node}, which has {} free or reclaimable: give fewer --readers or a smaller --block-size",
                 cell.readers,
                 format(buffer),
                 format(need),
-                format(memory.free_bytes),
-                if cached_here > 0 {
-                    format!(" and is to cache the {} file", format(size))
-                } else {
-                    String::new()
-                }
+                format(available)
             )));
         }
     }

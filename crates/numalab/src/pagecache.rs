@@ -917,6 +917,20 @@ const POPULATE_AT_MAP: u64 = 64 << 10;
 /// (`fault_around_bytes` in debugfs, 64 KiB unless changed), aligned.
 const FAULT_AROUND: usize = 64 << 10;
 
+/// Whether `file` lives in memory (tmpfs, shared memory, ramfs,
+/// hugetlbfs): its pages are the file itself, not a cache, so
+/// [`drop_cache`] cannot evict them.
+///
+/// ```
+/// use numalab::pagecache::in_memory;
+/// let shm = numalab::files::scratch_file("/dev/shm".as_ref())?;
+/// assert!(in_memory(&shm), "/dev/shm is tmpfs");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn in_memory(file: &File) -> bool {
+    linux::in_memory_file_system(file.as_fd())
+}
+
 /// Pages of a file the page cache holds and cannot simply drop, from
 /// `cachestat(2)` (Linux 6.5): dirty ones (written, not yet on disk) and
 /// ones being written back. `None` on older kernels.

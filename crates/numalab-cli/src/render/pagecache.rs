@@ -75,6 +75,13 @@ fn notes(change: &CacheChange) -> Vec<String> {
                 if file.after.cached == 0 {
                     continue;
                 }
+                if file.in_memory {
+                    out.push(format!(
+                        "{}: {} pages stayed: it lives in memory (tmpfs or shared memory), its pages are the file itself and cannot be dropped",
+                        file.path, file.after.cached
+                    ));
+                    continue;
+                }
                 let unflushed = match file.unflushed_pages {
                     Some(0) => "none of them dirty; mapped by a process or read again meanwhile".to_owned(),
                     Some(n) => format!("{n} dirty or being written back: written, not yet on disk (sync, then drop again)"),

@@ -330,3 +330,17 @@ fn a_file_name_with_a_newline_cannot_forge_a_row_or_a_line() {
         "{err}"
     );
 }
+
+#[test]
+fn pagecache_drop_of_a_file_in_memory_says_so() {
+    let path = format!("/dev/shm/numalab-test-drop-{}", std::process::id());
+    fs::write(&path, vec![1u8; 8192]).unwrap();
+    let out = numalab(&["pagecache", "drop", &path]);
+    let _ = fs::remove_file(&path);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        said.contains("2 pages stayed: it lives in memory (tmpfs or shared memory)"),
+        "{said}"
+    );
+}

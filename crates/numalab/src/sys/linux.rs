@@ -1544,6 +1544,21 @@ pub fn monotonic() -> Duration {
     clock(libc::CLOCK_MONOTONIC)
 }
 
+/// Whether the file system of the file `fd` holds is one whose files are
+/// memory (tmpfs and shared memory, ramfs, hugetlbfs): their pages are
+/// not a cache of anything and cannot be dropped.
+pub fn in_memory_file_system(fd: BorrowedFd<'_>) -> bool {
+    const TMPFS: i64 = 0x0102_1994;
+    const RAMFS: i64 = 0x8584_58f6;
+    // SAFETY: an all-zero statfs is a valid value of a plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is an open descriptor and st valid for writes.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, TMPFS | RAMFS | libc::HUGETLBFS_MAGIC)
+}
+
 /// Whether the path's file system is a hugetlbfs (explicit huge pages).
 pub fn is_hugetlbfs(dir: &Path) -> bool {
     let Ok(dir) = c_path(dir) else { return false };
