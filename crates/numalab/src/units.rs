@@ -121,13 +121,19 @@ pub fn format_size(bytes: u64) -> String {
 /// assert_eq!(Size(3 << 29).to_string(), "1.5 GiB");
 /// assert_eq!(Size(100).to_string(), "100 B");
 /// assert!(Size(1 << 20) < Size(1 << 30)); // ordered by bytes
+/// assert_eq!(Size(1 << 62).to_string(), "4 EiB");
+/// // A sum that reached the largest count (sums of sizes saturate).
+/// assert_eq!(Size(u64::MAX).to_string(), "16 EiB or more");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Size(pub u64);
 
 impl fmt::Display for Size {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        if self.0 == u64::MAX {
+            return f.write_str("16 EiB or more");
+        }
+        const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
         let mut value = self.0 as f64;
         let mut unit = 0;
         while value >= 1024.0 && unit < UNITS.len() - 1 {
