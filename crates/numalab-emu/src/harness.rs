@@ -375,6 +375,59 @@ pub(crate) struct PresetRun {
     pub(crate) problems: Vec<String>,
 }
 
+/// Whether `check` may say it does not apply on `preset` under a kernel
+/// of `version`: decided here by the preset and the kernel alone, never
+/// by the guest or by numalab, so a broken detection cannot turn a check
+/// off everywhere. `Err` says why it must apply. Prerequisites of the
+/// suite's own (the oracle tools, a disk file system in the guest) may
+/// be missing outside CI only.
+///
+/// ```
+/// use numalab_emu::harness::may_not_apply;
+/// use numalab_emu::preset::Presets;
+/// let presets = Presets::builtin().unwrap();
+/// let two = presets.get("two-socket").unwrap();
+/// assert!(may_not_apply("exec.weights-restored-on-sigterm", two, (6, 1)).is_ok());
+/// assert!(may_not_apply("exec.weights-restored-on-sigterm", two, (6, 12)).is_err());
+/// assert!(may_not_apply("topo.tiers", two, (6, 12)).is_err());
+/// assert!(may_not_apply("profile.writes", two, (6, 1)).is_err());
+/// assert!(may_not_apply("pagecache.post", two, (6, 12)).is_err());
+/// ```
+pub fn may_not_apply(check: &str, preset: &Preset, version: (u64, u64)) -> Result<(), String> {
+    let memory = preset.memory_nodes().len();
+    let cpus = preset.cpu_nodes().len();
+    let both = preset
+        .cpu_nodes()
+        .intersection(&preset.memory_nodes())
+        .len();
+    let (allowed, rule) = match check {
+        "buffer.weighted-interleave" | "exec.weighted-interleave" | "fill.spill"
+        | "fill.bind-refused" => (memory < 2, "the preset has two or more nodes with memory"),
+        "exec.weights-restored-on-sigterm" => (
+            memory < 2 || version < (6, 9),
+            "the preset has two or more nodes with memory and the kernel (6.9 or later) has weighted interleave",
+        ),
+        "buffer.while-balancing" => (cpus == 0, "the preset has nodes with CPUs"),
+        "pagecache.post" | "run.placement" => {
+            (cpus < 2, "the preset has two or more nodes with CPUs")
+        }
+        "ring.blog" => (both < 2, "the preset has two nodes with CPUs and memory"),
+        // Memory tiers are in sysfs from Linux 6.1; soft-dirty bits are in
+        // every kernel the suite boots (Debian's, CONFIG_MEM_SOFT_DIRTY).
+        "topo.tiers" => (version < (6, 1), "Linux 6.1 and later show memory tiers"),
+        oracle if oracle.starts_with("oracle.") || oracle == "pagecache.load-drop" => (
+            !is_ci(),
+            "CI is set: the guest's tools and disk file system are required",
+        ),
+        _ => (false, "the check applies to every preset and kernel"),
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(rule.to_owned())
+    }
+}
+
 impl PresetRun {
     fn judge(preset: &Preset, kernel: &Kernel, boot: qemu::Boot) -> PresetRun {
         let report = GuestReport::parse(&boot.results);
@@ -398,6 +451,18 @@ impl PresetRun {
                 start.kernel, kernel.release
             )),
             Some(_) => {}
+        }
+        for result in &report.results {
+            if result.status != Status::NotApplicable {
+                continue;
+            }
+            if let Err(applies) = may_not_apply(&result.check, preset, kernel.version()) {
+                problems.push(format!(
+                    "check {} said it does not apply ({}), but {applies}",
+                    result.check,
+                    result.detail.trim()
+                ));
+            }
         }
         let missing = report.missing();
         if let Some(first) = missing.first() {
