@@ -57,16 +57,21 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(doc) = serde_json::from_str::<serde_json::Value>(text) else {
+    // As crates/numalab-cli/src/cmd/plot.rs dispatches: the envelope
+    // first, then the text straight into the result its schema names.
+    #[derive(serde::Deserialize)]
+    struct Header {
+        schema: Option<String>,
+    }
+    let Ok(header) = serde_json::from_str::<Header>(text) else {
         return;
     };
-    // As crates/numalab-cli/src/cmd/plot.rs dispatches.
-    let drawn = match doc.get("schema").and_then(|s| s.as_str()).unwrap_or("") {
-        SWEEP_SCHEMA => match serde_json::from_value::<SweepResult>(doc) {
+    let drawn = match header.schema.as_deref().unwrap_or("") {
+        SWEEP_SCHEMA => match serde_json::from_str::<SweepResult>(text) {
             Ok(sweep) => figures::draw_sweep(&sweep, stem()),
             Err(_) => return,
         },
-        RUN_SCHEMA => match serde_json::from_value::<RunResult>(doc) {
+        RUN_SCHEMA => match serde_json::from_str::<RunResult>(text) {
             Ok(run) => figures::draw_run(&run, stem()),
             Err(_) => return,
         },

@@ -158,41 +158,60 @@ impl<T: Schema + Serialize> Document<T> {
     }
 }
 
+/// The envelope's two fields that say what a document is; every other
+/// field is skipped as it is read, without being kept.
+#[derive(Deserialize)]
+struct Header {
+    schema: String,
+    schema_version: u32,
+}
+
+impl Header {
+    /// Refuses a document of another schema or version than `T`'s.
+    fn check<T: Schema>(self) -> Result<(), DocumentError> {
+        if self.schema != T::NAME {
+            return Err(DocumentError::OtherSchema {
+                expected: T::NAME,
+                found: self.schema,
+            });
+        }
+        if self.schema_version != T::VERSION {
+            return Err(DocumentError::OtherVersion {
+                schema: T::NAME,
+                expected: T::VERSION,
+                found: self.schema_version,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl<T: Schema + DeserializeOwned> Document<T> {
     /// Reads a document of `T`'s schema and version back into `T`.
+    ///
+    /// The text is read twice and never held whole as a
+    /// `serde_json::Value`: first only the envelope, then — when it is
+    /// `T`'s — straight into `T`, whose fields are the document's less
+    /// the envelope's (skipped as fields `T` does not have). A saved file
+    /// is thus never larger in memory than the result it holds.
     pub fn parse(text: &str) -> Result<T, DocumentError> {
-        let value = serde_json::from_str(text).map_err(|source| DocumentError::Json {
-            schema: T::NAME,
-            source,
-        })?;
-        Self::from_value(value)
-    }
-
-    /// As [`parse`](Self::parse), for a document already read as JSON.
-    pub fn from_value(mut value: serde_json::Value) -> Result<T, DocumentError> {
-        #[derive(Deserialize)]
-        struct Header {
-            schema: String,
-            schema_version: u32,
-        }
         let json = |source| DocumentError::Json {
             schema: T::NAME,
             source,
         };
-        let header = Header::deserialize(&value).map_err(json)?;
-        if header.schema != T::NAME {
-            return Err(DocumentError::OtherSchema {
-                expected: T::NAME,
-                found: header.schema,
-            });
-        }
-        if header.schema_version != T::VERSION {
-            return Err(DocumentError::OtherVersion {
-                schema: T::NAME,
-                expected: T::VERSION,
-                found: header.schema_version,
-            });
-        }
+        serde_json::from_str::<Header>(text)
+            .map_err(json)?
+            .check::<T>()?;
+        serde_json::from_str(text).map_err(json)
+    }
+
+    /// As [`parse`](Self::parse), for a document already read as JSON.
+    pub fn from_value(mut value: serde_json::Value) -> Result<T, DocumentError> {
+        let json = |source| DocumentError::Json {
+            schema: T::NAME,
+            source,
+        };
+        Header::deserialize(&value).map_err(json)?.check::<T>()?;
         // The body is read from the object without the envelope, not
         // through `Document<T>`: serde's `flatten` cannot read map keys
         // that are numbers (a node's id, `{"0": 4096}`) back into `u32`.

@@ -10,6 +10,7 @@ use numalab_bench::experiment::result::{
 };
 use numalab_bench::matrix::MatrixResult;
 use numalab_bench::profile::ProfileReport;
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::render::{experiment::text, figures};
 
@@ -51,19 +52,18 @@ pub fn run(args: &PlotArgs) -> Result<()> {
     crate::plot::check_stem(&stem)?;
     let text_in =
         numalab::files::read_text_limited(path, MAX_RESULT_BYTES, "result files numalab plots")?;
-    let doc: serde_json::Value = serde_json::from_str(&text_in)
+    // Only the envelope first: the rest of the file is read once, into
+    // the result its schema names, never held as a tree of JSON values
+    // (which takes ten times the text and more).
+    let envelope: Envelope = serde_json::from_str(&text_in)
         .with_context(|| format!("{} is not JSON", path.display()))?;
-    let schema = doc
-        .get("schema")
-        .and_then(|s| s.as_str())
-        .unwrap_or("")
-        .to_owned();
+    let schema = envelope.schema.unwrap_or_default();
     let load_err = || format!("reading {} as {schema}", path.display());
     // A run or sweep result is read as its type directly (below), so its
     // version is checked here: a newer numalab's result may mean something
     // else in the same fields.
     if schema == SWEEP_SCHEMA || schema == RUN_SCHEMA {
-        let version = doc.get("schema_version").and_then(|v| v.as_u64());
+        let version = envelope.schema_version;
         if version != Some(u64::from(SCHEMA_VERSION)) {
             let name = if schema == RUN_SCHEMA {
                 RUN_SCHEMA
@@ -85,15 +85,15 @@ pub fn run(args: &PlotArgs) -> Result<()> {
         }
     }
     // A run or sweep result carries its schema fields itself, so it is
-    // read as its type directly; a matrix result is a document of its
-    // schema, checked for name and version as it is read.
+    // read as its type directly; a matrix result or a profile is a
+    // document of its schema, checked for name and version as it is read.
     let paths = match schema.as_str() {
         SWEEP_SCHEMA => {
-            let sweep: SweepResult = serde_json::from_value(doc).with_context(load_err)?;
+            let sweep: SweepResult = serde_json::from_str(&text_in).with_context(load_err)?;
             figures::draw_sweep(&sweep, &stem)?
         }
         RUN_SCHEMA => {
-            let run: RunResult = serde_json::from_value(doc).with_context(load_err)?;
+            let run: RunResult = serde_json::from_str(&text_in).with_context(load_err)?;
             figures::draw_run(&run, &stem)?
         }
         MatrixResult::NAME => {
@@ -117,4 +117,173 @@ pub fn run(args: &PlotArgs) -> Result<()> {
     };
     eprintln!("{}", text::wrote(&paths));
     Ok(())
+}
+
+/// What a result file says it is: its `schema` when that is a string and
+/// its `schema_version` when that is a whole number, as `numalab plot`
+/// dispatches on them. Everything else in the file — other fields, and
+/// these two when they are anything else — is read past without being
+/// kept, so a file of any shape costs no memory here; a file that is not
+/// JSON is still an error.
+#[derive(Debug, Default, PartialEq)]
+struct Envelope {
+    schema: Option<String>,
+    schema_version: Option<u64>,
+}
+
+/// A value of the envelope, read only when it is a string or a whole
+/// number.
+enum Scalar {
+    Text(String),
+    Count(u64),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Envelope {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Envelope;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON document")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Envelope, A::Error> {
+                #[derive(serde::Deserialize)]
+                #[serde(field_identifier, rename_all = "snake_case")]
+                enum Key {
+                    Schema,
+                    SchemaVersion,
+                    #[serde(other)]
+                    Other,
+                }
+                // As a JSON tree would have it, the last of a repeated
+                // key counts.
+                let mut envelope = Envelope::default();
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key {
+                        Key::Schema => {
+                            envelope.schema = match map.next_value()? {
+                                Scalar::Text(text) => Some(text),
+                                _ => None,
+                            }
+                        }
+                        Key::SchemaVersion => {
+                            envelope.schema_version = match map.next_value()? {
+                                Scalar::Count(n) => Some(n),
+                                _ => None,
+                            }
+                        }
+                        Key::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(envelope)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Envelope, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Envelope::default())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Envelope, E> {
+                Ok(Envelope::default())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Envelope, E> {
+                Ok(Envelope::default())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Envelope, E> {
+                Ok(Envelope::default())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Envelope, E> {
+                Ok(Envelope::default())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Envelope, E> {
+                Ok(Envelope::default())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Envelope, E> {
+                Ok(Envelope::default())
+            }
+        }
+        deserializer.deserialize_any(Fields)
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Value;
+        impl<'de> Visitor<'de> for Value {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Text(text.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Count(n))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Scalar, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Scalar, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Scalar::Other)
+            }
+        }
+        deserializer.deserialize_any(Value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(text: &str) -> Envelope {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn the_envelope_is_read_whatever_surrounds_it() {
+        let sweep = Envelope {
+            schema: Some(SWEEP_SCHEMA.into()),
+            schema_version: Some(1),
+        };
+        assert_eq!(
+            envelope(r#"{"x": [0, {"a": [1]}], "schema": "numalab.sweep", "schema_version": 1}"#),
+            sweep
+        );
+        // Anything but a string or a whole number is as good as missing.
+        for text in [
+            "{}",
+            "[1, 2]",
+            "7",
+            "null",
+            r#"{"schema": 5, "schema_version": -1}"#,
+            r#"{"schema": ["numalab.sweep"], "schema_version": [1]}"#,
+            r#"{"schema": {"a": 1}, "schema_version": 1.0}"#,
+        ] {
+            assert_eq!(envelope(text), Envelope::default(), "{text}");
+        }
+        // Not JSON is still an error.
+        for text in [
+            "",
+            "{",
+            r#"{"schema": "numalab.sweep", "x": [0,]}"#,
+            "{} {}",
+        ] {
+            assert!(serde_json::from_str::<Envelope>(text).is_err(), "{text}");
+        }
+    }
 }

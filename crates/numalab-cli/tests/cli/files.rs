@@ -381,3 +381,71 @@ fn escape_sequences_in_an_experiment_name_are_not_printed_raw() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["experiment"]["name"], "evil\u{1b}[2Jname");
 }
+
+/// Runs numalab with its address space limited to `mib` MiB (`ulimit
+/// -v`): a reader that holds a file as a tree of JSON values, ten times
+/// the text and more, cannot allocate it and aborts.
+fn numalab_in(mib: u64, args: &[&str]) -> std::process::Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {} && exec \"$0\" \"$@\"", mib << 10))
+        .arg(env!("CARGO_BIN_EXE_numalab"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `{"schema": SCHEMA, "schema_version": 1, "x": [0, 0, ...]}`: 40 MB of
+/// a field no result has.
+fn padded_document(path: &str, schema: &str) {
+    let mut text = format!("{{\"schema\": \"{schema}\", \"schema_version\": 1, \"x\": [");
+    text.push_str(&"0,".repeat(20_000_000));
+    text.push_str("0]}");
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn a_large_result_file_is_read_without_a_json_tree_of_it() {
+    let dir = Scratch::new("plot-padded");
+    for schema in [
+        "numalab.sweep",
+        "numalab.run",
+        "numalab.profile",
+        "numalab.matrix",
+    ] {
+        let file = dir.path(&format!("{schema}.json"));
+        padded_document(&file, schema);
+        let out = numalab_in(512, &["plot", &file, "-o", &dir.path("figure")]);
+        // Read through to the missing fields, not killed on the way.
+        assert_eq!(out.status.code(), Some(1), "{schema}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("reading {file} as {schema}")),
+            "{schema}: {}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains("missing field"), "{}", stderr(&out));
+    }
+    // The same for a profile added to a report's page.
+    let profile = dir.path("numalab.profile.json");
+    let saved = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/results/report-cxl.json");
+    let page = dir.path("page.html");
+    let out = numalab_in(
+        512,
+        &[
+            "report",
+            "--from",
+            saved.to_str().unwrap(),
+            "--profile",
+            &profile,
+            "-o",
+            &page,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("reading {profile} as numalab.profile")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!Path::new(&page).exists());
+}
