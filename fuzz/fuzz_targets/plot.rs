@@ -80,8 +80,10 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => return,
         },
         ProfileReport::NAME => match Document::<ProfileReport>::parse(text) {
-            Ok(report) => figures::draw_profile(&report, stem()),
-            Err(_) => return,
+            Ok(report) if report.check_saved_size().is_ok() => {
+                figures::draw_profile(&report, stem())
+            }
+            _ => return,
         },
         _ => return,
     };

@@ -65,6 +65,14 @@ pub struct ProfileReport {
     pub sources: Vec<String>,
 }
 
+/// The most figures — samples × nodes — a saved profile may hold to be
+/// read back (`numalab plot`, `numalab report --profile`): a day's profile
+/// at the default interval (under [`numalab::profile::MAX_SAMPLES`]
+/// samples) on a machine of 16 nodes is 1.6 million. A file with more was
+/// not written by `numalab profile`, and drawing or tabulating it would
+/// take memory and time in proportion.
+pub const MAX_SAVED_PROFILE_FIGURES: usize = 2_000_000;
+
 /// The share `part / (part + rest)`, `None` when both are 0 or missing.
 fn share(events: &BTreeMap<String, u64>, part: &str, whole: &[&str]) -> Option<f64> {
     let part = *events.get(part)?;
@@ -229,6 +237,51 @@ impl ProfileReport {
             memory_events: BTreeMap::new(),
             sources: Vec::new(),
         }
+    }
+
+    /// Checks that a profile read back from a file is one numalab could
+    /// have written, before anything is drawn from it: at most
+    /// [`MAX_SAVED_NODES`](crate::report::MAX_SAVED_NODES) nodes (every
+    /// node any sample or the memory at exit names) and at most
+    /// [`MAX_SAVED_PROFILE_FIGURES`] samples × nodes. The error is one
+    /// sentence naming the counts and the limit.
+    ///
+    /// ```
+    /// use numalab_bench::profile::ProfileReport;
+    /// let mut report = ProfileReport::empty(vec!["app".into()], 1);
+    /// let mut wide = numalab::profile::ProfileSample::default();
+    /// wide.threads_by_node = (0..1000).map(|node| (node, 1)).collect();
+    /// report.timeline.samples = vec![Default::default(); 1999];
+    /// report.timeline.samples.push(wide);
+    /// assert!(report.check_saved_size().is_ok());
+    /// report.timeline.samples.push(Default::default());
+    /// let err = report.check_saved_size().unwrap_err();
+    /// assert_eq!(err, "it holds 2001 samples of 1000 nodes, 2001000 figures, \
+    ///     more than the 2000000 a saved profile may; not read");
+    /// ```
+    pub fn check_saved_size(&self) -> Result<(), String> {
+        use crate::report::MAX_SAVED_NODES;
+        let samples = &self.timeline.samples;
+        let mut nodes = std::collections::BTreeSet::new();
+        let memories = samples.iter().map(|s| &s.memory).chain(&self.at_exit);
+        let named = memories.flat_map(|m| m.bytes.values().flat_map(|per_node| per_node.keys()));
+        for node in named.chain(samples.iter().flat_map(|s| s.threads_by_node.keys())) {
+            nodes.insert(*node);
+            if nodes.len() > MAX_SAVED_NODES {
+                return Err(format!(
+                    "it names more than {MAX_SAVED_NODES} nodes, the most a saved profile may (Linux's own limit); not read"
+                ));
+            }
+        }
+        let figures = samples.len().saturating_mul(nodes.len());
+        if figures > MAX_SAVED_PROFILE_FIGURES {
+            return Err(format!(
+                "it holds {} samples of {} nodes, {figures} figures, more than the {MAX_SAVED_PROFILE_FIGURES} a saved profile may; not read",
+                samples.len(),
+                nodes.len()
+            ));
+        }
+        Ok(())
     }
 
     /// The sampling's CPU time as a share of the time profiled.

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use numalab_bench::document::{Document, DocumentError, Schema};
 use numalab_bench::experiment::result::{
@@ -102,6 +102,9 @@ pub fn run(args: &PlotArgs) -> Result<()> {
         }
         ProfileReport::NAME => {
             let report = Document::<ProfileReport>::parse(&text_in).with_context(load_err)?;
+            report
+                .check_saved_size()
+                .map_err(|why| anyhow!("{}: {why}", path.display()))?;
             figures::draw_profile(&report, &stem)?
         }
         "" => bail!(

@@ -163,7 +163,14 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     let profiles = args
         .profile
         .iter()
-        .map(|p| read_saved::<ProfileReport>(p, MAX_RESULT_BYTES, "profiles numalab report draws"))
+        .map(|path| {
+            let profile: ProfileReport =
+                read_saved(path, MAX_RESULT_BYTES, "profiles numalab report draws")?;
+            profile
+                .check_saved_size()
+                .map_err(|why| anyhow::anyhow!("{}: {why}", path.display()))?;
+            Ok(profile)
+        })
         .collect::<Result<Vec<_>>>()?;
     let write = |report: &Report| -> Result<()> {
         // The page is made once, whether it goes to -o, --html or both.

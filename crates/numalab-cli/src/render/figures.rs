@@ -121,32 +121,48 @@ pub fn run_chart(r: &RunResult) -> LineChart {
     }
 }
 
+/// The most points drawn of one line of a profile's chart: more are not
+/// seen at the figure's width, and a saved profile may hold a hundred
+/// thousand samples.
+pub const MAX_PROFILE_POINTS: usize = 2_000;
+
+/// `points` thinned to at most `max`: consecutive points taken together
+/// in equal runs, each run drawn as its largest point, so a peak is never
+/// lost; the points themselves when there are no more than `max`.
+fn thin_keeping_peaks(points: Vec<(f64, f64)>, max: usize) -> Vec<(f64, f64)> {
+    if points.len() <= max || max == 0 {
+        return points;
+    }
+    points
+        .chunks(points.len().div_ceil(max))
+        .filter_map(|run| run.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1)))
+        .collect()
+}
+
 /// A profile's chart: the program's memory on each node over time, MiB
 /// (every kind), one line per node, and its private memory (heap, stack,
-/// anonymous, huge pages) over all nodes.
+/// anonymous, huge pages) over all nodes. Each line has at most
+/// [`MAX_PROFILE_POINTS`] points, the largest of each run of samples
+/// when there are more; the title then says so.
 pub fn profile_chart(report: &ProfileReport) -> LineChart {
     let samples = &report.timeline.samples;
-    let nodes: std::collections::BTreeSet<u32> = samples
-        .iter()
-        .flat_map(|s| s.memory.per_node().into_keys())
-        .collect();
     let mib = |bytes: u64| bytes as f64 / (1u64 << 20) as f64;
+    let per_node: Vec<_> = samples.iter().map(|s| s.memory.per_node()).collect();
+    let nodes: std::collections::BTreeSet<u32> =
+        per_node.iter().flat_map(|p| p.keys().copied()).collect();
     let mut series: Vec<Series> = nodes
         .iter()
         .map(|&node| Series {
             name: format!("node {node}"),
             points: samples
                 .iter()
-                .map(|s| {
-                    (
-                        s.at_s,
-                        mib(s.memory.per_node().get(&node).copied().unwrap_or(0)),
-                    )
-                })
+                .zip(&per_node)
+                .map(|(s, p)| (s.at_s, mib(p.get(&node).copied().unwrap_or(0))))
                 .collect(),
             ranges: Vec::new(),
         })
         .collect();
+    drop(per_node);
     series.push(Series {
         name: "private, all nodes".to_owned(),
         points: samples
@@ -155,12 +171,24 @@ pub fn profile_chart(report: &ProfileReport) -> LineChart {
             .collect(),
         ranges: Vec::new(),
     });
+    for line in &mut series {
+        line.points = thin_keeping_peaks(std::mem::take(&mut line.points), MAX_PROFILE_POINTS);
+    }
     let program = report
         .command
         .first()
         .map_or("?", |c| c.rsplit('/').next().unwrap_or(c));
+    let thinned = if samples.len() > MAX_PROFILE_POINTS {
+        format!(
+            " ({} samples, drawn as the largest of each {})",
+            samples.len(),
+            samples.len().div_ceil(MAX_PROFILE_POINTS)
+        )
+    } else {
+        String::new()
+    };
     LineChart {
-        title: format!("{program}: memory per node over time"),
+        title: format!("{program}: memory per node over time{thinned}"),
         x_label: "time (s)".to_owned(),
         y_label: "memory (MiB)".to_owned(),
         series,
@@ -397,6 +425,56 @@ mod tests {
         let svg = std::fs::read_to_string(dir.join("sort.svg")).unwrap();
         assert!(svg.contains("memory per node over time") && svg.contains("node 1"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_long_profile_is_thinned_keeping_its_peak() {
+        use numalab::locate::MemoryKind;
+        use numalab::profile::ProfileSample;
+        let mut report = ProfileReport::empty(vec!["app".into()], 1);
+        let count = 40_000;
+        let peak_at = 12_345;
+        let mut sample = ProfileSample::default();
+        sample
+            .memory
+            .bytes
+            .insert(MemoryKind::Heap, [(0, 1 << 20), (1, 2 << 20)].into());
+        report.timeline.samples = vec![sample; count];
+        for (i, s) in report.timeline.samples.iter_mut().enumerate() {
+            s.at_s = i as f64;
+        }
+        let peak = &mut report.timeline.samples[peak_at];
+        peak.memory
+            .bytes
+            .get_mut(&MemoryKind::Heap)
+            .unwrap()
+            .insert(1, 900 << 20);
+        let chart = profile_chart(&report);
+        assert_eq!(chart.series.len(), 3);
+        for line in &chart.series {
+            assert!(
+                line.points.len() <= MAX_PROFILE_POINTS,
+                "{}: {} points",
+                line.name,
+                line.points.len()
+            );
+            assert!(
+                line.points.windows(2).all(|w| w[0].0 < w[1].0),
+                "in time order"
+            );
+        }
+        assert!(chart.series[1].points.contains(&(peak_at as f64, 900.0)));
+        assert!(chart.series[2].points.contains(&(peak_at as f64, 901.0)));
+        assert!(chart.series[0].points.iter().all(|p| p.1 == 1.0));
+        assert!(chart
+            .title
+            .contains("40000 samples, drawn as the largest of each 20"));
+
+        // Few samples are drawn as they are, and the title says nothing.
+        report.timeline.samples.truncate(MAX_PROFILE_POINTS);
+        let chart = profile_chart(&report);
+        assert_eq!(chart.series[1].points.len(), MAX_PROFILE_POINTS);
+        assert_eq!(chart.title, "app: memory per node over time");
     }
 
     #[test]

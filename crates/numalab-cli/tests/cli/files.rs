@@ -449,3 +449,82 @@ fn a_large_result_file_is_read_without_a_json_tree_of_it() {
     );
     assert!(!Path::new(&page).exists());
 }
+
+/// A profile of `sleep`, its first sample repeated `count` times with the
+/// one at `wide` on `nodes` nodes (its threads on each).
+fn profile_of(dir: &Scratch, count: usize, wide: usize, nodes: u32) -> String {
+    let saved = dir.path("sleep.json");
+    let out = numalab(&[
+        "profile",
+        "--interval",
+        "20ms",
+        "-o",
+        &saved,
+        "--",
+        "sleep",
+        "0.1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+    let first = doc["timeline"]["samples"][0].clone();
+    let mut samples = vec![first; count];
+    samples[wide]["threads_by_node"] = (0..nodes)
+        .map(|n| (n.to_string(), Value::from(1)))
+        .collect();
+    doc["timeline"]["samples"] = Value::from(samples);
+    let file = dir.path(&format!("profile-{count}-{nodes}.json"));
+    std::fs::write(&file, serde_json::to_vec(&doc).unwrap()).unwrap();
+    file
+}
+
+#[test]
+fn a_profile_past_the_figures_numalab_draws_is_refused_naming_the_limit() {
+    let dir = Scratch::new("profile-limit");
+    let saved = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/results/report-cxl.json");
+    let page = dir.path("page.html");
+    // 2000 samples of 1024 nodes: 2,048,000 figures.
+    let wide = profile_of(&dir, 2000, 1000, 1024);
+    let stem = dir.path("wide");
+    for args in [
+        vec!["plot", &wide, "-o", &stem],
+        vec![
+            "report",
+            "--from",
+            saved.to_str().unwrap(),
+            "--profile",
+            &wide,
+            "-o",
+            &page,
+        ],
+    ] {
+        let out = numalab(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!(
+                "{wide}: it holds 2000 samples of 1024 nodes, 2048000 figures, more than the 2000000 a saved profile may"
+            )),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // Nodes past Linux's limit, in a single sample.
+    let many = profile_of(&dir, 3, 1, 5000);
+    let out = numalab(&["plot", &many, "-o", &stem]);
+    assert!(
+        stderr(&out).contains("it names more than 1024 nodes"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!Path::new(&page).exists());
+    assert!(!Path::new(&format!("{stem}.svg")).exists());
+
+    // Within the limit, a long profile is drawn thinned, and says so.
+    let long = profile_of(&dir, 5000, 0, 2);
+    let out = numalab(&["plot", &long, "-o", &stem]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let svg = std::fs::read_to_string(format!("{stem}.svg")).unwrap();
+    assert!(
+        svg.contains("5000 samples, drawn as the largest of each 3"),
+        "the figure says it was thinned"
+    );
+}
