@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters_backend::{BackendColor, BackendStyle, BackendTextStyle, DrawingErrorKind};
@@ -123,8 +123,33 @@ fn with_ext(stem: &Path, ext: &str) -> PathBuf {
 
 /// Refuses a figure stem whose `<stem>.svg` or `<stem>.png` could not be
 /// written (a missing directory, a link or a device there), before
-/// anything is measured or drawn.
+/// anything is measured or drawn; and a stem that names no file — one
+/// ending in `/`, `.` or `..` would give hidden files `.svg` and `.png`
+/// in a directory — or whose files would land among the devices in
+/// `/dev` (`-o /dev/null` gives `/dev/null.svg`). `/dev/shm`, a file
+/// system for files, is a directory like any other.
 pub fn check_stem(stem: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = stem.as_os_str().as_bytes().rsplit(|&b| b == b'/').next();
+    if matches!(name, None | Some(b"" | b"." | b"..")) {
+        bail!(
+            "{} names no file: a figure stem is the start of the files' names, such as figures/run for figures/run.svg and figures/run.png",
+            stem.display()
+        );
+    }
+    let dir = match stem.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if let Ok(dir) = std::fs::canonicalize(dir) {
+        if dir.starts_with("/dev") && !dir.starts_with("/dev/shm") {
+            bail!(
+                "{}: numalab writes no figures into {}, a directory of devices; give a stem in another directory",
+                stem.display(),
+                dir.display()
+            );
+        }
+    }
     check_target(&with_ext(stem, "svg"))?;
     check_target(&with_ext(stem, "png"))
 }

@@ -49,9 +49,11 @@ pub fn run(args: &PlotArgs) -> Result<()> {
         .output
         .clone()
         .unwrap_or_else(|| path.with_extension(""));
-    crate::plot::check_stem(&stem)?;
+    // The input first: `numalab plot /dev/zero` is refused for what it
+    // reads, not for the figures it would write beside it.
     let text_in =
         numalab::files::read_text_limited(path, MAX_RESULT_BYTES, "result files numalab plots")?;
+    crate::plot::check_stem(&stem)?;
     // Only the envelope first: the rest of the file is read once, into
     // the result its schema names, never held as a tree of JSON values
     // (which takes ten times the text and more).

@@ -528,3 +528,54 @@ fn a_profile_past_the_figures_numalab_draws_is_refused_naming_the_limit() {
         "the figure says it was thinned"
     );
 }
+
+#[test]
+fn a_figure_stem_that_names_no_file_or_a_place_in_dev_is_refused() {
+    let dir = Scratch::new("plot-stems");
+    let doc = run_result(&dir);
+    let json = dir.path("run.json");
+    std::fs::write(&json, serde_json::to_vec(&doc).unwrap()).unwrap();
+    std::fs::create_dir(dir.path("sub")).unwrap();
+    let sub = dir.path("sub");
+    let before = dir.files();
+    for stem in [
+        format!("{sub}/"),
+        format!("{sub}/."),
+        format!("{sub}/.."),
+        "/".to_owned(),
+    ] {
+        let out = numalab(&["plot", &json, "-o", &stem]);
+        assert_eq!(out.status.code(), Some(1), "{stem}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("{stem} names no file: a figure stem is")),
+            "{stem}: {}",
+            stderr(&out)
+        );
+    }
+    for (stem, dev) in [("/dev/null", "/dev"), ("/dev/../dev/zero", "/dev")] {
+        let out = numalab(&["plot", &json, "-o", stem]);
+        let created = [format!("{stem}.svg"), format!("{stem}.png")];
+        for file in &created {
+            if std::fs::symlink_metadata(file).is_ok() {
+                let _ = std::fs::remove_file(file);
+                panic!("{file} was created");
+            }
+        }
+        assert_eq!(out.status.code(), Some(1), "{stem}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!(
+                "{stem}: numalab writes no figures into {dev}, a directory of devices"
+            )),
+            "{stem}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(dir.files(), before);
+    assert!(
+        std::fs::read_dir(&sub).unwrap().next().is_none(),
+        "nothing in sub/"
+    );
+    // A stem with a dot in its name is a file like any other.
+    let out = numalab(&["plot", &json, "-o", &format!("{sub}/run.1")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
