@@ -113,37 +113,75 @@ pub fn read_input_limited(
     limit: u64,
     what: &'static str,
 ) -> Result<Vec<u8>, InputError> {
-    let fd = linux::open_input(path, true).map_err(|source| InputError::Open {
+    read_input_at(None, path, limit, what).map(|input| input.bytes)
+}
+
+/// A file read by [`read_input_at`]: its bytes, and which file they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFile {
+    /// Everything it held (at most the limit).
+    pub bytes: Vec<u8>,
+    /// Its device and inode, from the descriptor it was read through: two
+    /// names of one file (hard links) have the same.
+    pub id: (u64, u64),
+}
+
+/// [`read_input_limited`] of a file named by the user (`at` none: a link
+/// followed, a pipe read) or of the entry `path` of a directory a walk
+/// holds (`at`): opened from the directory's descriptor, never through a
+/// symbolic link (one there is [`InputError::NotAFile`] `"symbolic
+/// link"`), and only a regular file read. The kind is checked on the
+/// descriptor that is then read, so nothing swapped in at the name
+/// meanwhile is opened. Also says which file was read ([`InputFile::id`]).
+///
+/// ```
+/// use numalab::files::{read_input_at, InputError, TreeDir};
+///
+/// let dir = std::env::temp_dir().join(format!("numalab-doc-input-at-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// std::fs::write(dir.join("r.json"), "{}")?;
+/// std::os::unix::fs::symlink("/etc/hostname", dir.join("link.json"))?;
+/// let held = TreeDir::open(&dir)?;
+/// let read = read_input_at(Some(&held), "r.json".as_ref(), 1024, "a report file").unwrap();
+/// assert_eq!(read.bytes, b"{}");
+/// let err = read_input_at(Some(&held), "link.json".as_ref(), 1024, "a report file").unwrap_err();
+/// assert!(matches!(err, InputError::NotAFile { kind: "symbolic link", .. }));
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn read_input_at(
+    at: Option<&TreeDir>,
+    path: &Path,
+    limit: u64,
+    what: &'static str,
+) -> Result<InputFile, InputError> {
+    use std::os::fd::AsFd;
+    let open_err = |source| InputError::Open {
         path: path.to_owned(),
         source,
-    })?;
-    let file = File::from(fd);
+    };
     let read_err = |source| InputError::Read {
         path: path.to_owned(),
         source,
     };
-    let kind = file.metadata().map_err(read_err)?.file_type();
-    let not_a_file = |kind| InputError::NotAFile {
-        path: path.to_owned(),
-        kind,
-    };
-    if kind.is_dir() {
-        return Err(not_a_file("directory"));
-    } else if kind.is_char_device() {
-        return Err(not_a_file("character device"));
-    } else if kind.is_block_device() {
-        return Err(not_a_file("block device"));
-    } else if kind.is_socket() {
-        return Err(not_a_file("socket"));
-    } else if kind.is_fifo() {
+    let named =
+        linux::open_path_at(at.map(|dir| dir.as_fd()), path, at.is_none()).map_err(open_err)?;
+    let stat = linux::stat_fd(&named).map_err(read_err)?;
+    let fifo = stat.mode & libc::S_IFMT == libc::S_IFIFO && at.is_none();
+    if !stat.regular && !fifo {
+        return Err(InputError::NotAFile {
+            path: path.to_owned(),
+            kind: crate::pagecache::kind_of(stat.mode),
+        });
+    }
+    let file = File::from(linux::reopen_read(named.as_fd(), false).map_err(open_err)?);
+    if fifo {
         // A pipe with no writer reads as end of file: no hang.
-        linux::set_blocking(&std::os::fd::OwnedFd::from(
-            file.try_clone().map_err(read_err)?,
-        ))
-        .map_err(read_err)?;
+        linux::set_blocking(&file).map_err(read_err)?;
     }
     let mut bytes = Vec::new();
-    file.take(limit.saturating_add(1))
+    (&file)
+        .take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(read_err)?;
     if bytes.len() as u64 > limit {
@@ -153,7 +191,7 @@ pub fn read_input_limited(
             what,
         });
     }
-    Ok(bytes)
+    Ok(InputFile { bytes, id: stat.id })
 }
 
 /// [`read_input_limited`] for an unnamed kind of input.
