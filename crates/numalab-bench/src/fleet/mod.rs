@@ -44,7 +44,7 @@ use crate::document::Schema;
 
 pub use fingerprint::Fingerprint;
 pub use identity::TaskIdentity;
-pub use read::{HostResult, LeftOut, MAX_FILES, MAX_FILE_BYTES};
+pub use read::{HostResult, LeftOut, Source, MAX_FILES, MAX_FILE_BYTES, MAX_TOTAL_FIGURES};
 
 /// The threshold unless one is given: Cluster Checker's 90%.
 pub const DEFAULT_THRESHOLD: f64 = 0.9;
@@ -404,6 +404,10 @@ pub struct HostEntry {
     pub outliers: usize,
     /// Whether its matrix was stopped before the end (cells missing).
     pub interrupted: bool,
+    /// Its file as read, to make its page from the bytes merged (not
+    /// saved: `None` in a fleet read back).
+    #[serde(skip)]
+    pub source: Option<Source>,
 }
 
 /// Why a fleet could not be merged at all.
@@ -434,6 +438,14 @@ pub enum FleetError {
     /// More directory entries than [`read::MAX_ENTRIES`].
     #[error("more than {limit} directory entries: name the directories of reports only")]
     TooManyEntries {
+        /// The limit.
+        limit: usize,
+    },
+    /// The reports hold more figures together than [`MAX_TOTAL_FIGURES`].
+    #[error("the reports read hold {count} figures, more than the {limit} one merge keeps: merge the directories in parts")]
+    TooManyFigures {
+        /// The figures counted when reading stopped.
+        count: usize,
         /// The limit.
         limit: usize,
     },
@@ -471,7 +483,7 @@ pub fn fleet(paths: &[PathBuf], options: &FleetOptions) -> Result<FleetReport, F
     check_threshold(options.threshold)?;
     let (files, mut left_out) = read::list(paths)?;
     let mut hosts = Vec::with_capacity(files.len());
-    for answer in read::read_all(&files, options.threads) {
+    for answer in read::read_all(&files, options.threads)? {
         match answer {
             Ok(host) => hosts.push(host),
             Err(left) => left_out.push(left),
@@ -560,6 +572,7 @@ pub fn merge(
                 task: host.task.clone(),
                 outliers: outliers.len() - before,
                 interrupted: host.interrupted,
+                source: host.source.clone(),
             });
         }
         let (compared_with, differences) = nearest.unzip();

@@ -3,9 +3,12 @@
 //! report as the fleet compares; a file that is not a readable
 //! `numalab.report` document is left out, with why.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use numalab::files::{InputFile, TreeDir};
 use numalab::system::Environment;
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +31,15 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// The most threads reading files at once.
 pub const MAX_THREADS: usize = 64;
+
+/// The most figures one merge keeps, all hosts together: 2^25
+/// (33,554,432). Each is 24 bytes kept for the whole merge and about as
+/// much again while it is grouped, so this bounds a merge to about 2 GB
+/// whatever the files say (a report may name up to 1024 × 1024 cells of
+/// four figures each: about 32 such reports). A fleet of two-socket hosts
+/// (16 figures each) reaches it past two million hosts, one of 8-node
+/// hosts (256 each) past 130,000. More is refused: merge in parts.
+pub const MAX_TOTAL_FIGURES: usize = 1 << 25;
 
 /// One host's report, as much of it as the fleet compares.
 ///
@@ -66,6 +78,134 @@ pub struct HostResult {
     pub figures: Vec<(Cell, f64)>,
     /// Whether the report's matrix was stopped before its end.
     pub interrupted: bool,
+    /// The file as it was read, to read it again for its page
+    /// ([`Source::read_again`]); `None` when parsed from bytes.
+    pub source: Option<Source>,
+}
+
+/// A report file to read: one named by the user (a link there followed,
+/// as `find -H` does), or an entry of a directory named, opened from the
+/// descriptor of the directory held, a link there never followed, so that
+/// an entry swapped for a link meanwhile cannot lead the read out of the
+/// directory.
+///
+/// ```
+/// use numalab_bench::fleet::read::ReportFile;
+/// let file = ReportFile::named("results/n1.json");
+/// assert_eq!(file.path(), std::path::Path::new("results/n1.json"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReportFile {
+    /// The directory held, for an entry of one.
+    dir: Option<Arc<TreeDir>>,
+    /// The entry's name in `dir`, or the path named.
+    name: PathBuf,
+    /// The path it is shown as.
+    path: PathBuf,
+}
+
+impl ReportFile {
+    /// A file named by the user.
+    pub fn named(path: impl Into<PathBuf>) -> ReportFile {
+        let path = path.into();
+        ReportFile {
+            dir: None,
+            name: path.clone(),
+            path,
+        }
+    }
+
+    /// The path it is shown as.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its bytes (at most [`MAX_FILE_BYTES`]) and identity; why not, in
+    /// one sentence.
+    fn read(&self) -> Result<InputFile, String> {
+        use numalab::files::InputError;
+        numalab::files::read_input_at(
+            self.dir.as_deref(),
+            &self.name,
+            MAX_FILE_BYTES,
+            "a report file",
+        )
+        .map_err(|err| match &err {
+            InputError::TooLarge { limit, .. } => format!(
+                "larger than {}, the limit for a report file: not read",
+                numalab::units::Size(*limit)
+            ),
+            InputError::Open { source, .. } => format!("cannot be opened: {source}"),
+            InputError::Read { source, .. } => format!("reading failed: {source}"),
+            InputError::NotAFile {
+                kind: "symbolic link",
+                ..
+            } if self.dir.is_some() => LINK_IN_DIRECTORY.to_owned(),
+            InputError::NotAFile { kind, .. } if self.dir.is_some() => {
+                format!("not a regular file (a {kind})")
+            }
+            InputError::NotAFile { kind, .. } => format!("a {kind}, not a report file"),
+            _ => err.to_string(),
+        })
+    }
+}
+
+impl PartialEq for ReportFile {
+    fn eq(&self, other: &ReportFile) -> bool {
+        self.path == other.path
+            && self.name == other.name
+            && self.dir.as_ref().map(|d| d.id()) == other.dir.as_ref().map(|d| d.id())
+    }
+}
+
+/// Why a link inside a directory is left out.
+const LINK_IN_DIRECTORY: &str =
+    "a symbolic link: not followed inside a directory (name its target)";
+
+/// A report file as it was read: which file, and a digest of its bytes.
+/// Its page is made from the very bytes merged, read again
+/// ([`read_again`](Self::read_again)) rather than kept: a fleet keeps
+/// only each host's figures in memory, never its whole report.
+#[derive(Debug, Clone)]
+pub struct Source {
+    file: ReportFile,
+    id: (u64, u64),
+    digest: u64,
+}
+
+impl PartialEq for Source {
+    fn eq(&self, other: &Source) -> bool {
+        (&self.file, self.id, self.digest) == (&other.file, other.id, other.digest)
+    }
+}
+
+impl Source {
+    /// The bytes that were merged, read again as they were first read
+    /// (from the directory held, a link not followed); refused when the
+    /// file there is no longer the one read, or its bytes are not.
+    pub fn read_again(&self) -> Result<Vec<u8>, String> {
+        let input = self.file.read()?;
+        if input.id != self.id || digest(&input.bytes) != self.digest {
+            return Err(format!(
+                "{} changed since it was merged: not read again",
+                self.file.path.display()
+            ));
+        }
+        Ok(input.bytes)
+    }
+
+    /// The path it is shown as.
+    pub fn path(&self) -> &Path {
+        &self.file.path
+    }
+}
+
+/// A digest of `bytes` under a key drawn once per process (SipHash): a
+/// file rewritten to collide with one read cannot be made without the key.
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    KEY.get_or_init(Default::default).hash_one(bytes)
 }
 
 /// A file or directory left out of the merge, and why.
@@ -99,10 +239,12 @@ impl LeftOut {
 }
 
 /// The report files named: each directory's `*.json` files (its top level,
-/// sorted by name), and files named directly. Symbolic links inside a
-/// directory are not followed; an empty directory is left out, as is a
-/// directory or file named twice. A path that does not exist, or more
-/// than [`MAX_FILES`] files, is an error.
+/// sorted by name), and files named directly. Each directory is held open
+/// and its files are later opened from it ([`ReportFile`]): symbolic links
+/// inside a directory are not followed, neither when listed nor if one is
+/// swapped in before the file is read. An empty directory is left out, as
+/// is a directory or file named twice. A path that does not exist, or
+/// more than [`MAX_FILES`] files, is an error.
 ///
 /// ```
 /// use numalab_bench::fleet::read::list;
@@ -113,35 +255,46 @@ impl LeftOut {
 /// std::fs::write(dir.join("a.json"), "{}")?;
 /// std::fs::write(dir.join("notes.txt"), "")?;
 /// let (files, left_out) = list(&[dir.clone(), dir.join("empty")])?;
-/// assert_eq!(files, [dir.join("a.json"), dir.join("b.json")]);
+/// let paths: Vec<_> = files.iter().map(|f| f.path()).collect();
+/// assert_eq!(paths, [dir.join("a.json"), dir.join("b.json")]);
 /// assert_eq!(left_out[0].reason, "no *.json file in this directory");
 /// std::fs::remove_dir_all(&dir)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn list(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<LeftOut>), FleetError> {
+pub fn list(paths: &[PathBuf]) -> Result<(Vec<ReportFile>, Vec<LeftOut>), FleetError> {
+    use std::os::unix::fs::MetadataExt;
     let mut files = Vec::new();
     let mut left_out = Vec::new();
     let mut seen = std::collections::HashSet::new();
     let mut entries = 0usize;
     for path in paths {
-        let metadata = std::fs::metadata(path).map_err(|source| FleetError::Unreadable {
-            path: path.clone(),
-            source,
-        })?;
-        if !seen.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone())) {
-            left_out.push(LeftOut::new(path, "named twice: read once"));
-            continue;
-        }
-        if !metadata.is_dir() {
-            files.push(path.clone());
-            continue;
-        }
         let unreadable = |source| FleetError::Unreadable {
             path: path.clone(),
             source,
         };
+        // A directory is held from here on; anything else is a file
+        // named directly (a link there followed, as the user named it).
+        let dir = match TreeDir::open(path) {
+            Ok(dir) => Arc::new(dir),
+            Err(err) if err.kind() == std::io::ErrorKind::NotADirectory => {
+                let metadata = std::fs::metadata(path).map_err(unreadable)?;
+                if !seen.insert((metadata.dev(), metadata.ino())) {
+                    left_out.push(LeftOut::new(path, "named twice: read once"));
+                } else if files.len() >= MAX_FILES {
+                    return Err(FleetError::TooManyFiles { limit: MAX_FILES });
+                } else {
+                    files.push(ReportFile::named(path.clone()));
+                }
+                continue;
+            }
+            Err(err) => return Err(unreadable(err)),
+        };
+        if !seen.insert(dir.id()) {
+            left_out.push(LeftOut::new(path, "named twice: read once"));
+            continue;
+        }
         let mut found = Vec::new();
-        for entry in std::fs::read_dir(path).map_err(unreadable)? {
+        for entry in dir.entries().map_err(unreadable)? {
             let entry = entry.map_err(unreadable)?;
             entries += 1;
             if entries > MAX_ENTRIES {
@@ -151,18 +304,21 @@ pub fn list(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<LeftOut>), FleetErro
             if !name.as_encoded_bytes().ends_with(b".json") {
                 continue;
             }
-            let file = entry.path();
+            let file = path.join(&name);
+            // The listing's word on the kind is only a first sort: the
+            // file is checked again on the descriptor it is read from.
             let kind = entry.file_type().map_err(unreadable)?;
             if kind.is_file() {
                 if files.len() + found.len() >= MAX_FILES {
                     return Err(FleetError::TooManyFiles { limit: MAX_FILES });
                 }
-                found.push(file);
+                found.push(ReportFile {
+                    dir: Some(Arc::clone(&dir)),
+                    name: name.into(),
+                    path: file,
+                });
             } else if kind.is_symlink() {
-                left_out.push(LeftOut::new(
-                    &file,
-                    "a symbolic link: not followed inside a directory (name its target)",
-                ));
+                left_out.push(LeftOut::new(&file, LINK_IN_DIRECTORY));
             } else {
                 left_out.push(LeftOut::new(&file, "not a regular file"));
             }
@@ -170,38 +326,96 @@ pub fn list(paths: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<LeftOut>), FleetErro
         if found.is_empty() {
             left_out.push(LeftOut::new(path, "no *.json file in this directory"));
         }
-        found.sort();
+        found.sort_by(|a, b| a.path.cmp(&b.path));
         files.append(&mut found);
     }
     Ok((files, left_out))
 }
 
+/// What reading one file came to.
+enum Answer {
+    Host(Box<HostResult>),
+    Left(LeftOut),
+    /// The file of this identity was read under an earlier name.
+    Again((u64, u64)),
+}
+
 /// Reads and parses `files` on `threads` threads (1 to [`MAX_THREADS`]);
-/// one answer per file, in order.
+/// one answer per file, in order. A file read under two names (hard
+/// links) is merged once, under the first; more than
+/// [`MAX_TOTAL_FIGURES`] figures in all is an error.
 ///
 /// ```
-/// use numalab_bench::fleet::read::read_all;
+/// use numalab_bench::fleet::read::{read_all, ReportFile};
 ///
 /// let saved = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/results/report-cxl.json");
-/// let answers = read_all(&[saved.into(), "/nonexistent.json".into()], 2);
+/// let files = [ReportFile::named(saved), ReportFile::named("/nonexistent.json")];
+/// let answers = read_all(&files, 2)?;
 /// assert_eq!(answers[0].as_ref().unwrap().fingerprint.nodes.len(), 4);
 /// let left = answers[1].as_ref().unwrap_err();
 /// assert!(left.reason.starts_with("cannot be opened"), "{left}");
+/// # Ok::<(), numalab_bench::fleet::FleetError>(())
 /// ```
-pub fn read_all(files: &[PathBuf], threads: usize) -> Vec<Result<HostResult, LeftOut>> {
+pub fn read_all(
+    files: &[ReportFile],
+    threads: usize,
+) -> Result<Vec<Result<HostResult, LeftOut>>, FleetError> {
+    read_all_within(files, threads, MAX_TOTAL_FIGURES)
+}
+
+/// [`read_all`] with at most `limit` figures in all.
+fn read_all_within(
+    files: &[ReportFile],
+    threads: usize,
+    limit: usize,
+) -> Result<Vec<Result<HostResult, LeftOut>>, FleetError> {
     let threads = threads.clamp(1, MAX_THREADS).min(files.len().max(1));
     let next = AtomicUsize::new(0);
-    let mut answers: Vec<(usize, Result<HostResult, LeftOut>)> = std::thread::scope(|scope| {
+    let figures = AtomicUsize::new(0);
+    let too_many = AtomicBool::new(false);
+    // Each file's identity, with the earliest index it was read under.
+    let first: Mutex<HashMap<(u64, u64), usize>> = Mutex::new(HashMap::new());
+    let read = |i: usize, file: &ReportFile| -> Answer {
+        let left = |why| Answer::Left(LeftOut::new(&file.path, why));
+        let input = match file.read() {
+            Ok(input) => input,
+            Err(why) => return left(why),
+        };
+        {
+            let mut first = first.lock().unwrap_or_else(|e| e.into_inner());
+            let at = first.entry(input.id).or_insert(i);
+            if *at < i {
+                return Answer::Again(input.id);
+            }
+            *at = i;
+        }
+        let mut host = match HostResult::parse(&input.bytes, &file.path) {
+            Ok(host) => host,
+            Err(why) => return left(why),
+        };
+        // Only counts: no other memory is shared through it.
+        let total = figures.fetch_add(host.figures.len(), Ordering::Relaxed) + host.figures.len();
+        if total > limit {
+            too_many.store(true, Ordering::Relaxed);
+        }
+        host.source = Some(Source {
+            file: file.clone(),
+            id: input.id,
+            digest: digest(&input.bytes),
+        });
+        Answer::Host(Box::new(host))
+    };
+    let mut answers: Vec<(usize, Answer)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
                     let mut mine = Vec::new();
-                    loop {
+                    while !too_many.load(Ordering::Relaxed) {
                         // Only hands out indices: no other memory is
                         // shared through it.
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(file) = files.get(i) else { break };
-                        mine.push((i, read_one(file)));
+                        mine.push((i, read(i, file)));
                     }
                     mine
                 })
@@ -212,29 +426,35 @@ pub fn read_all(files: &[PathBuf], threads: usize) -> Vec<Result<HostResult, Lef
             .flat_map(|w| w.join().expect("a reader thread does not panic"))
             .collect()
     });
+    if too_many.load(Ordering::Relaxed) {
+        return Err(FleetError::TooManyFigures {
+            count: figures.load(Ordering::Relaxed),
+            limit,
+        });
+    }
     answers.sort_by_key(|(i, _)| *i);
-    answers.into_iter().map(|(_, answer)| answer).collect()
-}
-
-/// One file, read (at most [`MAX_FILE_BYTES`]) and parsed.
-fn read_one(file: &Path) -> Result<HostResult, LeftOut> {
-    use numalab::files::InputError;
-    let bytes = numalab::files::read_input_limited(file, MAX_FILE_BYTES, "a report file").map_err(
-        |err| {
-            let reason = match &err {
-                InputError::TooLarge { limit, .. } => format!(
-                    "larger than {}, the limit for a report file: not read",
-                    numalab::units::Size(*limit)
-                ),
-                InputError::Open { source, .. } => format!("cannot be opened: {source}"),
-                InputError::Read { source, .. } => format!("reading failed: {source}"),
-                InputError::NotAFile { kind, .. } => format!("a {kind}, not a report file"),
-                _ => err.to_string(),
-            };
-            LeftOut::new(file, reason)
-        },
-    )?;
-    HostResult::parse(&bytes, file).map_err(|reason| LeftOut::new(file, reason))
+    let first = first.into_inner().unwrap_or_else(|e| e.into_inner());
+    let again = |i: usize, id| {
+        Err(LeftOut::new(
+            &files[i].path,
+            format!(
+                "the same file as {}: read once",
+                files[first[&id]].path.display()
+            ),
+        ))
+    };
+    Ok(answers
+        .into_iter()
+        .map(|(i, answer)| match answer {
+            Answer::Host(host) => match host.source.as_ref().map(|s| s.id) {
+                // Read here before an earlier name of it was.
+                Some(id) if first[&id] != i => again(i, id),
+                _ => Ok(*host),
+            },
+            Answer::Left(left) => Err(left),
+            Answer::Again(id) => again(i, id),
+        })
+        .collect())
 }
 
 /// The parts of a `numalab.report` document the fleet reads; everything
@@ -381,6 +601,7 @@ impl HostResult {
             task: view.task,
             figures,
             interrupted: matrix.interrupted,
+            source: None,
         })
     }
 
@@ -533,6 +754,103 @@ mod tests {
             why.starts_with("latency 0->1 is 1e-9 ns: not a measurement"),
             "{why}"
         );
+    }
+
+    /// A scratch directory for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("numalab-read-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn an_entry_that_is_a_link_when_opened_is_left_out_as_one() {
+        let dir = scratch("link-at-open");
+        let secret = dir.join("secret");
+        std::fs::write(&secret, edited(&|doc| doc["host"] = "secret".into())).unwrap();
+        let results = dir.join("results");
+        std::fs::create_dir(&results).unwrap();
+        std::fs::write(results.join("zz.json"), two_socket()).unwrap();
+        let (files, left_out) = list(std::slice::from_ref(&results)).unwrap();
+        assert!(left_out.is_empty() && files.len() == 1);
+        // Listed as a file, a link by the time it is opened.
+        std::fs::remove_file(results.join("zz.json")).unwrap();
+        std::os::unix::fs::symlink(&secret, results.join("zz.json")).unwrap();
+        let answers = read_all(&files, 1).unwrap();
+        let left = answers[0].as_ref().unwrap_err();
+        assert_eq!(left.reason, LINK_IN_DIRECTORY);
+        assert_eq!(left.path, results.join("zz.json").display().to_string());
+        // A file named directly is still followed, as the user named it.
+        let named = [ReportFile::named(results.join("zz.json"))];
+        let host = read_all(&named, 1).unwrap().remove(0).unwrap();
+        assert_eq!(host.host, "secret");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_page_is_made_from_the_bytes_merged_or_not_at_all() {
+        let dir = scratch("read-again");
+        let file = dir.join("a.json");
+        std::fs::write(&file, two_socket()).unwrap();
+        let (files, _) = list(std::slice::from_ref(&dir)).unwrap();
+        let host = read_all(&files, 1).unwrap().remove(0).unwrap();
+        let source = host.source.unwrap();
+        assert_eq!(source.read_again().unwrap(), two_socket().as_bytes());
+        // The same name, other bytes: refused.
+        std::fs::write(&file, edited(&|doc| doc["host"] = "other".into())).unwrap();
+        let why = source.read_again().unwrap_err();
+        assert!(
+            why.ends_with("changed since it was merged: not read again"),
+            "{why}"
+        );
+        // A link at the name by then: not followed.
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(dir.join("elsewhere"), &file).unwrap();
+        assert_eq!(source.read_again().unwrap_err(), LINK_IN_DIRECTORY);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_under_two_names_is_merged_once() {
+        let dir = scratch("hard-links");
+        std::fs::write(dir.join("a.json"), two_socket()).unwrap();
+        for name in ["b.json", "c.json"] {
+            std::fs::hard_link(dir.join("a.json"), dir.join(name)).unwrap();
+        }
+        let (files, _) = list(std::slice::from_ref(&dir)).unwrap();
+        for threads in [1, 3] {
+            let answers = read_all(&files, threads).unwrap();
+            assert!(answers[0].is_ok());
+            for answer in &answers[1..] {
+                let left = answer.as_ref().unwrap_err();
+                assert_eq!(
+                    left.reason,
+                    format!(
+                        "the same file as {}: read once",
+                        dir.join("a.json").display()
+                    )
+                );
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_figures_of_all_reports_together_are_bounded() {
+        let dir = scratch("total");
+        for name in ["a.json", "b.json", "c.json"] {
+            std::fs::write(dir.join(name), edited(&|doc| doc["host"] = name.into())).unwrap();
+        }
+        let (files, _) = list(std::slice::from_ref(&dir)).unwrap();
+        // 16 figures a report: two fit in 40, three do not.
+        assert_eq!(read_all_within(&files[..2], 2, 40).unwrap().len(), 2);
+        let err = read_all_within(&files, 1, 40).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the reports read hold 48 figures, more than the 40 one merge keeps: merge the directories in parts"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -11,11 +11,10 @@ use anyhow::{bail, Result};
 use clap::Args;
 use numalab_bench::fleet::{
     fleet, FleetError, FleetOptions, FleetReport, HostEntry, LeftOut, DEFAULT_THRESHOLD,
-    MAX_FILE_BYTES,
 };
 use numalab_bench::report::Report;
 
-use super::report::read_saved;
+use super::report::parse_saved;
 use crate::output::{self, OutputArgs};
 use crate::render::{self, fleet::html_page, fleet::sbatch_script, page};
 
@@ -189,8 +188,9 @@ pub const MAX_HOST_PAGES: usize = 200;
 /// The drill-down of the fleet page `page`: each host that stands out
 /// (a figure flagged, or in a group too small to judge: one or two hosts
 /// unlike the rest) gets its own report
-/// page, `<page stem>-hosts/<host>.html`, made from its file as `numalab
-/// report --from` makes it; at most [`MAX_HOST_PAGES`], flagged hosts
+/// page, `<page stem>-hosts/<host>.html`, made as `numalab report --from`
+/// makes it from the very bytes merged (read again from the descriptor
+/// they were read through, never by path); at most [`MAX_HOST_PAGES`], flagged hosts
 /// first. Returns host → link relative to the fleet page; a page that
 /// cannot be made is said on standard error and left out.
 fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
@@ -260,7 +260,13 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
             file = format!("{name}-{n}.html");
             n += 1;
         }
-        let made = read_saved::<Report>(Path::new(&entry.file), MAX_FILE_BYTES, "host reports")
+        let bytes = entry
+            .source
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("{}: not read in this run", entry.file))
+            .and_then(|source| source.read_again().map_err(anyhow::Error::msg));
+        let made = bytes
+            .and_then(|bytes| parse_saved::<Report>(bytes, Path::new(&entry.file)))
             .and_then(|host_report| {
                 host_report
                     .check_sizes()

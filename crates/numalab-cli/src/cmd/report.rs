@@ -89,7 +89,22 @@ pub(crate) fn read_saved<T: Schema + serde::de::DeserializeOwned>(
     limit: u64,
     what: &'static str,
 ) -> Result<T> {
-    let text = numalab::files::read_text_limited(path, limit, what)?;
+    let bytes = numalab::files::read_input_limited(path, limit, what)?;
+    parse_saved(bytes, path)
+}
+
+/// [`read_saved`] of bytes already read from `path`.
+pub(crate) fn parse_saved<T: Schema + serde::de::DeserializeOwned>(
+    bytes: Vec<u8>,
+    path: &Path,
+) -> Result<T> {
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not UTF-8 text (invalid byte at offset {})",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
     Document::<T>::parse(&text)
         .with_context(|| format!("reading {} as {}", path.display(), T::NAME))
 }
