@@ -800,6 +800,41 @@ mod tests {
     }
 
     #[test]
+    fn a_report_with_cells_of_nodes_it_does_not_have_is_left_out() {
+        let dir =
+            std::env::temp_dir().join(format!("numalab-fleet-stranger-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/results/report-two-socket.json"
+        ))
+        .unwrap();
+        for i in 0..3 {
+            let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+            doc["host"] = format!("n{i}").into();
+            if i == 2 {
+                let cells = doc["matrix"]["latency"]["cells"].as_array_mut().unwrap();
+                cells[3]["initiator"] = 99999.into();
+                cells[3]["target"] = 4294967295u32.into();
+            }
+            std::fs::write(dir.join(format!("n{i}.json")), doc.to_string()).unwrap();
+        }
+        let report = fleet(std::slice::from_ref(&dir), &FleetOptions::default()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(report.hosts.len(), 2);
+        assert_eq!(
+            report.left_out[0].reason,
+            "its latency cell 99999->4294967295 names node 99999, which it does not describe; not read"
+        );
+        assert!(report.left_out[0].path.ends_with("n2.json"));
+        let cells = report.groups.iter().flat_map(|g| &g.cells);
+        assert!(cells
+            .clone()
+            .all(|c| c.cell.initiator < 2 && c.cell.target < 2));
+    }
+
+    #[test]
     fn thresholds_are_checked() {
         for bad in [0.0, -1.0, 1.5, f64::NAN] {
             assert!(matches!(

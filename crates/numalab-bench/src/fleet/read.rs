@@ -474,11 +474,18 @@ struct View {
 #[derive(Deserialize)]
 struct MatrixView {
     environment: Option<Environment>,
+    shape: ShapeView,
     settings: SettingsView,
     latency: Option<Cells<LatencyView>>,
     bandwidth: Option<Cells<BandwidthView>>,
     #[serde(default)]
     interrupted: bool,
+}
+
+#[derive(Deserialize)]
+struct ShapeView {
+    initiators: Vec<u32>,
+    targets: Vec<u32>,
 }
 
 #[derive(Deserialize)]
@@ -535,15 +542,42 @@ impl HostResult {
                 Report::NAME
             ));
         };
-        let cells = [
-            matrix.latency.as_ref().map_or(0, |m| m.cells.len()),
-            matrix.bandwidth.as_ref().map_or(0, |m| m.cells.len()),
-        ];
-        crate::report::check_saved_sizes(
-            topology.topology.nodes.len(),
-            [0, 0],
-            cells.into_iter().max().unwrap_or(0),
-            0,
+        // The checks `report --from` makes, before any figure is kept.
+        let machine = &topology.topology;
+        let cells = |m: Option<usize>| m.unwrap_or(0);
+        crate::report::check_saved_sizes(&crate::report::SavedSizes {
+            nodes: machine.nodes.len(),
+            cpus: machine.cpus.len(),
+            caches: machine.last_level_caches.len(),
+            devices: machine.devices.len(),
+            initiators: matrix.shape.initiators.len(),
+            targets: matrix.shape.targets.len(),
+            matrices: vec![
+                (
+                    "latency",
+                    cells(matrix.latency.as_ref().map(|m| m.cells.len())),
+                ),
+                (
+                    "bandwidth",
+                    cells(matrix.bandwidth.as_ref().map(|m| m.cells.len())),
+                ),
+            ],
+            sweep_cells: 0,
+        })?;
+        let nodes = crate::report::saved_nodes(machine);
+        let shape = &matrix.shape;
+        crate::report::check_shape_nodes(&nodes, &shape.initiators, &shape.targets)?;
+        let latency = matrix.latency.iter().flat_map(|m| &m.cells);
+        crate::report::check_cell_nodes(
+            &nodes,
+            "latency",
+            latency.map(|c| (c.initiator, c.target)),
+        )?;
+        let bandwidth = matrix.bandwidth.iter().flat_map(|m| &m.cells);
+        crate::report::check_cell_nodes(
+            &nodes,
+            "bandwidth",
+            bandwidth.map(|c| (c.initiator, c.target)),
         )?;
         let environment = matrix.environment.as_ref();
         let host = view

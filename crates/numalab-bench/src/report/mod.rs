@@ -89,42 +89,139 @@ pub const MAX_SAVED_NODES: usize = 1024;
 /// own reports have a few dozen).
 pub const MAX_SAVED_SWEEP_CELLS: usize = 10_000;
 
-/// Why `count` of `what` is too many, or nothing.
-fn at_most(what: &str, count: usize, limit: usize) -> Result<(), String> {
+/// The most CPUs a saved report may describe: Linux's own limit (the
+/// largest `NR_CPUS` a kernel can be built with, 8192).
+pub const MAX_SAVED_CPUS: usize = 8192;
+
+/// The most last-level caches a saved report may describe: one per CPU.
+pub const MAX_SAVED_CACHES: usize = MAX_SAVED_CPUS;
+
+/// The most devices a saved report may describe: 65,536, every function
+/// of a whole PCI segment (256 buses × 32 devices × 8 functions); a large
+/// server has a few hundred.
+pub const MAX_SAVED_DEVICES: usize = 65_536;
+
+/// The sizes of a saved report that its tables, and a fleet's memory, are
+/// made from; checked by [`check_saved_sizes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SavedSizes {
+    /// Its topology's nodes.
+    pub nodes: usize,
+    /// Its topology's CPUs.
+    pub cpus: usize,
+    /// Its topology's last-level caches.
+    pub caches: usize,
+    /// Its topology's devices.
+    pub devices: usize,
+    /// The matrix's rows (initiator nodes).
+    pub initiators: usize,
+    /// The matrix's columns (target nodes).
+    pub targets: usize,
+    /// Each of the matrix's tables of node pairs, by name ("latency",
+    /// "bandwidth", ...), with its cells.
+    pub matrices: Vec<(&'static str, usize)>,
+    /// The policy sweep's cells.
+    pub sweep_cells: usize,
+}
+
+/// `Err` saying that `count` of `what` is more than `limit`, the limit
+/// `whose` says.
+fn at_most(what: &str, count: usize, limit: usize, whose: &str) -> Result<(), String> {
     if count > limit {
         return Err(format!(
-            "it describes {count} {what}, more than the {limit} a saved report may (Linux's own limit for nodes); not read"
+            "it describes {count} {what}, more than the {limit} {whose}; not read"
         ));
     }
     Ok(())
 }
 
 /// Checks the sizes a saved report's tables are drawn from, before
-/// anything is drawn: nodes and matrix sides at most [`MAX_SAVED_NODES`],
-/// cells at most one per pair of nodes, sweep cells at most
-/// [`MAX_SAVED_SWEEP_CELLS`].
+/// anything is drawn: nodes at most [`MAX_SAVED_NODES`], CPUs at most
+/// [`MAX_SAVED_CPUS`], caches and devices at most [`MAX_SAVED_CACHES`] and
+/// [`MAX_SAVED_DEVICES`]; the matrix's initiators and targets each at most
+/// the report's nodes, and each of its tables at most one cell per
+/// initiator and target; sweep cells at most [`MAX_SAVED_SWEEP_CELLS`].
+/// Whether each cell names the report's nodes is [`check_cell_nodes`].
 ///
 /// ```
-/// use numalab_bench::report::check_saved_sizes;
-/// assert!(check_saved_sizes(8, [8, 8], 64, 24).is_ok());
-/// let err = check_saved_sizes(3000, [3000, 3000], 9_000_000, 24).unwrap_err();
+/// use numalab_bench::report::{check_saved_sizes, SavedSizes};
+/// let sizes = SavedSizes {
+///     nodes: 8, cpus: 64, caches: 8, devices: 20, initiators: 8, targets: 8,
+///     matrices: vec![("latency", 64)], sweep_cells: 24,
+/// };
+/// assert!(check_saved_sizes(&sizes).is_ok());
+/// let err = check_saved_sizes(&SavedSizes { nodes: 3000, ..sizes.clone() }).unwrap_err();
 /// assert!(err.contains("3000 nodes, more than the 1024"), "{err}");
+/// let err = check_saved_sizes(&SavedSizes { matrices: vec![("latency", 65)], ..sizes }).unwrap_err();
+/// assert_eq!(err, "its latency matrix has 65 cells, more than its 8 initiators × 8 targets; not read");
 /// ```
-pub fn check_saved_sizes(
-    nodes: usize,
-    sides: [usize; 2],
-    cells: usize,
-    sweep_cells: usize,
-) -> Result<(), String> {
-    at_most("nodes", nodes, MAX_SAVED_NODES)?;
-    at_most("initiator nodes in its matrix", sides[0], MAX_SAVED_NODES)?;
-    at_most("target nodes in its matrix", sides[1], MAX_SAVED_NODES)?;
+pub fn check_saved_sizes(sizes: &SavedSizes) -> Result<(), String> {
+    const LINUX: &str = "a saved report may (Linux's own limit)";
+    at_most("nodes", sizes.nodes, MAX_SAVED_NODES, LINUX)?;
+    at_most("CPUs", sizes.cpus, MAX_SAVED_CPUS, LINUX)?;
     at_most(
-        "cells in one matrix",
-        cells,
-        MAX_SAVED_NODES * MAX_SAVED_NODES,
+        "last-level caches",
+        sizes.caches,
+        MAX_SAVED_CACHES,
+        "a saved report may (one per CPU)",
     )?;
-    at_most("sweep cells", sweep_cells, MAX_SAVED_SWEEP_CELLS)
+    at_most(
+        "devices",
+        sizes.devices,
+        MAX_SAVED_DEVICES,
+        "a saved report may (a whole PCI segment)",
+    )?;
+    let sides = [("initiator", sizes.initiators), ("target", sizes.targets)];
+    for (side, count) in sides {
+        if count > sizes.nodes {
+            return Err(format!(
+                "its matrix has {count} {side} nodes, more than the {} nodes it describes; not read",
+                sizes.nodes
+            ));
+        }
+    }
+    for &(name, cells) in &sizes.matrices {
+        if cells > sizes.initiators.saturating_mul(sizes.targets) {
+            return Err(format!(
+                "its {name} matrix has {cells} cells, more than its {} initiators × {} targets; not read",
+                sizes.initiators, sizes.targets
+            ));
+        }
+    }
+    at_most(
+        "sweep cells",
+        sizes.sweep_cells,
+        MAX_SAVED_SWEEP_CELLS,
+        "a saved report may",
+    )
+}
+
+/// Checks that every cell of the matrix table `name` names two of the
+/// report's `nodes` (sorted): a cell of a node the report does not have
+/// is no measurement of it.
+///
+/// ```
+/// use numalab_bench::report::check_cell_nodes;
+/// assert!(check_cell_nodes(&[0, 1], "latency", [(0, 1), (1, 0)]).is_ok());
+/// let err = check_cell_nodes(&[0, 1], "latency", [(99999, 4294967295)]).unwrap_err();
+/// assert_eq!(err, "its latency cell 99999->4294967295 names node 99999, which it does not describe; not read");
+/// ```
+pub fn check_cell_nodes(
+    nodes: &[u32],
+    name: &str,
+    cells: impl IntoIterator<Item = (u32, u32)>,
+) -> Result<(), String> {
+    for (initiator, target) in cells {
+        if let Some(node) = [initiator, target]
+            .into_iter()
+            .find(|n| nodes.binary_search(n).is_err())
+        {
+            return Err(format!(
+                "its {name} cell {initiator}->{target} names node {node}, which it does not describe; not read"
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Report {
@@ -155,24 +252,58 @@ impl Report {
         }
     }
 
-    /// [`check_saved_sizes`] of this report.
+    /// [`check_saved_sizes`] and [`check_cell_nodes`] of this report.
     pub fn check_sizes(&self) -> Result<(), String> {
-        let matrix = &self.matrix;
-        let cells = [
-            matrix.latency.as_ref().map_or(0, |m| m.cells.len()),
-            matrix.bandwidth.as_ref().map_or(0, |m| m.cells.len()),
-            matrix.c2c.as_ref().map_or(0, |m| m.cells.len()),
-            matrix.firmware.len(),
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
-        check_saved_sizes(
-            self.topology.topology.nodes.len(),
-            [matrix.shape.initiators.len(), matrix.shape.targets.len()],
-            cells,
-            self.sweep.cells.len(),
-        )
+        let (topology, matrix) = (&self.topology.topology, &self.matrix);
+        let cells = |m: Option<usize>| m.unwrap_or(0);
+        check_saved_sizes(&SavedSizes {
+            nodes: topology.nodes.len(),
+            cpus: topology.cpus.len(),
+            caches: topology.last_level_caches.len(),
+            devices: topology.devices.len(),
+            initiators: matrix.shape.initiators.len(),
+            targets: matrix.shape.targets.len(),
+            matrices: vec![
+                ("firmware", matrix.firmware.len()),
+                (
+                    "latency",
+                    cells(matrix.latency.as_ref().map(|m| m.cells.len())),
+                ),
+                (
+                    "bandwidth",
+                    cells(matrix.bandwidth.as_ref().map(|m| m.cells.len())),
+                ),
+                (
+                    "loaded latency",
+                    cells(matrix.loaded.as_ref().map(Vec::len)),
+                ),
+                (
+                    "cache-to-cache",
+                    cells(matrix.c2c.as_ref().map(|m| m.cells.len())),
+                ),
+            ],
+            sweep_cells: self.sweep.cells.len(),
+        })?;
+        let nodes = saved_nodes(topology);
+        check_shape_nodes(&nodes, &matrix.shape.initiators, &matrix.shape.targets)?;
+        let firmware = matrix.firmware.iter().map(|c| (c.initiator, c.target));
+        check_cell_nodes(&nodes, "firmware", firmware)?;
+        let latency = matrix.latency.iter().flat_map(|m| &m.cells);
+        check_cell_nodes(&nodes, "latency", latency.map(|c| (c.initiator, c.target)))?;
+        let bandwidth = matrix.bandwidth.iter().flat_map(|m| &m.cells);
+        check_cell_nodes(
+            &nodes,
+            "bandwidth",
+            bandwidth.map(|c| (c.initiator, c.target)),
+        )?;
+        let loaded = matrix.loaded.iter().flatten();
+        check_cell_nodes(
+            &nodes,
+            "loaded latency",
+            loaded.map(|c| (c.initiator, c.target)),
+        )?;
+        let c2c = matrix.c2c.iter().flat_map(|m| &m.cells);
+        check_cell_nodes(&nodes, "cache-to-cache", c2c.map(|c| (c.node_a, c.node_b)))
     }
 
     /// With read bandwidth by thread count, and the finding it makes.
@@ -216,4 +347,139 @@ pub enum ReportError {
     /// The sweep was stopped before its end.
     #[error("interrupted: no report written")]
     Interrupted,
+}
+
+/// Checks that the matrix's `initiators` and `targets` are the report's
+/// `nodes` (sorted).
+pub fn check_shape_nodes(nodes: &[u32], initiators: &[u32], targets: &[u32]) -> Result<(), String> {
+    match initiators
+        .iter()
+        .chain(targets)
+        .find(|n| nodes.binary_search(n).is_err())
+    {
+        Some(node) => Err(format!(
+            "its matrix measures node {node}, which it does not describe; not read"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The ids of a saved topology's nodes, sorted, for [`check_cell_nodes`].
+pub fn saved_nodes(topology: &numalab::Topology) -> Vec<u32> {
+    let mut nodes: Vec<u32> = topology.nodes.iter().map(|n| n.id).collect();
+    nodes.sort_unstable();
+    nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::document::Document;
+
+    fn saved(change: &dyn Fn(&mut serde_json::Value)) -> Report {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/results/report-two-socket.json"
+        ))
+        .unwrap();
+        let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        change(&mut doc);
+        Document::<Report>::parse(&doc.to_string()).unwrap()
+    }
+
+    fn sizes() -> SavedSizes {
+        SavedSizes {
+            nodes: 2,
+            cpus: 4,
+            caches: 2,
+            devices: 1,
+            initiators: 2,
+            targets: 2,
+            matrices: vec![("latency", 4), ("bandwidth", 4)],
+            sweep_cells: 6,
+        }
+    }
+
+    #[test]
+    fn each_size_of_a_saved_report_has_its_limit() {
+        assert_eq!(check_saved_sizes(&sizes()), Ok(()));
+        let refused = |sizes: SavedSizes| check_saved_sizes(&sizes).unwrap_err();
+        assert_eq!(
+            refused(SavedSizes { cpus: 8193, ..sizes() }),
+            "it describes 8193 CPUs, more than the 8192 a saved report may (Linux's own limit); not read"
+        );
+        assert!(check_saved_sizes(&SavedSizes {
+            cpus: 8192,
+            ..sizes()
+        })
+        .is_ok());
+        assert_eq!(
+            refused(SavedSizes { nodes: 1025, initiators: 0, targets: 0, ..sizes() }),
+            "it describes 1025 nodes, more than the 1024 a saved report may (Linux's own limit); not read"
+        );
+        assert!(refused(SavedSizes {
+            caches: 8193,
+            ..sizes()
+        })
+        .starts_with("it describes 8193 last-level caches, more than the 8192"));
+        assert!(refused(SavedSizes {
+            devices: 65_537,
+            ..sizes()
+        })
+        .starts_with("it describes 65537 devices, more than the 65536"));
+        assert_eq!(
+            refused(SavedSizes {
+                initiators: 3,
+                ..sizes()
+            }),
+            "its matrix has 3 initiator nodes, more than the 2 nodes it describes; not read"
+        );
+        assert!(refused(SavedSizes {
+            targets: 3,
+            ..sizes()
+        })
+        .starts_with("its matrix has 3 target nodes"));
+        assert_eq!(
+            refused(SavedSizes { matrices: vec![("bandwidth", 1_000_000)], ..sizes() }),
+            "its bandwidth matrix has 1000000 cells, more than its 2 initiators × 2 targets; not read"
+        );
+        assert!(refused(SavedSizes {
+            sweep_cells: 10_001,
+            ..sizes()
+        })
+        .starts_with("it describes 10001 sweep cells, more than the 10000"));
+    }
+
+    #[test]
+    fn a_saved_report_is_checked_whole() {
+        assert_eq!(saved(&|_| {}).check_sizes(), Ok(()));
+        let stranger = saved(&|doc| {
+            doc["matrix"]["latency"]["cells"][3]["initiator"] = 99999.into();
+            doc["matrix"]["latency"]["cells"][3]["target"] = 4294967295u32.into();
+        });
+        assert_eq!(
+            stranger.check_sizes().unwrap_err(),
+            "its latency cell 99999->4294967295 names node 99999, which it does not describe; not read"
+        );
+        let more = saved(&|doc| {
+            let cells = doc["matrix"]["bandwidth"]["cells"].as_array_mut().unwrap();
+            let copy = cells[0].clone();
+            cells.push(copy);
+        });
+        assert_eq!(
+            more.check_sizes().unwrap_err(),
+            "its bandwidth matrix has 5 cells, more than its 2 initiators × 2 targets; not read"
+        );
+        let cpus = saved(&|doc| {
+            let cpus = doc["topology"]["topology"]["cpus"].as_array_mut().unwrap();
+            let copy = cpus[0].clone();
+            cpus.resize(MAX_SAVED_CPUS + 1, copy);
+        });
+        assert!(cpus.check_sizes().unwrap_err().contains("8193 CPUs"));
+        let shape = saved(&|doc| doc["matrix"]["shape"]["targets"] = serde_json::json!([0, 7]));
+        assert_eq!(
+            shape.check_sizes().unwrap_err(),
+            "its matrix measures node 7, which it does not describe; not read"
+        );
+    }
 }
