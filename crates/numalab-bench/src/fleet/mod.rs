@@ -103,6 +103,31 @@ impl Metric {
         }
     }
 
+    /// `None` when `value` is [plausible](Self::plausible) for `cell`,
+    /// else why not, in one sentence.
+    ///
+    /// ```
+    /// use numalab_bench::fleet::{Cell, Metric};
+    /// let cell = Cell { metric: Metric::Latency, initiator: 0, target: 1 };
+    /// assert_eq!(Metric::implausible(cell, 95.0), None);
+    /// assert_eq!(
+    ///     Metric::implausible(cell, -1e308).unwrap(),
+    ///     "latency 0->1 is -1e308 ns: not a measurement (a figure is from 1e-1 to 1e7 ns)"
+    /// );
+    /// ```
+    pub fn implausible(cell: Cell, value: f64) -> Option<String> {
+        let range = cell.metric.plausible();
+        (!range.contains(&value)).then(|| {
+            format!(
+                "{cell} is {value:e} {}: not a measurement (a figure is from {:e} to {:e} {})",
+                cell.metric.unit(),
+                range.start(),
+                range.end(),
+                cell.metric.unit()
+            )
+        })
+    }
+
     /// Its name, as in [`Cell`]'s text.
     pub fn name(self) -> &'static str {
         match self {

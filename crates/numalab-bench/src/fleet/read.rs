@@ -589,7 +589,9 @@ impl HostResult {
         let fingerprint = Fingerprint::from_parts(&topology, environment, matrix.settings.quick);
         let mut figures = Vec::new();
         let mut add = |metric, initiator, target, figure: Option<&FigureView>| {
-            if let Some(f) = figure.filter(|f| f.median.is_finite() && f.median > 0.0) {
+            // A median of 0 is a figure of no samples: not measured. Any
+            // other is kept, and checked below.
+            if let Some(f) = figure.filter(|f| f.median != 0.0) {
                 figures.push((
                     Cell {
                         metric,
@@ -608,18 +610,11 @@ impl HostResult {
             add(Metric::Write, c.initiator, c.target, c.write_gbps.as_ref());
             add(Metric::Copy, c.initiator, c.target, c.copy_gbps.as_ref());
         }
-        if let Some((cell, value)) = figures
+        if let Some(why) = figures
             .iter()
-            .find(|(cell, value)| !cell.metric.plausible().contains(value))
+            .find_map(|&(cell, value)| Metric::implausible(cell, value))
         {
-            let range = cell.metric.plausible();
-            return Err(format!(
-                "{cell} is {value:e} {}: not a measurement (a figure is from {:e} to {:e} {})",
-                cell.metric.unit(),
-                range.start(),
-                range.end(),
-                cell.metric.unit()
-            ));
+            return Err(why);
         }
         figures.sort_by_key(|(cell, _)| *cell);
         figures.dedup_by_key(|(cell, _)| *cell);
@@ -778,6 +773,14 @@ mod tests {
         let why = HostResult::parse(&fast, file).unwrap_err();
         assert!(
             why.starts_with("read 0->0 is 1e308 GB/s: not a measurement"),
+            "{why}"
+        );
+        let negative = edited(&|doc| {
+            doc["matrix"]["latency"]["cells"][1]["latency_ns"]["median"] = (-1e308).into()
+        });
+        let why = HostResult::parse(&negative, file).unwrap_err();
+        assert!(
+            why.starts_with("latency 0->1 is -1e308 ns: not a measurement"),
             "{why}"
         );
         let quick = edited(&|doc| {

@@ -306,6 +306,48 @@ impl Report {
         check_cell_nodes(&nodes, "cache-to-cache", c2c.map(|c| (c.node_a, c.node_b)))
     }
 
+    /// A report read from a file, made ready to show: its sizes checked
+    /// ([`check_sizes`](Self::check_sizes)), every figure of its matrix
+    /// checked to be one a measurement gives
+    /// ([`Metric::plausible`](crate::fleet::Metric::plausible)), and its
+    /// findings made again from its topology, matrix, sweep and scaling
+    /// (the file's own are not shown: they need not say what its figures
+    /// do). Why not, in one sentence.
+    pub fn from_saved(mut self) -> Result<Report, String> {
+        use crate::fleet::{Cell, Metric};
+        self.check_sizes()?;
+        let matrix = &self.matrix;
+        let cell = |metric, initiator, target| Cell {
+            metric,
+            initiator,
+            target,
+        };
+        let latency = matrix.latency.iter().flat_map(|m| &m.cells);
+        let latency = latency.map(|c| {
+            let figure = Some(&c.latency_ns);
+            (cell(Metric::Latency, c.initiator, c.target), figure)
+        });
+        let bandwidth = matrix.bandwidth.iter().flat_map(|m| &m.cells);
+        let bandwidth = bandwidth.flat_map(|c| {
+            [
+                (Metric::Read, c.read_gbps.as_ref()),
+                (Metric::Write, c.write_gbps.as_ref()),
+                (Metric::Copy, c.copy_gbps.as_ref()),
+            ]
+            .map(|(metric, figure)| (cell(metric, c.initiator, c.target), figure))
+        });
+        for (cell, figure) in latency.chain(bandwidth) {
+            // A figure of no samples (n 0, all zeros) is one not measured.
+            let measured = figure.filter(|f| f.summary.n > 0 || f.summary.median != 0.0);
+            if let Some(why) = measured.and_then(|f| Metric::implausible(cell, f.summary.median)) {
+                return Err(format!("its {why}; not read"));
+            }
+        }
+        self.findings = findings::findings(&self.topology, &self.matrix, &self.sweep);
+        let scaling = self.scaling.take();
+        Ok(self.with_scaling(scaling))
+    }
+
     /// With read bandwidth by thread count, and the finding it makes.
     pub fn with_scaling(mut self, scaling: Option<scaling::ThreadScaling>) -> Report {
         if let Some(finding) = scaling.as_ref().and_then(findings::scaling) {
@@ -448,6 +490,33 @@ mod tests {
             ..sizes()
         })
         .starts_with("it describes 10001 sweep cells, more than the 10000"));
+    }
+
+    #[test]
+    fn a_saved_report_shows_findings_of_its_own_figures_and_no_impossible_figure() {
+        let all = |value: f64| {
+            saved(&move |doc| {
+                for cell in doc["matrix"]["latency"]["cells"].as_array_mut().unwrap() {
+                    cell["latency_ns"]["median"] = value.into();
+                }
+                doc["findings"] = serde_json::json!([{"kind": "machine", "text": "planted"}]);
+            })
+        };
+        assert_eq!(
+            all(-1e308).from_saved().unwrap_err(),
+            "its latency 0->0 is -1e308 ns: not a measurement (a figure is from 1e-1 to 1e7 ns); not read"
+        );
+        let report = all(150.0).from_saved().unwrap();
+        let texts: Vec<&str> = report.findings.iter().map(|f| f.text.as_str()).collect();
+        assert!(!texts.contains(&"planted"), "{texts:?}");
+        assert!(texts.iter().any(|t| t.contains("150 ns")), "{texts:?}");
+        // A figure of no samples is one not measured, not an impossible one.
+        let unmeasured = saved(&|doc| {
+            let figure = &mut doc["matrix"]["bandwidth"]["cells"][0]["write_gbps"];
+            figure["n"] = 0.into();
+            figure["median"] = 0.0.into();
+        });
+        assert!(unmeasured.from_saved().is_ok());
     }
 
     #[test]

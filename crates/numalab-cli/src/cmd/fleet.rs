@@ -268,8 +268,8 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
         let made = bytes
             .and_then(|bytes| parse_saved::<Report>(bytes, Path::new(&entry.file)))
             .and_then(|host_report| {
-                host_report
-                    .check_sizes()
+                let host_report = host_report
+                    .from_saved()
                     .map_err(|why| anyhow::anyhow!("{}: {why}", entry.file))?;
                 page::html_page(&host_report, &[])
             })

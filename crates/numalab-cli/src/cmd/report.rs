@@ -208,9 +208,8 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         Ok(())
     };
     if let Some(saved) = &args.from {
-        let report = read_saved::<Report>(saved, MAX_RESULT_BYTES, "saved reports")?;
-        report
-            .check_sizes()
+        let report = read_saved::<Report>(saved, MAX_RESULT_BYTES, "saved reports")?
+            .from_saved()
             .map_err(|why| anyhow::anyhow!("{}: {why}", saved.display()))?;
         write(&report)?;
         return Ok(0);

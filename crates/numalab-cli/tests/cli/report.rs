@@ -279,4 +279,31 @@ fn names_in_a_saved_report_cannot_forge_a_line() {
             .any(|l| l.trim_start().starts_with("numalab: forged")),
         "{text}"
     );
+
+fn a_saved_report_with_impossible_figures_is_refused_and_findings_are_made_again() {
+    let scratch = Scratch::new("report-impossible");
+    let text = std::fs::read_to_string(saved("two-socket")).unwrap();
+    let mut doc: Value = serde_json::from_str(&text).unwrap();
+    for cell in doc["matrix"]["latency"]["cells"].as_array_mut().unwrap() {
+        cell["latency_ns"]["median"] = (-1e308).into();
+    }
+    let bad = scratch.path("bad.json");
+    std::fs::write(&bad, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = numalab(&["report", "--from", &bad]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("its latency 0->0 is -1e308 ns: not a measurement"),
+        "{}",
+        stderr(&out)
+    );
+    // The findings shown are the figures', not the file's.
+    let mut doc: Value = serde_json::from_str(&text).unwrap();
+    doc["findings"][1]["text"] = "From node 0, memory on node 1 costs 1 ns, planted.".into();
+    let planted = scratch.path("planted.json");
+    std::fs::write(&planted, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = numalab(&["report", "--from", &planted]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("planted"), "{text}");
+    assert!(text.contains("costs 197 ns"), "{text}");
 }
