@@ -462,7 +462,8 @@ fn read_all_within(
 #[derive(Deserialize)]
 struct View {
     schema: Option<String>,
-    schema_version: Option<u32>,
+    #[serde(default, deserialize_with = "present")]
+    schema_version: Option<serde_json::Value>,
     created: Option<String>,
     host: Option<String>,
     #[serde(default)]
@@ -523,7 +524,16 @@ struct FigureView {
 #[derive(Deserialize)]
 struct Header {
     schema: Option<String>,
+    #[serde(default, deserialize_with = "present")]
     schema_version: Option<serde_json::Value>,
+}
+
+/// A field that is there, whatever it holds (`null` too): `None` only
+/// when it is missing.
+fn present<'de, D: serde::Deserializer<'de>>(
+    field: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(field).map(Some)
 }
 
 impl HostResult {
@@ -535,7 +545,7 @@ impl HostResult {
             Ok(view) => view,
             Err(err) => return Err(why_not(bytes, &err)),
         };
-        check_header(view.schema.as_deref(), view.schema_version)?;
+        check_header(view.schema.as_deref(), view.schema_version.as_ref())?;
         let (Some(topology), Some(matrix)) = (view.topology, view.matrix) else {
             return Err(format!(
                 "not a valid {} document: it has no topology or no matrix",
@@ -643,23 +653,38 @@ impl HostResult {
     }
 }
 
-/// Refuses a document of another schema or version.
-fn check_header(schema: Option<&str>, version: Option<u32>) -> Result<(), String> {
+/// Refuses a document of another schema or version; `version` is the
+/// `schema_version` field as it is in the file.
+fn check_header(schema: Option<&str>, version: Option<&serde_json::Value>) -> Result<(), String> {
     match (schema, version) {
         (None, _) => Err("not a numalab document: it has no \"schema\" field".into()),
         (Some(schema), _) if schema != Report::NAME => {
             Err(format!("a {schema} document, not {}", Report::NAME))
         }
-        (Some(_), Some(version)) if version != Report::VERSION => Err(format!(
-            "{} version {version}; this numalab reads version {}",
-            Report::NAME,
-            Report::VERSION
-        )),
         (Some(_), None) => Err(format!(
             "not a valid {} document: it has no \"schema_version\" field",
             Report::NAME
         )),
-        _ => Ok(()),
+        (Some(_), Some(version)) => match version.as_u64() {
+            Some(version) if version == u64::from(Report::VERSION) => Ok(()),
+            Some(version) => Err(format!(
+                "{} version {version}; this numalab reads version {}",
+                Report::NAME,
+                Report::VERSION
+            )),
+            None => {
+                let mut held = version.to_string();
+                if held.len() > 40 {
+                    let cut = (0..=40).rev().find(|&i| held.is_char_boundary(i));
+                    held.truncate(cut.unwrap_or(0));
+                    held.push('…');
+                }
+                Err(format!(
+                    "not a valid {} document: its \"schema_version\" is {held}, not a version number",
+                    Report::NAME
+                ))
+            }
+        },
     }
 }
 
@@ -667,6 +692,9 @@ fn check_header(schema: Option<&str>, version: Option<u32>) -> Result<(), String
 /// reads, by the JSON error otherwise.
 fn why_not(bytes: &[u8], err: &serde_json::Error) -> String {
     use serde_json::error::Category;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return "empty: no JSON in the file".into();
+    }
     match err.classify() {
         Category::Eof => {
             return format!(
@@ -680,9 +708,7 @@ fn why_not(bytes: &[u8], err: &serde_json::Error) -> String {
     }
     match serde_json::from_slice::<Header>(bytes) {
         Ok(header) => {
-            let version = header.schema_version.as_ref().and_then(|v| v.as_u64());
-            let version = version.map(|v| u32::try_from(v).unwrap_or(u32::MAX));
-            match check_header(header.schema.as_deref(), version) {
+            match check_header(header.schema.as_deref(), header.schema_version.as_ref()) {
                 Err(reason) => reason,
                 Ok(()) => format!("not a valid {} document: {err}", Report::NAME),
             }
@@ -746,6 +772,45 @@ mod tests {
         );
         let why = HostResult::parse(b"\xff\xfe", file).unwrap_err();
         assert!(why.starts_with("not valid JSON"), "{why}");
+    }
+
+    #[test]
+    fn a_schema_version_that_is_no_number_is_named() {
+        let file = Path::new("x.json");
+        for (version, held) in [
+            (serde_json::json!(-1), "-1"),
+            (serde_json::json!("1"), "\"1\""),
+            (serde_json::Value::Null, "null"),
+            (serde_json::json!(1.5), "1.5"),
+        ] {
+            let doc = edited(&|doc| doc["schema_version"] = version.clone());
+            assert_eq!(
+                HostResult::parse(&doc, file).unwrap_err(),
+                format!("not a valid numalab.report document: its \"schema_version\" is {held}, not a version number")
+            );
+        }
+        let doc = edited(&|doc| {
+            doc.as_object_mut().unwrap().remove("schema_version");
+        });
+        assert_eq!(
+            HostResult::parse(&doc, file).unwrap_err(),
+            "not a valid numalab.report document: it has no \"schema_version\" field"
+        );
+        let doc = edited(&|doc| doc["schema_version"] = (1u64 << 40).into());
+        assert_eq!(
+            HostResult::parse(&doc, file).unwrap_err(),
+            "numalab.report version 1099511627776; this numalab reads version 1"
+        );
+    }
+
+    #[test]
+    fn an_empty_file_is_called_empty() {
+        for empty in [&b""[..], b"  \n"] {
+            assert_eq!(
+                HostResult::parse(empty, Path::new("x.json")).unwrap_err(),
+                "empty: no JSON in the file"
+            );
+        }
     }
 
     #[test]
