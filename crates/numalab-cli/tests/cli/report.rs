@@ -279,7 +279,9 @@ fn names_in_a_saved_report_cannot_forge_a_line() {
             .any(|l| l.trim_start().starts_with("numalab: forged")),
         "{text}"
     );
+}
 
+#[test]
 fn a_saved_report_with_impossible_figures_is_refused_and_findings_are_made_again() {
     let scratch = Scratch::new("report-impossible");
     let text = std::fs::read_to_string(saved("two-socket")).unwrap();
