@@ -415,7 +415,11 @@ pub fn may_not_apply(check: &str, preset: &Preset, version: (u64, u64)) -> Resul
         // Memory tiers are in sysfs from Linux 6.1; soft-dirty bits are in
         // every kernel the suite boots (Debian's, CONFIG_MEM_SOFT_DIRTY).
         "topo.tiers" => (version < (6, 1), "Linux 6.1 and later show memory tiers"),
-        oracle if oracle.starts_with("oracle.") || oracle == "pagecache.load-drop" => (
+        oracle
+            if oracle.starts_with("oracle.")
+                || oracle == "pagecache.load-drop"
+                || oracle == "profile.numastat" =>
+        (
             !is_ci(),
             "CI is set: the guest's tools and disk file system are required",
         ),

@@ -182,6 +182,11 @@ pub const CHECKS: &[Check] = &[
         run: advise::writes,
     },
     Check {
+        name: "profile.numastat",
+        about: "numalab profile --pid of a program with 32 MiB on the first node, then 16 MiB of it freed and 24 MiB on the last, each phase held until read: the last sample's MB per node and numastat -p's within 1% of the total",
+        run: oracle::profile_numastat,
+    },
+    Check {
         name: "advise.placements",
         about: "numalab advise on busybox dd: the candidates the preset calls for, each run's pages where that placement puts them, a recommendation",
         run: advise::placements,
@@ -771,6 +776,16 @@ pub fn main() -> ExitCode {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(err) => {
                         eprintln!("numalab-guest --hold: {err:#}");
+                        ExitCode::from(1)
+                    }
+                };
+            }
+            "--phases" => {
+                let (nodes, statefile) = (args.next().unwrap_or_default(), args.next());
+                return match oracle::phases(&nodes, &statefile.unwrap_or_default()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(err) => {
+                        eprintln!("numalab-guest --phases: {err:#}");
                         ExitCode::from(1)
                     }
                 };

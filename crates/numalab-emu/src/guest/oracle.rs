@@ -540,3 +540,167 @@ mod tests {
         assert!(close(0.0, 0.0));
     }
 }
+
+/// The guest program's `--phases FIRST,LAST STATEFILE`: 32 MiB on node
+/// FIRST (two halves, bound there, touched), then, when the check writes
+/// `go1` to STATEFILE, 24 MiB on node LAST and one half on FIRST freed;
+/// after `go2` it ends. It writes `1` and `2` to STATEFILE when each
+/// phase's memory is in place, so the check reads it at a known point.
+pub fn phases(nodes: &str, statefile: &str) -> Result<()> {
+    use numalab::{MemPolicy, NodeBuffer};
+    let nodes: NodeSet = nodes.parse().context("--phases takes nodes, as 0,1")?;
+    let (Some(first), Some(last)) = (nodes.first(), nodes.last()) else {
+        bail!("--phases takes two nodes");
+    };
+    let bound = |node: u32, mib: usize| -> Result<NodeBuffer> {
+        let mut buffer = NodeBuffer::new(mib << 20, MemPolicy::Bind(NodeSet::single(node)))?;
+        buffer.as_mut_slice().fill(1);
+        Ok(buffer)
+    };
+    let say = |state: &str| -> Result<()> {
+        let tmp = format!("{statefile}.tmp");
+        fs::write(&tmp, state)?;
+        fs::rename(&tmp, statefile)?;
+        Ok(())
+    };
+    // Waits for the check's word; ends with the check.
+    let parent = std::os::unix::process::parent_id();
+    let wait = |word: &str| -> Result<()> {
+        while fs::read_to_string(statefile).unwrap_or_default() != word {
+            if std::os::unix::process::parent_id() != parent {
+                bail!("the check that started it is gone");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    };
+    let (half, other_half) = (bound(first, 16)?, bound(first, 16)?);
+    say("1")?;
+    wait("go1")?;
+    let later = bound(last, 24)?;
+    drop(other_half);
+    say("2")?;
+    wait("go2")?;
+    drop((half, later));
+    Ok(())
+}
+
+/// A program that places memory on the first node, then on the last and
+/// frees some of the first, each phase held until the check has read it:
+/// at each point the last sample of `numalab profile --pid` and
+/// `numastat -p` (numactl's own reading of numa_maps) agree node by node
+/// within 1% of the program's total.
+pub fn profile_numastat(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    if !tools_here(out) {
+        return Ok(());
+    }
+    let nodes = guest.preset.memory_nodes();
+    let (Some(first), Some(last)) = (nodes.first(), nodes.last()) else {
+        bail!("the preset has no nodes with memory");
+    };
+    let statefile = "/tmp/emu-phases.state";
+    let _ = fs::remove_file(statefile);
+    let mut program = Command::new("/bin/numalab-guest")
+        .args(["--phases", &format!("{first},{last}"), statefile])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting the phases program")?;
+    let pid = program.id().to_string();
+    let result = (|| -> Result<()> {
+        for (phase, go) in [("1", "go1"), ("2", "go2")] {
+            wait_for_state(&mut program, statefile, phase)?;
+            let report: numalab_bench::profile::ProfileReport = guest.numalab_result(&[
+                "profile",
+                "--pid",
+                &pid,
+                "--interval",
+                "50ms",
+                "--duration",
+                "100ms",
+                "--json",
+            ])?;
+            let numastat = numastat_totals(&run(NUMASTAT, &["-p", &pid])?)?;
+            let ours: BTreeMap<u32, f64> = report
+                .timeline
+                .samples
+                .last()
+                .map(|s| {
+                    let mut per_node = BTreeMap::new();
+                    for by_node in s.memory.bytes.values() {
+                        for (&node, &bytes) in by_node {
+                            // numastat's MB are MiB.
+                            *per_node.entry(node).or_insert(0.0) += bytes as f64 / (1 << 20) as f64;
+                        }
+                    }
+                    per_node
+                })
+                .unwrap_or_default();
+            let total = numastat.values().sum::<f64>();
+            for (&node, &theirs) in &numastat {
+                let mine = ours.get(&node).copied().unwrap_or(0.0);
+                out.check(
+                    format!(
+                        "phase {phase}, node {node}: numalab profile MB (numastat -p {theirs:.2})"
+                    ),
+                    format!("{theirs:.2} ± {:.2}", total * 0.01 + 0.01),
+                    format!("{mine:.2}"),
+                    (mine - theirs).abs() <= total * 0.01 + 0.01,
+                );
+            }
+            let expected = if phase == "1" {
+                format!("node {first} ≥ 32 MB")
+            } else {
+                format!("node {first} ≥ 16 MB, node {last} ≥ 24 MB")
+            };
+            let mb = |node| numastat.get(&node).copied().unwrap_or(0.0);
+            let placed = if phase == "1" {
+                mb(first) >= 32.0
+            } else {
+                mb(first) >= 16.0 && mb(last) >= 24.0
+            };
+            out.check(
+                format!("phase {phase}: where numastat -p finds the program's memory"),
+                expected,
+                split_text(&numastat),
+                placed,
+            );
+            fs::write(statefile, go)?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = program.kill();
+    }
+    let _ = program.wait();
+    let _ = fs::remove_file(statefile);
+    result
+}
+
+/// Waits until the program has written `state` (its memory in place);
+/// its error when it ends first, a named failure when it hangs.
+fn wait_for_state(program: &mut Child, statefile: &str, state: &str) -> Result<()> {
+    let began = Instant::now();
+    while fs::read_to_string(statefile).unwrap_or_default() != state {
+        if let Some(status) = program.try_wait()? {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = program.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+            }
+            bail!(
+                "the phases program exited {:?}: {}",
+                status.code(),
+                stderr.trim()
+            );
+        }
+        if began.elapsed() > HANG {
+            bail!(
+                "the phases program had not reached phase {state} after {} s",
+                HANG.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
