@@ -117,6 +117,21 @@ pub fn read_input_limited(
 }
 
 /// A file read by [`read_input_at`]: its bytes, and which file they are.
+///
+/// ```
+/// use numalab::files::{read_input_at, TreeDir};
+/// let dir = std::env::temp_dir().join(format!("numalab-doc-input-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// std::fs::write(dir.join("a.json"), b"{}")?;
+/// std::fs::hard_link(dir.join("a.json"), dir.join("b.json"))?;
+/// let held = TreeDir::open(&dir)?;
+/// let a = read_input_at(Some(&held), "a.json".as_ref(), 1024, "a report")?;
+/// let b = read_input_at(Some(&held), "b.json".as_ref(), 1024, "a report")?;
+/// std::fs::remove_dir_all(&dir)?;
+/// assert_eq!(a.bytes, b"{}");
+/// assert_eq!(a.id, b.id, "two names of one file");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputFile {
     /// Everything it held (at most the limit).

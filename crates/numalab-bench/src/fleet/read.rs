@@ -166,6 +166,23 @@ const LINK_IN_DIRECTORY: &str =
 /// Its page is made from the very bytes merged, read again
 /// ([`read_again`](Self::read_again)) rather than kept: a fleet keeps
 /// only each host's figures in memory, never its whole report.
+///
+/// ```
+/// use numalab_bench::fleet::read::{list, read_all};
+/// let dir = std::env::temp_dir().join(format!("numalab-doc-source-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let saved = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/results/report-cxl.json");
+/// std::fs::copy(saved, dir.join("cxl.json"))?;
+/// let (files, _) = list(&[dir.clone()])?;
+/// let host = read_all(&files, 1)?.remove(0).map_err(|l| l.to_string())?;
+/// let source = host.source.expect("read from a directory");
+/// assert_eq!(source.read_again()?, std::fs::read(saved)?);
+/// // Changed since: not read again.
+/// std::fs::write(dir.join("cxl.json"), b"{}")?;
+/// assert!(source.read_again().unwrap_err().contains("changed since it was merged"));
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Source {
     file: ReportFile,

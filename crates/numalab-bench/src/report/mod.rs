@@ -103,6 +103,18 @@ pub const MAX_SAVED_DEVICES: usize = 65_536;
 
 /// The sizes of a saved report that its tables, and a fleet's memory, are
 /// made from; checked by [`check_saved_sizes`].
+///
+/// ```
+/// use numalab_bench::report::{check_saved_sizes, SavedSizes};
+/// let two = SavedSizes {
+///     nodes: 2, cpus: 4, initiators: 2, targets: 2,
+///     matrices: vec![("latency", 4)],
+///     ..SavedSizes::default()
+/// };
+/// assert!(check_saved_sizes(&two).is_ok());
+/// let more_cells = SavedSizes { matrices: vec![("latency", 5)], ..two };
+/// assert!(check_saved_sizes(&more_cells).is_err());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SavedSizes {
     /// Its topology's nodes.

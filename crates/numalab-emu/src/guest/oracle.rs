@@ -515,32 +515,6 @@ pub fn numastat(guest: &Guest, out: &mut Outcome) -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_numastat_totals() {
-        let text = "\nPer-node process memory usage (in MBs) for PID 77 (numalab-guest)\n\
-                                   Node 0          Node 2           Total\n\
-                          --------------- --------------- ---------------\n\
-        Huge                         0.00            0.00            0.00\n\
-        Private                     16.50           16.52           33.02\n\
-        ----------------  --------------- --------------- ---------------\n\
-        Total                       16.60           16.52           33.12\n";
-        let totals = numastat_totals(text).unwrap();
-        assert_eq!(totals, BTreeMap::from([(0, 16.60), (2, 16.52)]));
-        assert!(numastat_totals("Total 1.0").is_err());
-    }
-
-    #[test]
-    fn memory_within_one_percent() {
-        assert!(close(1024.0, 1030.0));
-        assert!(!close(1024.0, 1040.0));
-        assert!(close(0.0, 0.0));
-    }
-}
-
 /// The guest program's `--phases FIRST,LAST STATEFILE`: 32 MiB on node
 /// FIRST (two halves, bound there, touched), then, when the check writes
 /// `go1` to STATEFILE, 24 MiB on node LAST and one half on FIRST freed;
@@ -703,4 +677,30 @@ fn wait_for_state(program: &mut Child, statefile: &str, state: &str) -> Result<(
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_numastat_totals() {
+        let text = "\nPer-node process memory usage (in MBs) for PID 77 (numalab-guest)\n\
+                                   Node 0          Node 2           Total\n\
+                          --------------- --------------- ---------------\n\
+        Huge                         0.00            0.00            0.00\n\
+        Private                     16.50           16.52           33.02\n\
+        ----------------  --------------- --------------- ---------------\n\
+        Total                       16.60           16.52           33.12\n";
+        let totals = numastat_totals(text).unwrap();
+        assert_eq!(totals, BTreeMap::from([(0, 16.60), (2, 16.52)]));
+        assert!(numastat_totals("Total 1.0").is_err());
+    }
+
+    #[test]
+    fn memory_within_one_percent() {
+        assert!(close(1024.0, 1030.0));
+        assert!(!close(1024.0, 1040.0));
+        assert!(close(0.0, 0.0));
+    }
 }
