@@ -252,6 +252,11 @@ pub const CHECKS: &[Check] = &[
         run: matrix::shape,
     },
     Check {
+        name: "oracle.hwloc-export",
+        about: "numalab matrix --quick --hwloc-xml read back by lstopo -i FILE --memattrs in the guest: every cell's value, its initiator's cpuset the preset's CPUs of that node (memory-less ones too) and its target node (CPU-less ones too), nothing else",
+        run: oracle::hwloc_export,
+    },
+    Check {
         name: "report.quick",
         about: "numalab report --quick --json whole: the preset's nodes, the matrix's shape with every cell on its node, every sweep cell's regions where its policy puts them, findings",
         run: report::quick,

@@ -679,6 +679,147 @@ fn wait_for_state(program: &mut Child, statefile: &str, state: &str) -> Result<(
     Ok(())
 }
 
+/// A CPU set from hwloc's bitmap text (`0x0000000c`, or 32-bit groups
+/// most significant first: `0x00000001,0x00000000`).
+fn hwloc_cpuset(text: &str) -> Option<CpuSet> {
+    let mut cpus = Vec::new();
+    let groups: Vec<&str> = text.trim().trim_start_matches("0x").split(',').collect();
+    for (i, group) in groups.iter().rev().enumerate() {
+        let bits = u32::from_str_radix(group.trim_start_matches("0x"), 16).ok()?;
+        cpus.extend(
+            (0..32)
+                .filter(|b| bits >> b & 1 == 1)
+                .map(|b| (i * 32 + b) as u32),
+        );
+    }
+    Some(cpus.into_iter().collect())
+}
+
+/// `numalab matrix --quick --json --hwloc-xml FILE` read back by hwloc
+/// itself (`lstopo -i FILE --memattrs`): every cell of the JSON is in
+/// hwloc's memory attributes with its value (ns; MiB/s from GB/s;
+/// Bandwidth the mean of read and write), its initiator's cpuset the
+/// preset's CPUs of that node (memory-less CPU nodes included) and its
+/// target the node (CPU-less ones included); the attributes numalab does
+/// not measure are the preset's HMAT values, and nothing else is there.
+pub fn hwloc_export(guest: &Guest, out: &mut Outcome) -> Result<()> {
+    if !tools_here(out) {
+        return Ok(());
+    }
+    let xml = "/tmp/emu-matrix.xml";
+    let result: numalab_bench::matrix::MatrixResult =
+        guest.numalab_result(&["matrix", "--quick", "--json", "--hwloc-xml", xml])?;
+    let mib = |gbps: f64| (gbps * 1e9 / (1u64 << 20) as f64).round() as u64;
+    let mut expected = BTreeMap::new();
+    for cell in result.latency.iter().flat_map(|m| &m.cells) {
+        let ns = cell.latency_ns.median().round() as u64;
+        for attribute in ["Latency", "ReadLatency"] {
+            expected.insert((attribute.to_owned(), cell.initiator, cell.target), ns);
+        }
+    }
+    for cell in result.bandwidth.iter().flat_map(|m| &m.cells) {
+        let (Some(read), Some(write)) = (&cell.read_gbps, &cell.write_gbps) else {
+            continue;
+        };
+        let (read, write) = (read.median(), write.median());
+        let key = |a: &str| (a.to_owned(), cell.initiator, cell.target);
+        expected.insert(key("ReadBandwidth"), mib(read));
+        expected.insert(key("WriteBandwidth"), mib(write));
+        expected.insert(key("Bandwidth"), mib((read + write) / 2.0));
+    }
+    let preset = &guest.preset;
+    let (rows, cols) = (preset.cpu_nodes(), preset.memory_nodes());
+    out.same(
+        "figures in the JSON (5 per CPU node x memory node)",
+        5 * rows.len() * cols.len(),
+        expected.len(),
+    );
+    // What numalab does not measure (WriteLatency) stays the firmware's:
+    // the HMAT values Linux publishes of the preset.
+    let measured: Vec<String> = expected.keys().map(|(a, _, _)| a.clone()).collect();
+    for attribute in preset.expected_attributes() {
+        if !measured.iter().any(|a| a == attribute.attribute) {
+            expected.insert(
+                (
+                    attribute.attribute.to_owned(),
+                    attribute.initiator,
+                    attribute.target,
+                ),
+                attribute.value,
+            );
+        }
+    }
+    // The initiator of a value is a cpuset: the node whose CPUs the
+    // preset gives are exactly those.
+    let node_of = |cpus: &CpuSet| rows.iter().find(|&n| preset.cpus_of(n) == *cpus);
+    let memattrs = run(LSTOPO, &["-i", xml, "--memattrs", "-p"])?;
+    let _ = fs::remove_file(xml);
+    let mut found = BTreeMap::new();
+    let mut strangers = Vec::new();
+    let mut attribute = String::new();
+    for line in memattrs.lines() {
+        // Memory attribute #3 name `Latency' flags 6
+        if let Some(rest) = line.strip_prefix("Memory attribute #") {
+            attribute = rest
+                .split('`')
+                .nth(1)
+                .and_then(|r| r.split('\'').next())
+                .unwrap_or_default()
+                .to_owned();
+            continue;
+        }
+        //   NUMANode P#0 = 199 from cpuset 0x00000003 (Machine P#0)
+        let Some((target, rest)) = line
+            .trim()
+            .strip_prefix("NUMANode P#")
+            .and_then(|l| l.split_once(" = "))
+        else {
+            continue;
+        };
+        let Some((value, initiator)) = rest.split_once(" from cpuset ") else {
+            continue; // Capacity, Locality: no initiator
+        };
+        let cpuset = initiator.split(' ').next().unwrap_or_default();
+        match (
+            hwloc_cpuset(cpuset).as_ref().and_then(node_of),
+            target.parse::<u32>(),
+            value.parse::<u64>(),
+        ) {
+            (Some(node), Ok(target), Ok(value)) => {
+                found.insert((attribute.clone(), node, target), value);
+            }
+            _ => strangers.push(line.trim().to_owned()),
+        }
+    }
+    let text = |m: &BTreeMap<(String, u32, u32), u64>| {
+        m.iter()
+            .map(|((a, i, t), v)| format!("{a} {i}->{t} {v}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    out.same(
+        "hwloc's values (attribute initiator->target value)",
+        text(&expected),
+        text(&found),
+    );
+    out.same(
+        "values whose initiator is no CPU node's cpuset",
+        "none",
+        if strangers.is_empty() {
+            "none".to_owned()
+        } else {
+            strangers.join("; ")
+        },
+    );
+    let memless: Vec<u32> = rows.iter().filter(|n| !cols.contains(*n)).collect();
+    let cpuless: Vec<u32> = cols.iter().filter(|n| !rows.contains(*n)).collect();
+    out.note(format!(
+        "memory-less initiators {memless:?}, CPU-less targets {cpuless:?}, {} values",
+        found.len()
+    ));
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
