@@ -228,7 +228,7 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "pagecache.replicate",
-        about: "numalab pagecache bench --replicate, one reader per CPU node and a writer: each node's copies all on that node (the kernel's count), later repeats read them, writes meanwhile; ReplicatedFile from each CPU node: copies there, a write read at once by every node",
+        about: "numalab pagecache bench --replicate, one reader per CPU node and a writer: each node's copies all on that node (the kernel's count), later repeats read them, writes meanwhile; ReplicatedFile of 8 MiB from each CPU node: copies there, that node's Shmem (the kernel's count) grew by the file and no other node's, a write read at once by every node",
         run: pagecache::replicate,
     },
     Check {

@@ -6,6 +6,7 @@
 //! its readers on the CPUs the preset gives each node and its file's
 //! cache on the node asked, and its SLIT ratio is the preset's.
 
+use std::collections::BTreeMap;
 use std::fs;
 
 use anyhow::Result;
@@ -219,10 +220,29 @@ pub fn replicate(guest: &Guest, out: &mut Outcome) -> Result<()> {
     collapse(guest, out)
 }
 
-/// The library: from a thread on each CPU node, a 1 MiB file read twice
-/// through `ReplicatedFile` makes its 16 copies on that node, the second
-/// read is all from them; after a write to one chunk, every node reads the
-/// new bytes, each copying that one chunk again.
+/// The file `collapse` replicates: 8 MiB, 128 chunks of 64 KiB.
+const COPIED: usize = 8 << 20;
+const CHUNKS: u64 = (COPIED >> 16) as u64;
+
+/// `Shmem` of node `node` in bytes, as the kernel counts it
+/// (`/sys/devices/system/node/nodeN/meminfo`), read here, not by numalab.
+fn node_shmem(node: u32) -> Result<u64> {
+    let text = fs::read_to_string(format!("/sys/devices/system/node/node{node}/meminfo"))?;
+    let kb: u64 = text
+        .lines()
+        .find(|l| l.contains(" Shmem:"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .ok_or_else(|| anyhow::anyhow!("no Shmem in node {node}'s meminfo"))?
+        .parse()?;
+    Ok(kb * 1024)
+}
+
+/// The library: from a thread on each CPU node, an 8 MiB file read twice
+/// through `ReplicatedFile` makes its 128 copies on that node, the second
+/// read is all from them, and the kernel's own count of the node's shared
+/// memory (the copies' segment is a memfd) grew by the file, on that node
+/// and no other; after a write to one chunk, every node reads the new
+/// bytes, each copying that one chunk again.
 fn collapse(guest: &Guest, out: &mut Outcome) -> Result<()> {
     use numalab::replicated::{FileCopyOptions, ReplicatedFile};
     // Copies where there is memory: on each CPU node's own.
@@ -231,15 +251,20 @@ fn collapse(guest: &Guest, out: &mut Outcome) -> Result<()> {
         .cpu_nodes()
         .intersection(&guest.preset.memory_nodes());
     let file = numalab::files::scratch_file(&std::env::temp_dir())?;
-    std::os::unix::fs::FileExt::write_all_at(&file, &vec![1u8; 1 << 20], 0)?;
+    std::os::unix::fs::FileExt::write_all_at(&file, &vec![1u8; COPIED], 0)?;
+    let nodes = guest.preset.node_ids();
+    let shmem = || -> Result<BTreeMap<u32, u64>> {
+        nodes.iter().map(|n| Ok((n, node_shmem(n)?))).collect()
+    };
+    let before = shmem()?;
     let options = FileCopyOptions::default().nodes(Some(cpu_nodes.clone()));
     let copies = ReplicatedFile::new(file, options)?;
     let read = |node: u32| {
         guest.on_node(node, || {
             let mut reader = copies.reader(node);
-            let mut all = vec![0u8; 1 << 20];
+            let mut all = vec![0u8; COPIED];
             let mut block = vec![0u8; 8192];
-            for at in (0..1 << 20).step_by(8192) {
+            for at in (0..COPIED).step_by(8192) {
                 let n = reader.read_at(&mut block, at as u64).unwrap_or(0);
                 all[at..at + n].copy_from_slice(&block[..n]);
             }
@@ -249,18 +274,35 @@ fn collapse(guest: &Guest, out: &mut Outcome) -> Result<()> {
     for node in cpu_nodes.iter() {
         let (_, (made, _, _)) = read(node)?;
         let (_, (again, from_copies, _)) = read(node)?;
-        out.same(format!("file copies on node {node}: made"), 16, made);
+        out.same(format!("file copies on node {node}: made"), CHUNKS, made);
         out.same(format!("file copies on node {node}: made again"), 0, again);
         out.same(
             format!("file copies on node {node}: second read from them"),
-            1 << 20,
+            COPIED,
             from_copies,
+        );
+    }
+    // The kernel's count: each copying node's Shmem grew by the file
+    // (within 1 MiB: the guest's own activity), every other node's not.
+    let after = shmem()?;
+    for node in nodes.iter() {
+        let grew = after[&node] as i64 - before[&node] as i64;
+        let expected = if cpu_nodes.contains(node) {
+            COPIED as i64
+        } else {
+            0
+        };
+        out.check(
+            format!("file copies, node {node}: the kernel's Shmem grew by"),
+            format!("{} MiB ± 1 MiB", expected >> 20),
+            format!("{:.2} MiB", grew as f64 / (1 << 20) as f64),
+            (grew - expected).abs() <= 1 << 20,
         );
     }
     for (node, cache) in copies.copy_pages()? {
         out.same(
             format!("file copies on node {node}: pages on node {node}"),
-            256,
+            COPIED as u64 / 4096,
             cache.on_node(node),
         );
     }
