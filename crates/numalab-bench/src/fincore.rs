@@ -214,18 +214,7 @@ pub fn fincore_with(
     if !(1..=MAX_THREADS).contains(&options.threads) {
         return Err(FincoreError::Threads(options.threads));
     }
-    let mut counter = Counter {
-        report: FincoreReport {
-            files: Vec::new(),
-            total: FileCache::default(),
-            nodes: Vec::new(),
-            failed: Vec::new(),
-            skipped: Skipped::default(),
-        },
-        jobs: Vec::new(),
-        threads: options.threads,
-        path_bytes: 0,
-    };
+    let mut counter = Counter::new(options.threads);
     // Directories already walked, by device and inode: a bind mount of a
     // directory inside itself cannot loop.
     let mut walked = HashSet::new();
@@ -306,6 +295,22 @@ struct Counter {
 }
 
 impl Counter {
+    /// An empty report, counted by `threads` threads.
+    fn new(threads: usize) -> Counter {
+        Counter {
+            report: FincoreReport {
+                files: Vec::new(),
+                total: FileCache::default(),
+                nodes: Vec::new(),
+                failed: Vec::new(),
+                skipped: Skipped::default(),
+            },
+            jobs: Vec::new(),
+            threads,
+            path_bytes: 0,
+        }
+    }
+
     fn push(&mut self, job: Job) -> Result<(), FincoreError> {
         if matches!(job, Job::Count(..)) && self.report.files.len() + self.jobs.len() >= MAX_FILES {
             return Err(FincoreError::TooManyFiles);
@@ -707,19 +712,9 @@ mod tests {
 
     #[test]
     fn the_paths_held_are_bounded_in_bytes_not_only_in_files() {
-        let mut counter = Counter {
-            report: FincoreReport {
-                files: Vec::new(),
-                total: FileCache::default(),
-                nodes: Vec::new(),
-                failed: Vec::new(),
-                skipped: Skipped::default(),
-            },
-            jobs: Vec::new(),
-            threads: 1,
-            // As after 100,000 paths of 5 KiB each, less 10 bytes.
-            path_bytes: MAX_PATH_BYTES - 10,
-        };
+        let mut counter = Counter::new(1);
+        // As after 100,000 paths of 5 KiB each, less 10 bytes.
+        counter.path_bytes = MAX_PATH_BYTES - 10;
         let failed = |path: &str| Job::Failed(Unreadable::new(Path::new(path), String::new()));
         assert!(counter.push(failed("/a")).is_ok());
         let err = counter.push(failed("/a-longer-path")).unwrap_err();

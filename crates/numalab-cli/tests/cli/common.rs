@@ -22,6 +22,20 @@ pub fn topologies() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/topologies")
 }
 
+/// Node `node`'s installed memory in bytes (`MemTotal` of its sysfs
+/// meminfo).
+pub fn node_memory_total(node: u32) -> u64 {
+    std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/meminfo"))
+        .unwrap()
+        .lines()
+        .find(|l| l.contains("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1024
+}
+
 pub fn sysfs_nodes() -> Vec<u32> {
     let online = std::fs::read_to_string("/sys/devices/system/node/online").unwrap();
     let set: numalab::NodeSet = online.trim().parse().unwrap();

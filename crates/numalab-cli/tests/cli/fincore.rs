@@ -264,15 +264,7 @@ fn pagecache_drop_and_load_move_a_files_cache_as_fincore_sees_it() {
 fn pagecache_load_refuses_a_file_larger_than_the_nodes_memory_unread() {
     let scratch = Scratch::new("pagecache-sparse");
     let node = sysfs_nodes()[0];
-    let memory: u64 = fs::read_to_string(format!("/sys/devices/system/node/node{node}/meminfo"))
-        .unwrap()
-        .lines()
-        .find(|l| l.contains("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 1024;
+    let memory = node_memory_total(node);
     // Sparse: a user makes one in a second; reading it would pull its
     // holes into the cache for ever after the node is full.
     let path = scratch.path("sparse");

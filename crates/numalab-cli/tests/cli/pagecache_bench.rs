@@ -419,15 +419,7 @@ fn one_ctrl_c_ends_the_set_up_of_a_huge_file() {
     // Holes on tmpfs, as large as the node allows (at most 16 GiB):
     // reading them in copies zeros for seconds and allocates nothing.
     let (node, _) = first_node();
-    let memory: u64 = fs::read_to_string(format!("/sys/devices/system/node/node{node}/meminfo"))
-        .unwrap()
-        .lines()
-        .find(|l| l.contains("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 1024;
+    let memory = node_memory_total(node);
     let size = (memory - (memory >> 3)).min(16 << 30);
     let path = format!("/dev/shm/numalab-setup-{}", std::process::id());
     let file = fs::File::create(&path).unwrap();
