@@ -463,6 +463,7 @@ impl CandidateResult {
 ///     options: "--interleave=0-1".into(),
 ///     evidence: "interleave:0-1: 1.31× faster than first touch".into(),
 ///     runner_up: None,
+///     bimodal: None,
 /// };
 /// println!("numactl {} -- ./app", r.options);
 /// ```
@@ -478,6 +479,115 @@ pub struct Recommendation {
     /// How it compares with the runner-up, one sentence (`None` with one
     /// candidate).
     pub runner_up: Option<String>,
+    /// When first touch was sometimes fast and sometimes slow
+    /// ([`bimodal`]): what that means for the choice, one sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bimodal: Option<String>,
+}
+
+/// The least ratio between one run and the next faster that splits a
+/// placement's runs into a fast and a slow mode: 1.5.
+pub const BIMODAL_GAP: f64 = 1.5;
+
+/// How far below first touch's slow mode a placement's slowest run must
+/// stay to count as never slow: 1.25 times.
+pub const NEVER_SLOW_MARGIN: f64 = 1.25;
+
+/// Runs that split into a fast mode and a slow one: a command fast under
+/// first touch only when the scheduler starts it on the node its data
+/// likes.
+///
+/// ```
+/// use numalab_bench::advise::bimodal;
+/// // Seen on a three-node machine: cv 74%, level medians.
+/// let split = bimodal(&[0.363, 1.178, 0.370]).unwrap();
+/// assert_eq!((split.slow_runs, split.runs), (1, 3));
+/// assert_eq!((split.fast_up_to, split.slow_from), (0.370, 1.178));
+/// assert!(bimodal(&[0.379, 0.383, 0.381]).is_none());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bimodal {
+    /// Runs in the slow mode.
+    pub slow_runs: usize,
+    /// All runs.
+    pub runs: usize,
+    /// The slowest run of the fast mode, seconds.
+    pub fast_up_to: f64,
+    /// The fastest run of the slow mode, seconds.
+    pub slow_from: f64,
+}
+
+/// `times` split at their widest gap, when it is at least [`BIMODAL_GAP`].
+pub fn bimodal(times: &[f64]) -> Option<Bimodal> {
+    let mut sorted: Vec<f64> = times.iter().copied().filter(|t| *t > 0.0).collect();
+    sorted.sort_by(f64::total_cmp);
+    let (at, gap) = sorted
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| (i, w[1] / w[0]))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    (gap >= BIMODAL_GAP).then(|| Bimodal {
+        slow_runs: sorted.len() - at - 1,
+        runs: sorted.len(),
+        fast_up_to: sorted[at],
+        slow_from: sorted[at + 1],
+    })
+}
+
+/// The rule for a first touch that is sometimes slow: a placement that
+/// was never slow (its slowest run [`NEVER_SLOW_MARGIN`] below first
+/// touch's slow mode) and whose median is not beyond noise slower wins
+/// over first touch, once its runs are enough that all of them being
+/// fast by luck is unlikely: `(1 - k/n)^m` at most `1 - confidence`, for
+/// `k` of first touch's `n` runs slow and the placement's `m` runs. With
+/// fewer runs it does not win, and the sentence says how many would
+/// decide. `None`: first touch is not bimodal, or no placement was never
+/// slow. `Some((index, decided, sentence))`.
+fn steadier(report: &AdviseReport, confidence: f64) -> Option<(usize, bool, String)> {
+    let first = report.candidates.first()?;
+    let split = bimodal(&first.times())?;
+    let (index, worst, m) = report
+        .candidates
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, r)| r.failed.is_none())
+        .filter(|(_, r)| {
+            r.vs_first_touch
+                .as_ref()
+                .is_some_and(|d| d.verdict != Verdict::Higher)
+        })
+        .filter_map(|(i, r)| {
+            let times = r.times();
+            let worst = times.iter().copied().fold(0.0, f64::max);
+            (times.len() >= 2 && worst * NEVER_SLOW_MARGIN < split.slow_from).then_some((
+                i,
+                worst,
+                times.len(),
+            ))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let p = split.slow_runs as f64 / split.runs as f64;
+    let luck = (1.0 - p).powi(m as i32);
+    let decided = luck <= 1.0 - confidence;
+    let needed = ((1.0 - confidence).ln() / (1.0 - p).ln()).ceil().max(2.0) as usize;
+    let name = &report.candidates[index].candidate.name;
+    let seen = format!(
+        "first touch was slow in {} of {} runs ({:.3} s or more, against {:.3} s or less otherwise): it depends on where the command starts; {name} was never slow in {m} runs (at most {worst:.3} s)",
+        split.slow_runs, split.runs, split.slow_from, split.fast_up_to
+    );
+    let sentence = if decided {
+        format!(
+            "{seen}, which luck alone would give {:.1}% of the time: {name} is recommended for being steady",
+            luck * 100.0
+        )
+    } else {
+        format!(
+            "{seen}, which luck alone would give {:.0}% of the time: too few runs to tell; --runs {needed} would decide",
+            luck * 100.0
+        )
+    };
+    Some((index, decided, sentence))
 }
 
 /// The `numalab.advise` document.
@@ -820,9 +930,20 @@ fn compare(report: &mut AdviseReport, confidence: f64) {
         .vs_first_touch
         .as_ref()
         .is_some_and(|d| d.verdict == Verdict::Lower);
-    let chosen = if faster { best } else { 0 };
+    let steady = if faster {
+        None
+    } else {
+        steadier(report, confidence)
+    };
+    let chosen = match &steady {
+        _ if faster => best,
+        Some((index, true, _)) => *index,
+        _ => 0,
+    };
     let chosen_result = &report.candidates[chosen];
-    let evidence = if faster {
+    let evidence = if let (Some((_, true, why)), false) = (&steady, faster) {
+        format!("{}: {why}", chosen_result.candidate.name)
+    } else if faster {
         let (speedup, low, high) = chosen_result.speedup().unwrap_or((1.0, 1.0, 1.0));
         format!(
             "{}: {speedup:.2}× faster than first touch ({low:.2}× to {high:.2}× at {:.0}% confidence) over {} runs each{}",
@@ -877,6 +998,7 @@ fn compare(report: &mut AdviseReport, confidence: f64) {
         options: chosen_result.candidate.numactl_options(),
         evidence,
         runner_up,
+        bimodal: steady.map(|(_, _, why)| why),
     });
 }
 
@@ -1183,6 +1305,64 @@ mod tests {
             "{}",
             r.evidence
         );
+    }
+
+    #[test]
+    fn a_placement_never_slow_wins_over_a_first_touch_that_sometimes_is() {
+        // As seen on a three-node guest: first touch fast when the command
+        // starts on the node its data likes, 3.2x slower when not; the
+        // medians level.
+        let ft = [0.363, 0.370, 1.178];
+        let steady = [0.379, 0.383, 0.381];
+        let mut three = report(vec![
+            result("first-touch", &ft),
+            result("preferred:1", &steady),
+            result("interleave:0-2", &[0.6, 1.1, 0.7]),
+        ]);
+        compare(&mut three, 0.95);
+        let r = three.recommendation.unwrap();
+        // Three runs cannot tell it from luck (2/3 cubed: 30%).
+        assert_eq!(r.name, "first-touch");
+        let said = r.bimodal.unwrap();
+        assert!(said.contains("slow in 1 of 3 runs"), "{said}");
+        assert!(
+            said.contains("preferred:1 was never slow in 3 runs"),
+            "{said}"
+        );
+        assert!(
+            said.contains("30% of the time: too few runs to tell; --runs 8 would decide"),
+            "{said}"
+        );
+
+        // Ten runs each: 3 of first touch's slow, none of preferred's.
+        let ft: Vec<f64> = (0..10)
+            .map(|i| if i % 3 == 1 { 1.17 } else { 0.365 })
+            .collect();
+        let steady: Vec<f64> = (0..10).map(|i| 0.379 + 0.001 * i as f64).collect();
+        let mut ten = report(vec![
+            result("first-touch", &ft),
+            result("preferred:1", &steady),
+        ]);
+        compare(&mut ten, 0.95);
+        let r = ten.recommendation.unwrap();
+        assert_eq!(r.name, "preferred:1", "{}", r.evidence);
+        assert!(
+            r.evidence.contains("recommended for being steady"),
+            "{}",
+            r.evidence
+        );
+        assert!(
+            r.evidence.contains("luck alone would give 2.8%"),
+            "{}",
+            r.evidence
+        );
+
+        // A placement that is sometimes slow too is no cure.
+        let mut both = report(vec![result("first-touch", &ft), result("bind:1", &ft)]);
+        compare(&mut both, 0.95);
+        let r = both.recommendation.unwrap();
+        assert_eq!(r.name, "first-touch");
+        assert_eq!(r.bimodal, None);
     }
 
     #[test]

@@ -133,6 +133,13 @@ fn human(report: &AdviseReport, style: Style) -> String {
         if let Some(runner_up) = &recommendation.runner_up {
             out.push_str(&style.line(&format!("runner-up: {runner_up}")));
         }
+        if let Some(bimodal) = recommendation
+            .bimodal
+            .as_ref()
+            .filter(|b| !recommendation.evidence.ends_with(b.as_str()))
+        {
+            out.push_str(&style.warning(bimodal));
+        }
         let options = &recommendation.options;
         let lines = if options.is_empty() {
             format!("run it as it is: {command}")
