@@ -628,6 +628,30 @@ pub enum ChangeError {
 /// after. A node without memory is refused before any file is touched;
 /// a file that cannot be changed is kept in [`CacheChange::failed`].
 pub fn change_cache(paths: &[PathBuf], action: CacheAction) -> Result<CacheChange, ChangeError> {
+    change_cache_with(paths, action, false)
+}
+
+/// [`change_cache`], a load dropping each file's cache first when
+/// `drop_first` (so pages cached elsewhere move): only once the node and
+/// the file are known to be fit for the load, so a refused load drops
+/// nothing. "Before" is then after the drop.
+///
+/// ```
+/// use numalab_bench::fincore::{change_cache_with, CacheAction};
+/// let path = std::env::temp_dir().join(format!("numalab-reload-doc-{}", std::process::id()));
+/// std::fs::write(&path, vec![3u8; 64 << 10])?;
+/// // A node without memory: refused before anything is dropped.
+/// assert!(change_cache_with(&[path.clone()], CacheAction::Load { node: 4096 }, true).is_err());
+/// let report = change_cache_with(&[path.clone()], CacheAction::Load { node: 0 }, true)?;
+/// std::fs::remove_file(&path)?;
+/// assert_eq!(report.files[0].after.cached, 16);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn change_cache_with(
+    paths: &[PathBuf],
+    action: CacheAction,
+    drop_first: bool,
+) -> Result<CacheChange, ChangeError> {
     let inventory = numalab::NodeInventory::live();
     if let CacheAction::Load { node } = action {
         if !inventory.with_memory.contains(node) {
@@ -657,7 +681,7 @@ pub fn change_cache(paths: &[PathBuf], action: CacheAction) -> Result<CacheChang
     for path in paths {
         let result = open_for_cache(path, true)
             .map_err(|err| err.to_string())
-            .and_then(|file| one_change(&file, path, action, room));
+            .and_then(|file| one_change(&file, path, action, room, drop_first));
         match result {
             Ok(changed) => change.files.push(changed),
             Err(error) => change.failed.push(Unreadable::new(path, error)),
@@ -674,6 +698,7 @@ fn one_change(
     path: &Path,
     action: CacheAction,
     room: Option<u64>,
+    drop_first: bool,
 ) -> Result<ChangedFile, String> {
     let size = numalab::pagecache::file_size(file).map_err(|err| err.to_string())?;
     if let (CacheAction::Load { node }, Some(room)) = (action, room) {
@@ -686,6 +711,9 @@ fn one_change(
         }
     }
     let counted = |file| file_cache(file).map_err(|err| err.to_string());
+    if drop_first && matches!(action, CacheAction::Load { .. }) {
+        numalab::pagecache::drop_cache(file).map_err(|err| err.to_string())?;
+    }
     let before = counted(file)?;
     let read_bytes = match action {
         CacheAction::Load { node } => {

@@ -13,7 +13,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
 use numalab::Topology;
 use numalab_bench::experiment::values::Seconds;
-use numalab_bench::fincore::{change_cache, CacheAction};
+use numalab_bench::fincore::{change_cache, change_cache_with, CacheAction};
 use numalab_bench::pagecache::{
     self as bench, BenchConfig, CopyConfig, FileSource, Method, ReaderPlace,
 };
@@ -193,10 +193,9 @@ pub fn run(args: &PagecacheArgs) -> Result<i32> {
         Action::Load {
             node, drop_first, ..
         } => {
-            if drop_first {
-                change_cache(files, CacheAction::Drop)?;
-            }
-            change_cache(files, CacheAction::Load { node })?
+            // Dropped file by file, each once its load is known to go
+            // ahead: a refused load drops nothing.
+            change_cache_with(files, CacheAction::Load { node }, drop_first)?
         }
         _ => change_cache(files, CacheAction::Drop)?,
     };

@@ -336,3 +336,38 @@ fn pagecache_drop_of_a_file_in_memory_says_so() {
         "{said}"
     );
 }
+
+#[test]
+fn a_refused_load_with_drop_first_drops_nothing() {
+    let scratch = Scratch::new("pagecache-refused-drop");
+    let path = scratch.path("data");
+    fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+    fs::File::open(&path).unwrap().sync_all().unwrap();
+    let Some(cached) = fincore_pages(&path) else {
+        return;
+    };
+    assert_eq!(cached, 256, "written, so cached");
+    let out = numalab(&["pagecache", "load", "--drop-first", "--node", "4096", &path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("node 4096 has no memory"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(fincore_pages(&path), Some(256), "the cache was not dropped");
+    // Accepted, it drops and reads again.
+    let node = sysfs_nodes()[0].to_string();
+    let out = numalab(&[
+        "pagecache",
+        "load",
+        "--drop-first",
+        "--node",
+        &node,
+        "--json",
+        &path,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["files"][0]["read_bytes"], 1 << 20);
+    assert_eq!(fincore_pages(&path), Some(256));
+}
