@@ -367,6 +367,8 @@ impl AdviseConfig {
 ///     private_per_node: [(1, 64 << 20)].into(),
 ///     audit: "97% of present pages on node 1".into(),
 ///     timed_out: None,
+///     round: 0,
+///     order: 0,
 /// };
 /// assert_eq!(run.private_per_node.values().sum::<u64>(), 64 << 20);
 /// ```
@@ -378,6 +380,15 @@ pub struct AdviseRun {
     pub exit: Exit,
     /// A warm-up (not in the statistics).
     pub warmup: bool,
+    /// The round it belongs to (0 first): every placement runs once a
+    /// round, each round starting one placement later, so no placement
+    /// always runs right after the same one.
+    #[serde(default)]
+    pub round: usize,
+    /// Its place among all the runs of this advise, in the order they ran
+    /// (0 first).
+    #[serde(default)]
+    pub order: usize,
     /// Share of its private memory at its peak on the nodes the
     /// placement asked for (`None`: it had none).
     pub on_expected: Option<f64>,
@@ -399,6 +410,7 @@ pub struct AdviseRun {
 /// let run = |seconds, warmup, code| AdviseRun {
 ///     seconds, exit: Exit::Code(code), warmup, on_expected: Some(1.0),
 ///     private_per_node: Default::default(), audit: String::new(), timed_out: None,
+///     round: 0, order: 0,
 /// };
 /// let result = CandidateResult {
 ///     candidate: Candidate::first_touch(),
@@ -744,6 +756,7 @@ pub fn advise(
     }
     let count = report.candidates.len();
     let rounds = config.warmup + config.runs;
+    let mut order = 0;
     'rounds: for round in 0..rounds {
         for step in 0..count {
             // First touch runs first in every round's first place once,
@@ -777,8 +790,11 @@ pub fn advise(
                 }
                 Err(err) => return Err(err),
             };
-            progress(&result.candidate, &run.0);
-            let (one, relayed) = run;
+            let (mut one, relayed) = run;
+            one.round = round;
+            one.order = order;
+            order += 1;
+            progress(&result.candidate, &one);
             let exit = one.exit;
             result.runs.push(one);
             if let Some(signal) = relayed.or(match exit {
@@ -858,6 +874,8 @@ fn run_once(
                     private_per_node: BTreeMap::new(),
                     audit: format!("not run: signal {signal} arrived first"),
                     timed_out: None,
+                    round: 0,
+                    order: 0,
                 },
                 Some(signal),
             ))
@@ -875,6 +893,8 @@ fn run_once(
             private_per_node: private,
             audit: report.audit.note.clone(),
             timed_out: report.run.timed_out.then_some(limit.as_secs_f64()),
+            round: 0,
+            order: 0,
         },
         report.run.relayed,
     ))
@@ -1147,6 +1167,13 @@ mod tests {
         assert_eq!(bound.runs[0].timed_out, Some(10.0));
         let first = &report.candidates[0];
         assert_eq!((first.runs.len(), first.failed.as_deref()), (2, None));
+        // The rounds, in the JSON: round 1 starts one placement later
+        // (with bind:0, left out, skipped).
+        let when = |c: &CandidateResult| -> Vec<(usize, usize)> {
+            c.runs.iter().map(|r| (r.round, r.order)).collect()
+        };
+        assert_eq!(when(first), [(0, 0), (1, 2)]);
+        assert_eq!(when(bound), [(0, 1)]);
     }
 
     #[test]
@@ -1246,6 +1273,8 @@ mod tests {
                     private_per_node: BTreeMap::new(),
                     audit: String::new(),
                     timed_out: None,
+                    round: 0,
+                    order: 0,
                 })
                 .collect(),
             summary: None,

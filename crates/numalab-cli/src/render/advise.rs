@@ -200,6 +200,8 @@ mod tests {
             private_per_node: BTreeMap::new(),
             audit: String::new(),
             timed_out: None,
+            round: 0,
+            order: 0,
         };
         let report = AdviseReport {
             command: vec!["app".into()],
