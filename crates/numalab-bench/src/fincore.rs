@@ -571,6 +571,7 @@ impl std::fmt::Display for CacheAction {
 ///     after: Default::default(),
 ///     read_bytes: None,
 ///     unflushed_pages: Some(0),
+///     in_memory: false,
 /// };
 /// assert_eq!(file.elsewhere(0), 0);
 /// ```
