@@ -1648,19 +1648,25 @@ pub fn open_dir_at(at: Option<BorrowedFd<'_>>, path: &Path, follow: bool) -> io:
 /// the one it holds cannot be led out of its tree by a directory swapped
 /// for a link meanwhile.
 pub fn open_child_dir(at: BorrowedFd<'_>, name: &Path) -> io::Result<Option<OwnedFd>> {
-    match open_dir_at(Some(at), name, false) {
-        Ok(fd) => Ok(Some(fd)),
-        // A link there: ELOOP, or ENOTDIR (O_DIRECTORY is checked first
-        // on some kernels); told apart from a file by its kind.
-        Err(err) if matches!(err.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
-            let named = open_path_at(Some(at), name, false)?;
-            if stat_fd(&named)?.mode & libc::S_IFMT == libc::S_IFLNK {
-                Ok(None)
-            } else {
-                Err(err)
+    // A name that is swapped between a directory and a link while it is
+    // looked at may be each at one of the two looks: asked again, a few
+    // times, before its error stands.
+    let mut tries = 0;
+    loop {
+        match open_dir_at(Some(at), name, false) {
+            Ok(fd) => return Ok(Some(fd)),
+            // A link there: ELOOP, or ENOTDIR (O_DIRECTORY is checked first
+            // on some kernels); told apart from a file by its kind.
+            Err(err) if matches!(err.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                let named = open_path_at(Some(at), name, false)?;
+                match stat_fd(&named)?.mode & libc::S_IFMT {
+                    libc::S_IFLNK => return Ok(None),
+                    libc::S_IFDIR if tries < 3 => tries += 1,
+                    _ => return Err(err),
+                }
             }
+            Err(err) => return Err(err),
         }
-        Err(err) => Err(err),
     }
 }
 
