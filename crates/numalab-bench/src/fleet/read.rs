@@ -537,6 +537,16 @@ struct FigureView {
     median: f64,
 }
 
+/// Whether `created` is a date a report can have: an RFC 3339 time, and
+/// not more than a day ahead of this machine's clock (a report from the
+/// future would win over every real one of its host).
+fn dated(created: &str) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    crate::document::seconds_since_epoch(created).is_some_and(|t| t <= now + 86_400)
+}
+
 /// Only the envelope, to say what a file that did not parse is.
 #[derive(Deserialize)]
 struct Header {
@@ -650,9 +660,7 @@ impl HostResult {
             file: file.to_owned(),
             // A date that does not read is no date: it can neither be shown
             // nor order two reports of a host.
-            created: view
-                .created
-                .filter(|c| crate::document::seconds_since_epoch(c).is_some()),
+            created: view.created.filter(|c| dated(c)),
             fingerprint,
             task: view.task,
             figures,
@@ -975,7 +983,13 @@ mod tests {
     #[test]
     fn a_date_that_does_not_read_is_no_date() {
         let file = Path::new("x.json");
-        for bad in ["9999-99-99T99:99:99Z", "zzz", "2026-11-27", ""] {
+        for bad in [
+            "9999-99-99T99:99:99Z",
+            "zzz",
+            "2026-11-27",
+            "",
+            "9999-12-31T23:59:59Z",
+        ] {
             let doc = edited(&|doc| doc["created"] = bad.into());
             let host = HostResult::parse(&doc, file).unwrap();
             assert_eq!(host.created, None, "{bad:?}");

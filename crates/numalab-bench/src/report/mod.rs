@@ -209,20 +209,24 @@ pub fn check_saved_sizes(sizes: &SavedSizes) -> Result<(), String> {
 }
 
 /// Checks that every cell of the matrix table `name` names two of the
-/// report's `nodes` (sorted): a cell of a node the report does not have
-/// is no measurement of it.
+/// report's `nodes` (sorted), each pair once: a cell of a node the report
+/// does not have is no measurement of it, and a pair twice would be
+/// drawn twice while others go missing.
 ///
 /// ```
 /// use numalab_bench::report::check_cell_nodes;
 /// assert!(check_cell_nodes(&[0, 1], "latency", [(0, 1), (1, 0)]).is_ok());
 /// let err = check_cell_nodes(&[0, 1], "latency", [(99999, 4294967295)]).unwrap_err();
 /// assert_eq!(err, "its latency cell 99999->4294967295 names node 99999, which it does not describe; not read");
+/// let twice = check_cell_nodes(&[0, 1], "latency", [(0, 0), (0, 0)]).unwrap_err();
+/// assert_eq!(twice, "its latency cell 0->0 appears twice; not read");
 /// ```
 pub fn check_cell_nodes(
     nodes: &[u32],
     name: &str,
     cells: impl IntoIterator<Item = (u32, u32)>,
 ) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
     for (initiator, target) in cells {
         if let Some(node) = [initiator, target]
             .into_iter()
@@ -230,6 +234,11 @@ pub fn check_cell_nodes(
         {
             return Err(format!(
                 "its {name} cell {initiator}->{target} names node {node}, which it does not describe; not read"
+            ));
+        }
+        if !seen.insert((initiator, target)) {
+            return Err(format!(
+                "its {name} cell {initiator}->{target} appears twice; not read"
             ));
         }
     }

@@ -54,6 +54,12 @@ fn notes(change: &CacheChange) -> Vec<String> {
     for file in &change.files {
         match change.action {
             CacheAction::Load { node } => {
+                if file.after.cached < file.after.pages && !file.in_memory {
+                    out.push(format!(
+                        "{}: only {} of its {} pages stayed cached after the load: memory pressure, or this process's memory limit (its cgroup), evicted the rest",
+                        file.path, file.after.cached, file.after.pages
+                    ));
+                }
                 let elsewhere = file.elsewhere(node);
                 if elsewhere == 0 {
                     continue;
@@ -558,4 +564,42 @@ fn bench_csv(report: &PagecacheBench) -> String {
         ]);
     }
     csv.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use numalab::pagecache::FileCache;
+    use numalab_bench::fincore::ChangedFile;
+
+    #[test]
+    fn a_load_that_did_not_stay_cached_is_said() {
+        let cache = |cached| FileCache {
+            size: 8 << 30,
+            page_size: 4096,
+            pages: 2 << 20,
+            cached,
+            per_node: [(0, cached)].into(),
+            unknown: 0,
+        };
+        let change = CacheChange {
+            action: CacheAction::Load { node: 0 },
+            files: vec![ChangedFile {
+                path: "/data/big".into(),
+                before: cache(0),
+                after: cache(1 << 20),
+                read_bytes: Some(8 << 30),
+                unflushed_pages: Some(0),
+                in_memory: false,
+            }],
+            nodes: Vec::new(),
+            failed: Vec::new(),
+        };
+        let said = notes(&change);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].starts_with("/data/big: only 1048576 of its 2097152 pages stayed cached"),
+            "{said:?}"
+        );
+    }
 }

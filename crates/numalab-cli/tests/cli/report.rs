@@ -309,3 +309,33 @@ fn a_saved_report_with_impossible_figures_is_refused_and_findings_are_made_again
     assert!(!text.contains("planted"), "{text}");
     assert!(text.contains("costs 197 ns"), "{text}");
 }
+
+#[test]
+fn sizes_from_a_saved_report_never_wrap_and_its_pairs_count_once() {
+    let scratch = Scratch::new("report-wrapping");
+    let text = std::fs::read_to_string(saved("two-socket")).unwrap();
+    let mut doc: Value = serde_json::from_str(&text).unwrap();
+    doc["topology"]["topology"]["nodes"][0]["memory_bytes"] = u64::MAX.into();
+    let path = scratch.path("huge.json");
+    std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = numalab(&["report", "--from", &path]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("16 EiB or more of memory"),
+        "{}",
+        stdout(&out)
+    );
+    // A pair measured twice (and so others missing) is refused.
+    let mut doc: Value = serde_json::from_str(&text).unwrap();
+    let first = doc["matrix"]["latency"]["cells"][0].clone();
+    doc["matrix"]["latency"]["cells"][1] = first;
+    let path = scratch.path("twice.json");
+    std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    let out = numalab(&["report", "--from", &path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cell 0->0 appears twice"),
+        "{}",
+        stderr(&out)
+    );
+}

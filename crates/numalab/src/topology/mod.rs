@@ -163,6 +163,8 @@ pub struct Cpu {
 /// assert!(err.to_string().contains("row 0 has 1 values for 2 nodes"), "{err}");
 /// let more = r#"{"nodes": [0, 1, 2], "values": [[10, 21], [21, 10]]}"#;
 /// assert!(serde_json::from_str::<Distances>(more).is_err());
+/// let zero = r#"{"nodes": [0, 1], "values": [[0, 0], [0, 0]]}"#;
+/// assert!(serde_json::from_str::<Distances>(zero).unwrap_err().to_string().contains("1 to 255"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "UncheckedDistances")]
@@ -205,6 +207,18 @@ impl TryFrom<UncheckedDistances> for Distances {
             return Err(format!(
                 "distance matrix row {i} has {} values for {n} nodes",
                 row.len()
+            ));
+        }
+        // ACPI's SLIT holds one byte a distance, and Linux never shows 0.
+        if let Some((i, j, v)) = raw.values.iter().enumerate().find_map(|(i, row)| {
+            row.iter()
+                .enumerate()
+                .find(|(_, v)| !(1..=255).contains(*v))
+                .map(|(j, v)| (i, j, *v))
+        }) {
+            return Err(format!(
+                "distance {v} from node {} to node {}: distances are 1 to 255",
+                raw.nodes[i], raw.nodes[j]
             ));
         }
         let mut seen = raw.nodes.clone();
@@ -927,7 +941,11 @@ impl Topology {
             nodes: self.nodes.len(),
             memory_only_nodes: self.nodes.iter().filter(|n| n.cpus.is_empty()).count(),
             cpus: self.cpus.len(),
-            memory_bytes: self.nodes.iter().map(|n| n.memory_bytes).sum(),
+            // Saturating: a topology read back from a file may say anything.
+            memory_bytes: self
+                .nodes
+                .iter()
+                .fold(0u64, |sum, n| sum.saturating_add(n.memory_bytes)),
             distances: self.distances.clone(),
         }
     }
