@@ -445,6 +445,20 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
     let node = report.settings.cache_node;
     let mut out = Vec::new();
     for cell in &report.cells {
+        // Read partly from the disk: the cache did not hold the file.
+        if let Some(before) = cell
+            .cache_before
+            .as_ref()
+            .filter(|c| c.on_node(node) < c.pages)
+        {
+            out.push(format!(
+                "{} reader(s) on {}: only {} of the file's {} pages were cached on node {node} when they started: memory pressure or this process's memory limit (its cgroup) kept the rest out, so part of what they read came from the disk",
+                cell.readers,
+                place(cell),
+                before.on_node(node),
+                before.pages
+            ));
+        }
         let moved = cell.moved_pages(node);
         if moved > 0 {
             out.push(format!(
