@@ -446,16 +446,12 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
     let mut out = Vec::new();
     for cell in &report.cells {
         // Read partly from the disk: the cache did not hold the file.
-        if let Some(before) = cell
-            .cache_before
-            .as_ref()
-            .filter(|c| c.on_node(node) < c.pages)
-        {
+        if let Some(before) = cell.cache_before.as_ref().filter(|c| c.cached < c.pages) {
             out.push(format!(
-                "{} reader(s) on {}: only {} of the file's {} pages were cached on node {node} when they started: memory pressure or this process's memory limit (its cgroup) kept the rest out, so part of what they read came from the disk",
+                "{} reader(s) on {}: only {} of the file's {} pages were cached when they started: memory pressure or this process's memory limit (its cgroup) kept the rest out, so part of what they read came from the disk",
                 cell.readers,
                 place(cell),
-                before.on_node(node),
+                before.cached,
                 before.pages
             ));
         }
@@ -613,6 +609,49 @@ mod tests {
         assert_eq!(said.len(), 1, "{said:?}");
         assert!(
             said[0].starts_with("/data/big: only 1048576 of its 2097152 pages stayed cached"),
+            "{said:?}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod bench_tests {
+    use super::*;
+    use numalab_bench::pagecache::{self as bench, BenchConfig, FileSource};
+
+    #[test]
+    fn a_cell_read_from_a_cache_that_did_not_hold_the_file_is_said() {
+        let topology = numalab::Topology::system().unwrap();
+        let config = BenchConfig {
+            file: FileSource::Create {
+                dir: std::env::temp_dir(),
+                size: 1 << 20,
+            },
+            repeats: 1,
+            places: vec![bench::ReaderPlace::Same],
+            compare_matrix: false,
+            ..BenchConfig::default()
+        };
+        let plan = bench::plan(&config, &topology).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let mut report = bench::run(&plan, &topology, &mut |_| {}, &stop).unwrap();
+        assert!(
+            bench_notes(&report).is_empty(),
+            "all cached: nothing to say"
+        );
+        // As under a memory limit that kept half of it out.
+        let node = report.settings.cache_node;
+        let before = report.cells[0].cache_before.as_mut().unwrap();
+        let pages = before.pages;
+        before.per_node.insert(node, pages / 2);
+        before.cached = pages / 2;
+        let said = bench_notes(&report);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains(&format!(
+                "only {} of the file's {pages} pages were cached",
+                pages / 2
+            )),
             "{said:?}"
         );
     }
