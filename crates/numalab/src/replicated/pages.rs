@@ -1254,6 +1254,22 @@ pub struct PagesStats {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+    /// Epochs are global to the process: one reader of another test that
+    /// is pinned (and perhaps descheduled on a busy host) holds back
+    /// every reclamation. Tests that wait for memory to come back hold
+    /// this for writing, all others for reading, so a wait depends only
+    /// on the waiting test's own threads, never on the host's load.
+    static EPOCH: RwLock<()> = RwLock::new(());
+
+    fn sharing_the_epoch() -> RwLockReadGuard<'static, ()> {
+        EPOCH.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn alone_in_the_epoch() -> RwLockWriteGuard<'static, ()> {
+        EPOCH.write().unwrap_or_else(|e| e.into_inner())
+    }
 
     const PAGE: usize = 4096;
 
@@ -1267,7 +1283,10 @@ mod tests {
             .collect()
     }
 
-    /// Pumps the epoch collector until `done` holds (bounded).
+    /// Pumps the epoch collector until `done` holds. Called with
+    /// [`alone_in_the_epoch`] held and the test's own threads ended, so
+    /// each round advances the epoch: the bound counts rounds of the
+    /// collector's own progress, not time.
     fn settle(done: impl Fn() -> bool) -> bool {
         for _ in 0..10_000 {
             if done() {
@@ -1280,6 +1299,7 @@ mod tests {
 
     #[test]
     fn copies_after_the_threshold_and_reads_locally() {
+        let _sharing = sharing_the_epoch();
         let data = pattern(3 * PAGE, 1);
         let region =
             ReplicatedPages::new(&data, emulated(2), PagesOptions::default().copy_after(3))
@@ -1306,6 +1326,7 @@ mod tests {
 
     #[test]
     fn a_write_collapses_copies_made_by_other_replicas() {
+        let _alone = alone_in_the_epoch();
         let data = pattern(2 * PAGE, 2);
         let region =
             ReplicatedPages::new(&data, emulated(3), PagesOptions::default().copy_after(1))
@@ -1376,6 +1397,7 @@ mod tests {
 
     #[test]
     fn a_group_of_pages_all_copied_is_gathered_into_a_huge_page_and_reads_the_same() {
+        let _alone = alone_in_the_epoch();
         let data = pattern(6 << 20, 9);
         let region =
             ReplicatedPages::new(&data, emulated(1), PagesOptions::default().copy_after(1))
@@ -1412,6 +1434,7 @@ mod tests {
 
     #[test]
     fn budgets_limit_copies_and_evict_cold_ones() {
+        let _sharing = sharing_the_epoch();
         let data = pattern(16 * PAGE, 3);
         let options = PagesOptions::default()
             .copy_after(1)
@@ -1456,6 +1479,7 @@ mod tests {
 
     #[test]
     fn memory_pressure_stops_copies_and_reads_still_work() {
+        let _sharing = sharing_the_epoch();
         let data = pattern(4 * PAGE, 4);
         // A watermark no node can meet: every copy attempt fails.
         let options = PagesOptions::default()
@@ -1474,6 +1498,7 @@ mod tests {
 
     #[test]
     fn a_failed_allocation_never_fails_a_read() {
+        let _sharing = sharing_the_epoch();
         let data = pattern(2 * PAGE, 5);
         // Chunks larger than any node's memory: the allocation fails.
         let options = PagesOptions::default()
@@ -1493,6 +1518,7 @@ mod tests {
 
     #[test]
     fn copies_go_to_their_page_slot_when_it_is_free() {
+        let _alone = alone_in_the_epoch();
         let data = pattern(4 * PAGE, 7);
         let options = PagesOptions::default().copy_after(1).min_free_bytes(0);
         let region = ReplicatedPages::new(&data, emulated(1), options).unwrap();
@@ -1529,6 +1555,7 @@ mod tests {
 
     #[test]
     fn under_pressure_evicted_memory_goes_back_to_the_kernel() {
+        let _alone = alone_in_the_epoch();
         let data = pattern(8 * PAGE, 6);
         let options = PagesOptions::default().copy_after(1).min_free_bytes(0);
         let region = ReplicatedPages::new(&data, emulated(1), options).unwrap();
@@ -1550,6 +1577,7 @@ mod tests {
 
     #[test]
     fn bad_input_is_refused_before_allocating() {
+        let _sharing = sharing_the_epoch();
         let set = emulated(1);
         assert!(matches!(
             ReplicatedPages::new(&[], set.clone(), PagesOptions::default()),
@@ -1576,6 +1604,7 @@ mod tests {
 
     #[test]
     fn from_file_refuses_a_fifo_instead_of_waiting_for_a_writer() {
+        let _sharing = sharing_the_epoch();
         let dir = std::env::temp_dir().join(format!("numalab-pages-fifo-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -1609,6 +1638,7 @@ mod tests {
 
     #[test]
     fn from_file_holds_the_file() {
+        let _sharing = sharing_the_epoch();
         let path = std::env::temp_dir().join(format!("numalab-pages-{}", std::process::id()));
         let data = pattern(10_000, 7);
         std::fs::write(&path, &data).unwrap();
@@ -1622,6 +1652,7 @@ mod tests {
 
     #[test]
     fn concurrent_readers_during_collapse() {
+        let _alone = alone_in_the_epoch();
         // Every write fills a whole page with one byte value; readers must
         // only ever see whole pages of one value, never going back.
         let pages = 4;
@@ -1634,25 +1665,48 @@ mod tests {
         )
         .unwrap();
         let rounds = if cfg!(miri) { 10 } else { 400 };
+        // Readers go on until the writer is done, and the writer writes a
+        // page only once some replica holds a copy of it: every write has
+        // a copy to collapse however the host schedules the threads.
+        let writing = AtomicBool::new(true);
+        let has_copy = |page: usize| {
+            region
+                .replicas
+                .iter()
+                .any(|r| !r.copies[page].load(Ordering::Acquire).is_null())
+        };
         std::thread::scope(|s| {
             for t in 0..3 {
-                let region = &region;
+                let (region, writing) = (&region, &writing);
                 s.spawn(move || {
                     let mut buf = vec![0u8; PAGE];
                     let mut last = vec![0u8; pages];
-                    for i in 0..rounds * 4 {
+                    let mut i = 0;
+                    while i < rounds * 4 || writing.load(Ordering::Acquire) {
                         let page = (i + t) % pages;
                         region.read_from(t % 2, page * PAGE, &mut buf).unwrap();
                         assert!(buf.iter().all(|&b| b == buf[0]), "a torn page");
                         assert!(buf[0] >= last[page], "page {page} went back");
                         last[page] = buf[0];
+                        i += 1;
                     }
                 });
             }
-            let region = &region;
+            let (region, writing, has_copy) = (&region, &writing, &has_copy);
             s.spawn(move || {
+                // Readers stop even if a write panics.
+                struct Done<'a>(&'a AtomicBool);
+                impl Drop for Done<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(false, Ordering::Release);
+                    }
+                }
+                let _done = Done(writing);
                 for v in 1..=rounds {
                     let page = v % pages;
+                    while !has_copy(page) {
+                        std::thread::yield_now();
+                    }
                     region
                         .write(page * PAGE, &vec![(v / pages + 1) as u8; PAGE])
                         .unwrap();
@@ -1682,6 +1736,7 @@ mod tests {
                 1..60,
             ),
         ) {
+            let _sharing = sharing_the_epoch();
             let mut model = pattern(len, 9);
             let options = PagesOptions::default()
                 .copy_after(copy_after)
