@@ -14,9 +14,12 @@
 //! as `numalab exec` does ([`crate::exec`]).
 //!
 //! The comparison is [`stats::difference`]: Welch's t-interval on the
-//! logarithms of the run times. A placement is recommended only when its
-//! interval says it is faster than first touch; otherwise first touch
-//! stays, and the report says the others were within noise.
+//! logarithms of the run times, each at the confidence that keeps all the
+//! comparisons with first touch together at 95% ([`each_confidence`]). A
+//! placement is recommended only when its interval says it is faster than
+//! first touch by at least [`MIN_GAIN`], or when first touch is sometimes
+//! slow and the placement never is, on enough runs to tell ([`bimodal`]);
+//! otherwise first touch stays, and the report says why.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -505,6 +508,42 @@ pub const BIMODAL_GAP: f64 = 1.5;
 /// stay to count as never slow: 1.25 times.
 pub const NEVER_SLOW_MARGIN: f64 = 1.25;
 
+/// The least a placement must save over first touch to be recommended:
+/// 5% of the time. A smaller gain, even beyond noise, is not worth a
+/// command line that stops fitting when the machine or the input
+/// changes (and a placement's own cost, pinning or a policy's page
+/// faults, can show as a steady gain of a percent or two).
+pub const MIN_GAIN: f64 = 0.05;
+
+/// The confidence of each of `compared` comparisons with first touch for
+/// all of them together to hold at `confidence` (Bonferroni's
+/// correction): with seven placements at 95%, 99.29% each. Without it,
+/// one of seven placements no faster than first touch would look faster
+/// about a third of the time.
+///
+/// ```
+/// use numalab_bench::advise::each_confidence;
+/// assert_eq!(each_confidence(0.95, 1), 0.95);
+/// assert!((each_confidence(0.95, 7) - 0.992857).abs() < 1e-6);
+/// ```
+pub fn each_confidence(confidence: f64, compared: usize) -> f64 {
+    1.0 - (1.0 - confidence) / compared.max(1) as f64
+}
+
+/// "95% confidence", or with more than one comparison "99.29%
+/// confidence each, 95% for all 7 together".
+fn confidence_text(confidence: f64, compared: usize) -> String {
+    if compared <= 1 {
+        format!("{:.0}% confidence", confidence * 100.0)
+    } else {
+        format!(
+            "{:.2}% confidence each, {:.0}% for all {compared} together",
+            each_confidence(confidence, compared) * 100.0,
+            confidence * 100.0
+        )
+    }
+}
+
 /// Runs that split into a fast mode and a slow one: a command fast under
 /// first touch only when the scheduler starts it on the node its data
 /// likes.
@@ -550,12 +589,17 @@ pub fn bimodal(times: &[f64]) -> Option<Bimodal> {
 /// was never slow (its slowest run [`NEVER_SLOW_MARGIN`] below first
 /// touch's slow mode) and whose median is not beyond noise slower wins
 /// over first touch, once its runs are enough that all of them being
-/// fast by luck is unlikely: `(1 - k/n)^m` at most `1 - confidence`, for
-/// `k` of first touch's `n` runs slow and the placement's `m` runs. With
-/// fewer runs it does not win, and the sentence says how many would
-/// decide. `None`: first touch is not bimodal, or no placement was never
-/// slow. `Some((index, decided, sentence))`.
-fn steadier(report: &AdviseReport, confidence: f64) -> Option<(usize, bool, String)> {
+/// fast by luck is unlikely: `(1 - k/n)^m` at most `1 - confidence`
+/// shared among the `compared` placements (any of them could have been
+/// lucky), for `k` of first touch's `n` runs slow and the placement's `m`
+/// runs. With fewer runs it does not win, and the sentence says how many
+/// would decide. `None`: first touch is not bimodal, or no placement was
+/// never slow. `Some((index, decided, sentence))`.
+fn steadier(
+    report: &AdviseReport,
+    confidence: f64,
+    compared: usize,
+) -> Option<(usize, bool, String)> {
     let first = report.candidates.first()?;
     let split = bimodal(&first.times())?;
     let (index, worst, m) = report
@@ -581,8 +625,18 @@ fn steadier(report: &AdviseReport, confidence: f64) -> Option<(usize, bool, Stri
         .min_by(|a, b| a.1.total_cmp(&b.1))?;
     let p = split.slow_runs as f64 / split.runs as f64;
     let luck = (1.0 - p).powi(m as i32);
-    let decided = luck <= 1.0 - confidence;
-    let needed = ((1.0 - confidence).ln() / (1.0 - p).ln()).ceil().max(2.0) as usize;
+    let allowed = 1.0 - each_confidence(confidence, compared);
+    let decided = luck <= allowed;
+    let needed = (allowed.ln() / (1.0 - p).ln()).ceil().max(2.0) as usize;
+    let shared = if compared > 1 {
+        format!(
+            " (at most {:.1}%: {:.0}% shared by the {compared} placements compared)",
+            allowed * 100.0,
+            (1.0 - confidence) * 100.0
+        )
+    } else {
+        String::new()
+    };
     let name = &report.candidates[index].candidate.name;
     let seen = format!(
         "first touch was slow in {} of {} runs ({:.3} s or more, against {:.3} s or less otherwise): it depends on where the command starts; {name} was never slow in {m} runs (at most {worst:.3} s)",
@@ -590,12 +644,12 @@ fn steadier(report: &AdviseReport, confidence: f64) -> Option<(usize, bool, Stri
     );
     let sentence = if decided {
         format!(
-            "{seen}, which luck alone would give {:.1}% of the time: {name} is recommended for being steady",
+            "{seen}, which luck alone would give {:.1}% of the time{shared}: {name} is recommended for being steady",
             luck * 100.0
         )
     } else {
         format!(
-            "{seen}, which luck alone would give {:.0}% of the time: too few runs to tell; --runs {needed} would decide",
+            "{seen}, which luck alone would give {:.0}% of the time{shared}: too few runs to tell; --runs {needed} would decide",
             luck * 100.0
         )
     };
@@ -908,12 +962,21 @@ fn compare(report: &mut AdviseReport, confidence: f64) {
         .first()
         .filter(|first| first.failed.is_none())
         .map(CandidateResult::times);
+    // Every placement is compared with first touch: the comparisons
+    // hold at `confidence` together, not each alone.
+    let compared = report
+        .candidates
+        .iter()
+        .skip(1)
+        .filter(|r| r.failed.is_none() && r.times().len() >= 2)
+        .count();
+    let each = each_confidence(confidence, compared);
     for result in &mut report.candidates {
         let times = result.times();
         result.summary = Summary::of(&times);
         if let Some(baseline) = &baseline {
             if result.candidate.name != "first-touch" && result.failed.is_none() {
-                result.vs_first_touch = stats::difference(baseline, &times, confidence);
+                result.vs_first_touch = stats::difference(baseline, &times, each);
             }
         }
     }
@@ -946,14 +1009,15 @@ fn compare(report: &mut AdviseReport, confidence: f64) {
             .unwrap_or_default()
     };
     let best_result = &report.candidates[best];
-    let faster = best_result
+    let beyond_noise = best_result
         .vs_first_touch
         .as_ref()
-        .is_some_and(|d| d.verdict == Verdict::Lower);
+        .filter(|d| d.verdict == Verdict::Lower);
+    let faster = beyond_noise.is_some_and(|d| -d.relative >= MIN_GAIN);
     let steady = if faster {
         None
     } else {
-        steadier(report, confidence)
+        steadier(report, confidence, compared)
     };
     let chosen = match &steady {
         _ if faster => best,
@@ -966,17 +1030,26 @@ fn compare(report: &mut AdviseReport, confidence: f64) {
     } else if faster {
         let (speedup, low, high) = chosen_result.speedup().unwrap_or((1.0, 1.0, 1.0));
         format!(
-            "{}: {speedup:.2}× faster than first touch ({low:.2}× to {high:.2}× at {:.0}% confidence) over {} runs each{}",
+            "{}: {speedup:.2}× faster than first touch ({low:.2}× to {high:.2}× at {}) over {} runs each{}",
             chosen_result.candidate.name,
-            confidence * 100.0,
+            confidence_text(confidence, compared),
             n,
             placed(chosen_result),
         )
-    } else {
-        let others = ranked.len().saturating_sub(1);
+    } else if let Some(d) = beyond_noise {
         format!(
-            "first touch: no other placement was measurably faster over {n} runs each ({others} compared at {:.0}% confidence){}",
-            confidence * 100.0,
+            "first touch: {} took {:.1}% less time ({:.1}% to {:.1}%), beyond noise but less than the {:.0}% worth changing the placement for, over {n} runs each{}",
+            best_result.candidate.name,
+            -d.relative * 100.0,
+            -d.high * 100.0,
+            -d.low * 100.0,
+            MIN_GAIN * 100.0,
+            placed(chosen_result),
+        )
+    } else {
+        format!(
+            "first touch: no other placement was measurably faster over {n} runs each ({compared} compared at {}){}",
+            confidence_text(confidence, compared),
             placed(chosen_result),
         )
     };
@@ -1350,7 +1423,8 @@ mod tests {
         ]);
         compare(&mut three, 0.95);
         let r = three.recommendation.unwrap();
-        // Three runs cannot tell it from luck (2/3 cubed: 30%).
+        // Three runs cannot tell it from luck (2/3 cubed: 30%, against
+        // 2.5% allowed with two placements compared).
         assert_eq!(r.name, "first-touch");
         let said = r.bimodal.unwrap();
         assert!(said.contains("slow in 1 of 3 runs"), "{said}");
@@ -1359,7 +1433,7 @@ mod tests {
             "{said}"
         );
         assert!(
-            said.contains("30% of the time: too few runs to tell; --runs 8 would decide"),
+            said.contains("30% of the time (at most 2.5%: 5% shared by the 2 placements compared): too few runs to tell; --runs 10 would decide"),
             "{said}"
         );
 
@@ -1392,6 +1466,65 @@ mod tests {
         let r = both.recommendation.unwrap();
         assert_eq!(r.name, "first-touch");
         assert_eq!(r.bimodal, None);
+    }
+
+    #[test]
+    fn seven_comparisons_hold_at_95_percent_together() {
+        // Placement 7 took 6.4% less time: beyond noise for one
+        // comparison at 95% (0.8% to 11.7% less), not for seven at once
+        // (-3.2% to 15.1% at 99.29%).
+        let ft = [1.00, 1.04, 0.98, 1.02, 1.01];
+        let lucky = [0.90, 1.00, 0.92, 0.99, 0.92];
+        let alone = stats::difference(&ft, &lucky, 0.95).unwrap();
+        assert_eq!(alone.verdict, Verdict::Lower);
+        let mut seven = report(vec![result("first-touch", &ft)]);
+        for i in 0..6 {
+            seven.candidates.push(result(
+                &format!("preferred:{i}"),
+                &[1.01, 1.03, 0.99, 1.0, 1.02],
+            ));
+        }
+        seven.candidates.push(result("bind:1", &lucky));
+        compare(&mut seven, 0.95);
+        let d = seven.candidates[7].vs_first_touch.as_ref().unwrap();
+        assert!((d.confidence - each_confidence(0.95, 7)).abs() < 1e-12);
+        assert_eq!(d.verdict, Verdict::Indistinguishable, "{d:?}");
+        let r = seven.recommendation.unwrap();
+        assert_eq!(r.name, "first-touch");
+        assert!(
+            r.evidence
+                .contains("(7 compared at 99.29% confidence each, 95% for all 7 together)"),
+            "{}",
+            r.evidence
+        );
+    }
+
+    #[test]
+    fn a_gain_beyond_noise_but_under_five_percent_changes_nothing() {
+        // 3% less time every run: beyond noise, not worth a placement.
+        let mut small = report(vec![
+            result("first-touch", &[1.000, 1.001, 0.999, 1.000, 1.002]),
+            result("interleave:0-1", &[0.970, 0.971, 0.969, 0.970, 0.972]),
+        ]);
+        compare(&mut small, 0.95);
+        let d = small.candidates[1].vs_first_touch.as_ref().unwrap();
+        assert_eq!(d.verdict, Verdict::Lower);
+        let r = small.recommendation.unwrap();
+        assert_eq!(r.name, "first-touch");
+        assert!(
+            r.evidence.starts_with(
+                "first touch: interleave:0-1 took 3.0% less time (2.8% to 3.2%), beyond noise but less than the 5% worth changing the placement for"
+            ),
+            "{}",
+            r.evidence
+        );
+        // 6% less: recommended.
+        let mut enough = report(vec![
+            result("first-touch", &[1.000, 1.001, 0.999, 1.000, 1.002]),
+            result("interleave:0-1", &[0.940, 0.941, 0.939, 0.940, 0.942]),
+        ]);
+        compare(&mut enough, 0.95);
+        assert_eq!(enough.recommendation.unwrap().name, "interleave:0-1");
     }
 
     #[test]

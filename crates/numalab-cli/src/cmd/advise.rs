@@ -32,9 +32,10 @@ over every node with memory, --cpunodebind=N --membind=N for each node with CPUs
 for each node with memory, and weighted interleave with weights from the measured read bandwidth \
 of each node (root: the kernel's weights are set for the run and restored). Each runs --warmup \
 times unmeasured, then --runs times, in rounds that visit every placement in turn. A placement is \
-recommended only when its 95% interval (Welch's t on the logarithms of the times, as hyperfine's \
-welch_ttest) says it is faster than first touch; the exact numactl and numalab exec lines are \
-printed. On a machine with one node with memory, nothing is run: placement cannot matter there.\n\n\
+recommended only when its interval (Welch's t on the logarithms of the times, as hyperfine's \
+welch_ttest; 95% for all placements together, Bonferroni) says it is faster than first touch, \
+and by 5% or more; a placement never slow beside a first touch that sometimes is wins once the \
+runs are enough to tell. The exact numactl and numalab exec lines are printed. On a machine with one node with memory, nothing is run: placement cannot matter there.\n\n\
 The command gets no input and its output is discarded (--show-output keeps it). It must succeed \
 under first touch; a placement under which it fails is named and left out. A run that takes \
 longer than --timeout is ended (SIGTERM, then SIGKILL 5 s later, with what it started) and \
