@@ -1379,7 +1379,14 @@ fn one_repeat(
         let writer = match (readers.copies, write_every) {
             (Some(copies), Some(every)) => {
                 let finished = &finished;
-                Some(scope.spawn(move || write_while(copies, block, every, finished, stop)))
+                let (began, first) = std::sync::mpsc::sync_channel(1);
+                let writer =
+                    scope.spawn(move || write_while(copies, block, every, began, finished, stop));
+                // The readers start once the writer has written (or
+                // failed): every repeat has a write to read through,
+                // however late a busy machine starts the writer.
+                let _ = first.recv();
+                Some(writer)
             }
             _ => None,
         };
@@ -1494,12 +1501,14 @@ fn one_repeat(
 
 /// Writes one block of the file through `copies` every `every` until the
 /// readers are `finished`: each write makes the copies of its chunk
-/// stale, as a writer process changing a read-mostly file would. Returns
-/// how many it made.
+/// stale, as a writer process changing a read-mostly file would. Says on
+/// `began` when the first write is made (dropping it on an error says so
+/// too). Returns how many it made.
 fn write_while(
     copies: &ReplicatedFile,
     block: usize,
     every: Duration,
+    began: std::sync::mpsc::SyncSender<()>,
     finished: &AtomicBool,
     stop: &AtomicBool,
 ) -> Result<u64, FileCopyError> {
@@ -1509,6 +1518,7 @@ fn write_while(
     let mut writes = 0u64;
     // A fixed-seed walk over the file: different chunks, no clustering.
     let mut at = 0x9E37_79B9_7F4A_7C15u64;
+    let mut began = Some(began);
     while !finished.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
         at = at
             .wrapping_mul(6364136223846793005)
@@ -1517,6 +1527,9 @@ fn write_while(
         data.fill(writes as u8);
         copies.write_at(&data, offset)?;
         writes += 1;
+        if let Some(began) = began.take() {
+            let _ = began.send(());
+        }
         wait(every, finished);
     }
     Ok(writes)

@@ -364,13 +364,16 @@ fn reading_through_copies_makes_them_on_the_readers_node_and_survives_writes() {
     let repeats = copies["repeats"].as_array().unwrap();
     let first = &repeats[0]["readers"][0];
     assert_eq!(first["bytes"], 8 << 20, "the whole file");
-    // Every 64 KiB chunk read once is copied, but a chunk the writer
-    // writes while it is being read is served from the file that time
-    // (seen once on a fresh machine: 127 copies, writes meanwhile).
+    // Every 64 KiB chunk, read once, is copied once: never more than
+    // 128 copies in the first repeat. A chunk the writer writes while it
+    // is being read is served from the file that time (seen once on a
+    // fresh machine: 127 copies, writes meanwhile): at most one fewer
+    // per write.
     let first_writes = repeats[0]["writes"].as_u64().unwrap();
+    let made = first["copies_made"].as_u64().unwrap();
     assert!(
-        first["copies_made"].as_u64().unwrap() + first_writes >= 128,
-        "8 MiB in 64 KiB copies, less one per write ({first_writes}): {first}"
+        (128u64.saturating_sub(first_writes)..=128).contains(&made),
+        "8 MiB in 64 KiB copies, each made once, less at most one per write ({first_writes}): {first}"
     );
     for repeat in &repeats[1..] {
         let reader = &repeat["readers"][0];
@@ -380,10 +383,14 @@ fn reading_through_copies_makes_them_on_the_readers_node_and_survives_writes() {
             "later repeats read the copies: {reader}"
         );
     }
-    let writes: u64 = repeats.iter().map(|r| r["writes"].as_u64().unwrap()).sum();
+    // The readers of a repeat start after the writer's first write.
+    let writes: Vec<u64> = repeats
+        .iter()
+        .map(|r| r["writes"].as_u64().unwrap())
+        .collect();
     assert!(
-        writes >= 3,
-        "the writer wrote during every repeat: {writes}"
+        writes.iter().all(|&w| w >= 1),
+        "the writer wrote during every repeat: {writes:?}"
     );
     // Where the kernel says the copies' pages are: all on the readers'
     // node, as sysfs names it.
