@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use numalab::NodeSet;
 
 use crate::initramfs::{Initramfs, INIT};
 use crate::preset::Preset;
@@ -392,6 +393,8 @@ pub(crate) struct PresetRun {
 /// assert!(may_not_apply("topo.tiers", two, (6, 12)).is_err());
 /// assert!(may_not_apply("profile.writes", two, (6, 1)).is_err());
 /// assert!(may_not_apply("pagecache.post", two, (6, 12)).is_err());
+/// assert!(may_not_apply("advise.decides", two, (6, 1)).is_ok());
+/// assert!(may_not_apply("advise.decides", two, (6, 12)).is_err());
 /// ```
 pub fn may_not_apply(check: &str, preset: &Preset, version: (u64, u64)) -> Result<(), String> {
     let memory = preset.memory_nodes().len();
@@ -412,6 +415,23 @@ pub fn may_not_apply(check: &str, preset: &Preset, version: (u64, u64)) -> Resul
             (cpus < 2, "the preset has two or more nodes with CPUs")
         }
         "ring.blog" => (both < 2, "the preset has two nodes with CPUs and memory"),
+        // Every placement runs 6 to 10 times: on 8 nodes, or on both
+        // kernels, minutes of TCG.
+        "advise.decides" => (
+            memory > 4 || version < (6, 9),
+            "the preset has at most 4 nodes with memory and the kernel is 6.9 or later",
+        ),
+        "advise.steady" => {
+            let homes: NodeSet = preset
+                .cpu_nodes()
+                .iter()
+                .map(|n| preset.home_node(n))
+                .collect();
+            (
+                both > 4 || homes.len() < 2 || version < (6, 9),
+                "the preset has at most 4 nodes with CPUs and memory, and two nodes with CPUs whose first touch lands on different nodes, and the kernel is 6.9 or later",
+            )
+        }
         // Memory tiers are in sysfs from Linux 6.1; soft-dirty bits are in
         // every kernel the suite boots (Debian's, CONFIG_MEM_SOFT_DIRTY).
         "topo.tiers" => (version < (6, 1), "Linux 6.1 and later show memory tiers"),

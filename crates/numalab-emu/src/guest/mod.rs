@@ -25,6 +25,7 @@
 
 pub mod advise;
 pub mod buffer;
+pub mod decide;
 pub mod exec;
 pub mod fill;
 pub mod matrix;
@@ -197,6 +198,16 @@ pub const CHECKS: &[Check] = &[
         run: advise::interrupted,
     },
     Check {
+        name: "advise.decides",
+        about: "numalab advise on a program that sleeps longer the more of its pages the kernel finds off the node it likes (a memory-only one where there is one): that node's placement recommended, faster beyond noise, no placement elsewhere called faster, the rounds rotating as documented; a program as fast everywhere gets first touch",
+        run: decide::decides,
+    },
+    Check {
+        name: "advise.steady",
+        about: "numalab advise on a program fast under first touch only on the runs that start on its data's node (every other run): with 4 runs a bimodal warning naming the runs that would decide, with that many the bound placement for being steady",
+        run: decide::steady,
+    },
+    Check {
         name: "fill.spill",
         about: "numalab fill beyond a node's free memory spills to the nearest node (default, preferred)",
         run: fill::spill,
@@ -352,7 +363,12 @@ pub struct Guest {
     pub numalab: PathBuf,
     topo: OnceCell<TopoReport>,
     topology: OnceCell<Topology>,
+    matrix: OnceCell<numalab_bench::matrix::MatrixResult>,
 }
+
+/// Where [`Guest::quick_matrix`] has `numalab matrix` write its hwloc
+/// export.
+pub const MATRIX_XML: &str = "/tmp/emu-matrix.xml";
 
 /// A finished command.
 ///
@@ -405,6 +421,7 @@ impl Guest {
             numalab: PathBuf::from("/bin/numalab"),
             topo: OnceCell::new(),
             topology: OnceCell::new(),
+            matrix: OnceCell::new(),
         }
     }
 
@@ -462,6 +479,18 @@ impl Guest {
         }
         let report = self.numalab_result(&["topo", "--json"])?;
         Ok(self.topo.get_or_init(|| report))
+    }
+
+    /// `numalab matrix --quick --json --hwloc-xml` [`MATRIX_XML`], run
+    /// once for the checks that read the matrix and its hwloc export (a
+    /// quick matrix is half a minute of emulated CPU).
+    pub fn quick_matrix(&self) -> Result<&numalab_bench::matrix::MatrixResult> {
+        if let Some(result) = self.matrix.get() {
+            return Ok(result);
+        }
+        let result =
+            self.numalab_result(&["matrix", "--quick", "--json", "--hwloc-xml", MATRIX_XML])?;
+        Ok(self.matrix.get_or_init(|| result))
     }
 
     /// The library's view of the machine ([`Topology::system`]), taken
@@ -791,6 +820,16 @@ pub fn main() -> ExitCode {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(err) => {
                         eprintln!("numalab-guest --phases: {err:#}");
+                        ExitCode::from(1)
+                    }
+                };
+            }
+            "--placement-speed" => {
+                let rest: Vec<String> = args.collect();
+                return match decide::placement_speed(&rest) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(err) => {
+                        eprintln!("numalab-guest --placement-speed: {err:#}");
                         ExitCode::from(1)
                     }
                 };

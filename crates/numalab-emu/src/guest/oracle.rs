@@ -702,13 +702,14 @@ fn hwloc_cpuset(text: &str) -> Option<CpuSet> {
 /// preset's CPUs of that node (memory-less CPU nodes included) and its
 /// target the node (CPU-less ones included); the attributes numalab does
 /// not measure are the preset's HMAT values, and nothing else is there.
+/// The matrix is the one `matrix.shape` checks ([`Guest::quick_matrix`]).
 pub fn hwloc_export(guest: &Guest, out: &mut Outcome) -> Result<()> {
     if !tools_here(out) {
         return Ok(());
     }
-    let xml = "/tmp/emu-matrix.xml";
-    let result: numalab_bench::matrix::MatrixResult =
-        guest.numalab_result(&["matrix", "--quick", "--json", "--hwloc-xml", xml])?;
+    // The matrix matrix.shape checked, and its export.
+    let xml = super::MATRIX_XML;
+    let result = guest.quick_matrix()?;
     let mib = |gbps: f64| (gbps * 1e9 / (1u64 << 20) as f64).round() as u64;
     let mut expected = BTreeMap::new();
     for cell in result.latency.iter().flat_map(|m| &m.cells) {
@@ -753,7 +754,6 @@ pub fn hwloc_export(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // preset gives are exactly those.
     let node_of = |cpus: &CpuSet| rows.iter().find(|&n| preset.cpus_of(n) == *cpus);
     let memattrs = run(LSTOPO, &["-i", xml, "--memattrs", "-p"])?;
-    let _ = fs::remove_file(xml);
     let mut found = BTreeMap::new();
     let mut strangers = Vec::new();
     let mut attribute = String::new();
