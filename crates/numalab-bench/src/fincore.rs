@@ -606,19 +606,17 @@ impl ChangedFile {
 ///
 /// ```
 /// use numalab_bench::fincore::{change_cache, CacheAction, ChangeError};
+/// let err = change_cache(&["x".into()], CacheAction::Load { node: 1000 }).unwrap_err();
+/// assert!(err.to_string().starts_with("node 1000 does not exist; this machine has nodes"), "{err}");
 /// let err = change_cache(&["x".into()], CacheAction::Load { node: 4096 }).unwrap_err();
-/// assert!(matches!(err, ChangeError::NoMemory { node: 4096, .. }), "{err}");
+/// assert_eq!(err.to_string(), "node 4096 is out of range: Linux numbers nodes from 0 to 1023");
 /// ```
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeError {
-    /// The node has no memory here (or does not exist).
-    #[error("node {node} has no memory here (nodes with memory: {with_memory}): its page cache would go elsewhere")]
-    NoMemory {
-        /// The node asked for.
-        node: u32,
-        /// The nodes that have memory.
-        with_memory: String,
-    },
+    /// The node does not exist, may not be used, or has no memory: said
+    /// as every command says it.
+    #[error(transparent)]
+    Node(#[from] numalab::SpecError),
     /// A node's memory could not be read.
     #[error(transparent)]
     Fincore(#[from] FincoreError),
@@ -655,12 +653,10 @@ pub fn change_cache_with(
 ) -> Result<CacheChange, ChangeError> {
     let inventory = numalab::NodeInventory::live();
     if let CacheAction::Load { node } = action {
-        if !inventory.with_memory.contains(node) {
-            return Err(ChangeError::NoMemory {
-                node,
-                with_memory: inventory.with_memory.to_string(),
-            });
-        }
+        // Parsed, not built: a number past Linux's last node is refused,
+        // as every command refuses it.
+        let nodes: numalab::NodeSet = node.to_string().parse().map_err(numalab::SpecError::from)?;
+        inventory.check_memory_nodes(&nodes)?;
     }
     // Pages read past what the node holds push out the ones read before
     // (or land elsewhere): a file larger than the node's memory, a sparse

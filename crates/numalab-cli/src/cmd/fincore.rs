@@ -58,9 +58,19 @@ pub fn run(args: &FincoreArgs) -> Result<i32> {
         options.threads = threads;
     }
     let report = fincore_with(&args.paths, options)?;
-    render::emit(&report, &args.output)?;
+    if !nothing_counted(&args.output, report.files.is_empty(), &report.failed) {
+        render::emit(&report, &args.output)?;
+    }
     say_failures(&args.output, &report.failed);
     Ok(i32::from(!report.failed.is_empty()))
+}
+
+/// Whether every path given failed and the result is a table on the
+/// terminal: then only the errors are said, as util-linux fincore does,
+/// not an empty table above them. JSON, CSV and `-o` still get the
+/// document, which names the failures.
+pub fn nothing_counted(output: &OutputArgs, no_files: bool, failed: &[Unreadable]) -> bool {
+    no_files && !failed.is_empty() && output.format() == Format::Table && output.output.is_none()
 }
 
 /// Paths that could not be counted or changed, on standard error, as

@@ -199,7 +199,9 @@ pub fn run(args: &PagecacheArgs) -> Result<i32> {
         }
         _ => change_cache(files, CacheAction::Drop)?,
     };
-    render::emit(&change, output)?;
+    if !super::fincore::nothing_counted(output, change.files.is_empty(), &change.failed) {
+        render::emit(&change, output)?;
+    }
     super::fincore::say_failures(output, &change.failed);
     Ok(i32::from(!change.failed.is_empty()))
 }

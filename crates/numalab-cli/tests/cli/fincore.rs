@@ -250,10 +250,10 @@ fn pagecache_drop_and_load_move_a_files_cache_as_fincore_sees_it() {
     // A node without memory is refused before the file is touched.
     let drop = numalab(&["pagecache", "drop", &path]);
     assert!(drop.status.success());
-    let refused = numalab(&["pagecache", "load", "--node", "4096", &path]);
+    let refused = numalab(&["pagecache", "load", "--node", "1000", &path]);
     assert_eq!(refused.status.code(), Some(1));
     assert!(
-        stderr(&refused).contains("node 4096 has no memory here"),
+        stderr(&refused).contains("node 1000 does not exist; this machine has nodes"),
         "{}",
         stderr(&refused)
     );
@@ -347,10 +347,10 @@ fn a_refused_load_with_drop_first_drops_nothing() {
         return;
     };
     assert_eq!(cached, 256, "written, so cached");
-    let out = numalab(&["pagecache", "load", "--drop-first", "--node", "4096", &path]);
+    let out = numalab(&["pagecache", "load", "--drop-first", "--node", "1000", &path]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("node 4096 has no memory"),
+        stderr(&out).contains("node 1000 does not exist; this machine has nodes"),
         "{}",
         stderr(&out)
     );
@@ -370,4 +370,77 @@ fn a_refused_load_with_drop_first_drops_nothing() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["files"][0]["read_bytes"], 1 << 20);
     assert_eq!(fincore_pages(&path), Some(256));
+}
+
+#[test]
+fn every_refused_pagecache_command_leaves_the_cache_alone() {
+    let scratch = Scratch::new("pagecache-refusals");
+    let path = scratch.path("data");
+    fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+    fs::File::open(&path).unwrap().sync_all().unwrap();
+    let Some(cached) = fincore_pages(&path) else {
+        return;
+    };
+    assert_eq!(cached, 256, "written, so cached");
+    let node = sysfs_nodes()[0].to_string();
+    let link = scratch.path("link");
+    std::os::unix::fs::symlink(scratch.path("elsewhere"), &link).unwrap();
+    let refusals: [&[&str]; 8] = [
+        &["load", "--node", "4096", &path],
+        &["load", "--node", "1000", &path],
+        &["load", "--drop-first", "--node", "4096", &path],
+        &["load", "--drop-first", "--node", "0-1", &path],
+        &[
+            "load",
+            "--drop-first",
+            "--node",
+            &node,
+            "-o",
+            "/dev/null",
+            &path,
+        ],
+        &["load", "--drop-first", "--node", &node, "-o", &link, &path],
+        &["drop", "-o", "/dev/null", &path],
+        &["drop", "--json", "--csv", &path],
+    ];
+    for args in refusals {
+        let mut all = vec!["pagecache"];
+        all.extend(args);
+        let out = numalab(&all);
+        assert!(!out.status.success(), "{args:?} ran");
+        assert!(!stderr(&out).trim().is_empty(), "{args:?}: no reason given");
+        assert_eq!(
+            fincore_pages(&path),
+            Some(256),
+            "{args:?} changed the cache: {}",
+            stderr(&out)
+        );
+    }
+}
+
+#[test]
+fn a_path_that_cannot_be_read_gets_its_error_not_an_empty_table() {
+    let node = sysfs_nodes()[0].to_string();
+    let commands: [&[&str]; 3] = [
+        &["fincore", "/nonexistent/numalab"],
+        &["pagecache", "load", "--node", &node, "/nonexistent/numalab"],
+        &["pagecache", "drop", "/nonexistent/numalab"],
+    ];
+    for args in commands {
+        let out = numalab(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(stdout(&out), "", "{args:?}: nothing counted, no table");
+        assert!(
+            stderr(&out).contains("/nonexistent/numalab: No such file or directory"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        // A script asking for JSON still gets the document, naming it.
+        let mut json = args.to_vec();
+        json.push("--json");
+        let out = numalab(&json);
+        assert_eq!(out.status.code(), Some(1), "{json:?}");
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["failed"][0]["path"], "/nonexistent/numalab", "{doc}");
+    }
 }
