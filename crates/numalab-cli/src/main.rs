@@ -55,6 +55,9 @@ enum Command {
 fn parse() -> Cli {
     Cli::try_parse().unwrap_or_else(|err| {
         let _ = err.print();
+        if let Some(hint) = numactl_hint(&err) {
+            eprintln!("\ntip: {hint}");
+        }
         // `profile` and `advise` run a command too.
         let exec = std::env::args_os()
             .nth(1)
@@ -65,6 +68,44 @@ fn parse() -> Cli {
             true => 2,
         };
         std::process::exit(code)
+    })
+}
+
+/// Where numalab does what a numactl option a user typed does, for an
+/// option numalab does not take: `numactl --hardware`'s table is `numalab
+/// topo`, `-m` in `matrix` is `--mem-nodes`.
+fn numactl_hint(err: &clap::Error) -> Option<String> {
+    if err.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let clap::error::ContextValue::String(arg) = err.get(clap::error::ContextKind::InvalidArg)?
+    else {
+        return None;
+    };
+    let option = arg.split('=').next().unwrap_or(arg);
+    let command = std::env::args().nth(1).unwrap_or_default();
+    numactl_hint_for(&command, option).map(str::to_owned)
+}
+
+/// The hint for `option` given to `command` (its first word).
+fn numactl_hint_for(command: &str, option: &str) -> Option<&'static str> {
+    Some(match (command, option) {
+        (_, "--hardware" | "-H") => {
+            "numactl --hardware's nodes, CPUs, memory and distances are `numalab topo` (and `numalab topo --json`)"
+        }
+        ("exec", "--show" | "-s") => {
+            "numactl --show prints the policy the shell runs under; numalab exec's report says the policy it ran the command under and where its pages went"
+        }
+        ("exec", "--all" | "-a") => {
+            "numactl --all ignores the process's cpuset; numalab exec keeps to the CPUs and nodes this process may use"
+        }
+        ("matrix", "-m" | "--membind") => {
+            "numalab matrix measures the memory of the nodes given with --mem-nodes (and runs on those of --cpu-nodes)"
+        }
+        ("matrix", "-N" | "--cpunodebind") => {
+            "numalab matrix runs on the CPUs of the nodes given with --cpu-nodes (and measures those of --mem-nodes)"
+        }
+        _ => return None,
     })
 }
 
@@ -125,6 +166,37 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn numactl_options_numalab_lacks_point_to_what_does_their_job() {
+        let hint = |args: &[&str]| {
+            let err = Cli::try_parse_from(args).unwrap_err();
+            let option = match err.get(clap::error::ContextKind::InvalidArg) {
+                Some(clap::error::ContextValue::String(arg)) => arg.clone(),
+                other => panic!("{args:?}: {other:?}"),
+            };
+            numactl_hint_for(args[1], option.split('=').next().unwrap())
+        };
+        assert!(hint(&["numalab", "exec", "-H"])
+            .unwrap()
+            .contains("`numalab topo`"));
+        assert!(hint(&["numalab", "--hardware"])
+            .unwrap()
+            .contains("`numalab topo`"));
+        assert!(hint(&["numalab", "exec", "--show", "--", "true"])
+            .unwrap()
+            .contains("numactl --show"));
+        assert!(hint(&["numalab", "matrix", "-m", "0"])
+            .unwrap()
+            .contains("--mem-nodes"));
+        assert_eq!(hint(&["numalab", "exec", "--bogus", "--", "true"]), None);
+        // numactl's older --cpubind is --cpunodebind.
+        let cli = Cli::try_parse_from(["numalab", "exec", "--cpubind=0", "--", "true"]).unwrap();
+        let Command::Exec(exec) = cli.command else {
+            panic!("not exec");
+        };
+        assert_eq!(exec.placement.cpunodebind.as_deref(), Some("0"));
     }
 
     #[test]

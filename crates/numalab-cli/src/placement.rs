@@ -38,8 +38,15 @@ pub struct PlacementArgs {
     #[arg(long, short = 'l', group = "policy")]
     pub localalloc: bool,
 
-    /// Run only on the CPUs of NODES (nodes without CPUs are refused)
-    #[arg(long, short = 'N', value_name = "NODES", group = "cpus")]
+    /// Run only on the CPUs of NODES (nodes without CPUs are refused);
+    /// numactl's older spelling --cpubind is taken too
+    #[arg(
+        long,
+        short = 'N',
+        alias = "cpubind",
+        value_name = "NODES",
+        group = "cpus"
+    )]
     pub cpunodebind: Option<String>,
 
     /// Run only on CPUS (`0-3,8`, `all`, `!0`)
