@@ -105,6 +105,17 @@ pub(crate) fn parse_saved<T: Schema + serde::de::DeserializeOwned>(
             e.utf8_error().valid_up_to()
         )
     })?;
+    let start = text
+        .trim_start()
+        .get(..15)
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if start.starts_with("<!doctype html") || start.starts_with("<html") {
+        anyhow::bail!(
+            "{} is an HTML page, not a saved result: give the file written with --json (numalab report --json -o r.json), from which --from makes the page again",
+            path.display()
+        );
+    }
     Document::<T>::parse(&text)
         .with_context(|| format!("reading {} as {}", path.display(), T::NAME))
 }

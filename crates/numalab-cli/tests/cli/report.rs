@@ -339,3 +339,27 @@ fn sizes_from_a_saved_report_never_wrap_and_its_pairs_count_once() {
         stderr(&out)
     );
 }
+
+#[test]
+fn the_page_given_to_from_is_named_as_the_page() {
+    let scratch = Scratch::new("report-from-page");
+    let page = scratch.path("r.html");
+    let out = numalab(&[
+        "report",
+        "--from",
+        saved("cxl").to_str().unwrap(),
+        "-o",
+        &page,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = numalab(&["report", "--from", &page]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(
+            "r.html is an HTML page, not a saved result: give the file written with --json"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out), "", "nothing drawn");
+}
