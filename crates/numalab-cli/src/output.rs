@@ -26,8 +26,10 @@ pub struct OutputArgs {
 
     /// Write the result to FILE (a regular file, replaced whole: never a
     /// link, device or FIFO; an existing file keeps its mode) instead of
-    /// standard output; the format follows --json/--csv/--markdown, else
-    /// the extension (.json, .csv, .md), else JSON
+    /// standard output (`-`: standard output, where a command would
+    /// otherwise report on standard error); the format follows
+    /// --json/--csv/--markdown, else the extension (.json, .csv, .md),
+    /// else JSON
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
 }
@@ -66,18 +68,51 @@ impl OutputArgs {
         }
     }
 
+    /// The file `-o` names; `None` for none, or for `-o -` (standard
+    /// output).
+    pub fn file(&self) -> Option<&Path> {
+        self.output
+            .as_deref()
+            .filter(|path| !self.to_stdout_asked_for(path))
+    }
+
+    /// Whether `-o -` asked for standard output.
+    pub fn stdout_asked(&self) -> bool {
+        self.output
+            .as_deref()
+            .is_some_and(|path| self.to_stdout_asked_for(path))
+    }
+
+    fn to_stdout_asked_for(&self, path: &Path) -> bool {
+        path.as_os_str() == "-"
+    }
+
     /// Refuses an output file that could not be written (its directory
     /// missing, a link or a device there), before anything is measured.
     pub fn check(&self) -> Result<()> {
-        match &self.output {
+        match self.file() {
             Some(path) => check_target(path),
             None => Ok(()),
         }
     }
 
+    /// Writes a report that goes to standard error unless `-o` says
+    /// otherwise (exec's and profile's: the command owns standard
+    /// output): to the file, to standard output for `-o -`.
+    pub fn emit_report(&self, text: &str) -> Result<()> {
+        match self.file() {
+            Some(path) => write_atomically(path, text.as_bytes()),
+            None if self.stdout_asked() => print_stdout(text),
+            None => {
+                eprint!("{text}");
+                Ok(())
+            }
+        }
+    }
+
     /// Writes `text` to the output file, or to standard output.
     pub fn emit(&self, text: &str) -> Result<()> {
-        match &self.output {
+        match self.file() {
             Some(path) => {
                 write_atomically(path, text.as_bytes())?;
                 if io::stderr().is_terminal() {

@@ -11,7 +11,7 @@ use numalab::launch::LaunchError;
 use numalab::{InterleaveWeights, Topology};
 use numalab_bench::exec::{exec, ExecConfig, ExecError};
 
-use crate::output::{self, OutputArgs};
+use crate::output::OutputArgs;
 use crate::placement::PlacementArgs;
 use crate::render;
 
@@ -20,7 +20,8 @@ use crate::render;
 #[derive(Debug, Args)]
 #[command(
     after_help = "The report goes to standard error (the command owns standard output), or to \
---output FILE. numalab exits with the command's exit status (128 + N if a signal N killed it) as \
+--output FILE, or with -o - to standard output (JSON unless --csv or --markdown: for a pipe, \
+after the command's own output). numalab exits with the command's exit status (128 + N if a signal N killed it) as \
 soon as the command exits (what it leaves running is not waited for); 125 when numalab itself \
 fails or its options are wrong, 126/127 when the command cannot be run. SIGINT, SIGTERM, SIGHUP \
 and SIGQUIT sent to numalab with kill are passed on to the command (the terminal's Ctrl-C reaches \
@@ -31,7 +32,8 @@ Examples:\n  \
   numalab exec -N 1 -m 1 -- ./app              CPUs and memory on node 1\n  \
   numalab exec --interleave=all -- ./app       spread over every node\n  \
   numalab exec -w 0:3,1:1 -- ./app             weighted interleave 3:1 (root, Linux 6.9)\n  \
-  numalab exec --json -m 0 -- ./app 2>r.json   the report as JSON"
+  numalab exec --json -m 0 -- ./app 2>r.json   the report as JSON\n  \
+  numalab exec -o - -m 0 -- ./app | jq .        the report on a pipe"
 )]
 pub struct ExecArgs {
     #[command(flatten)]
@@ -107,10 +109,7 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
     }
     if !args.quiet {
         let text = render::to_string(&report, args.output.format())?;
-        match &args.output.output {
-            Some(path) => output::write_atomically(path, text.as_bytes())?,
-            None => eprint!("{text}"),
-        }
+        args.output.emit_report(&text)?;
     }
     // Interrupted by a signal sent to numalab: 128 + it, as a shell says
     // of a command a signal ended, whatever the command made of it.

@@ -205,7 +205,7 @@ fn check_hwloc_xml(path: &Path, measurements: &Measurements, output: &OutputArgs
              add --latency or --bandwidth"
         );
     }
-    if output.output.as_deref() == Some(path) {
+    if output.file() == Some(path) {
         bail!("{flag}: -o names the same file; name another for one of them");
     }
     numalab::files::check_output(path).map_err(|err| {

@@ -87,7 +87,7 @@ pub fn run(args: &ProfileArgs) -> Result<i32> {
     args.output.check()?;
     if let Some(path) = &args.emit {
         output::check_target(path).with_context(|| format!("--emit {}", path.display()))?;
-        if let Some(out) = &args.output.output {
+        if let Some(out) = args.output.file() {
             output::distinct_targets(&[("--output", out), ("--emit", path)])?;
         }
     }
@@ -147,10 +147,7 @@ fn run_command(args: &ProfileArgs, options: ProfileOptions) -> Result<i32> {
         Err(err) => return Err(err).context("numalab profile"),
     };
     let text = render::to_string(&report, args.output.format())?;
-    match &args.output.output {
-        Some(path) => output::write_atomically(path, text.as_bytes())?,
-        None => eprint!("{text}"),
-    }
+    args.output.emit_report(&text)?;
     emit_experiment(args, &report)?;
     Ok(report
         .exit

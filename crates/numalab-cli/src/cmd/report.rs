@@ -173,7 +173,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         output: args.output.clone(),
     };
     // Before anything is measured: a bad target would lose the report.
-    for path in args.output.iter().chain(&args.html) {
+    for path in out.file().iter().copied().chain(args.html.as_deref()) {
         output::check_target(path)?;
     }
     if let (Some(out), Some(page)) = (&args.output, &args.html) {

@@ -80,7 +80,7 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     if !args.no_plot {
         crate::plot::check_stem(&exp::figure_stem(
             args.plot.as_deref(),
-            args.output.output.as_deref(),
+            args.output.file(),
             &experiment.name,
         ))?;
     }
@@ -107,7 +107,7 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     if !args.no_plot && result.cells.iter().any(|c| c.result.is_some()) {
         let stem = exp::figure_stem(
             args.plot.as_deref(),
-            args.output.output.as_deref(),
+            args.output.file(),
             &result.experiment.name,
         );
         let paths = figures::draw_sweep(&result, &stem)?;

@@ -41,6 +41,30 @@ fn exec_counts_the_pages_of_a_command() {
 }
 
 #[test]
+fn exec_dash_o_dash_puts_the_report_on_standard_output_for_a_pipe() {
+    // The command writes first; the report follows it on standard output.
+    let out = numalab(&["exec", "-o", "-", "--", "sh", "-c", "echo from-the-command"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let (said, report) = text.split_once('\n').unwrap();
+    assert_eq!(said, "from-the-command");
+    let doc: Value = serde_json::from_str(report).unwrap();
+    assert_eq!(doc["schema"], "numalab.exec");
+    assert!(!stderr(&out).contains("numalab.exec"), "{}", stderr(&out));
+    assert!(!std::path::Path::new("-").exists(), "no file named -");
+    // --csv on standard output too; --json alone stays on standard error.
+    let out = numalab(&["exec", "-o", "-", "--csv", "--", "true"]);
+    assert!(
+        stdout(&out).starts_with("when,node,kind,bytes"),
+        "{}",
+        stdout(&out)
+    );
+    let out = numalab(&["exec", "--json", "--", "true"]);
+    assert_eq!(stdout(&out), "");
+    assert!(stderr(&out).contains("\"schema\": \"numalab.exec\""));
+}
+
+#[test]
 fn exec_binds_cpus_and_keeps_the_exit_status() {
     let out = numalab(&[
         "exec",
