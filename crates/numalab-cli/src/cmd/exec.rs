@@ -54,8 +54,14 @@ pub struct ExecArgs {
 /// Says that `program` could not be run by `numalab COMMAND`; the exit
 /// status a shell gives then: 127 when it does not exist, 126 otherwise.
 pub fn cannot_run(command: &str, program: &std::ffi::OsStr, source: &std::io::Error) -> i32 {
+    // Said as a shell (and advise, which looks first) says it: "not
+    // found in PATH", "not an executable file", not the raw errno.
+    let why = match numalab::launch::find_program(program) {
+        Err(found) => found.to_string(),
+        Ok(_) => source.to_string(),
+    };
     eprintln!(
-        "numalab {command}: cannot run {}: {source}",
+        "numalab {command}: cannot run {}: {why}",
         crate::output::printable_field(&program.to_string_lossy())
     );
     if source.kind() == std::io::ErrorKind::NotFound {

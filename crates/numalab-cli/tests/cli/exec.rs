@@ -94,6 +94,30 @@ fn exec_binds_cpus_and_keeps_the_exit_status() {
     assert_eq!(out.status.code(), Some(127));
     assert!(stderr(&out).contains("/nonexistent/command"));
 
+    // Said alike by every command that runs one, as a shell says it.
+    for cmd in ["exec", "profile", "advise"] {
+        let out = numalab(&[cmd, "--", "numalab-no-such-program"]);
+        assert_eq!(out.status.code(), Some(127), "{cmd}");
+        assert!(
+            stderr(&out).contains(&format!(
+                "numalab {cmd}: cannot run numalab-no-such-program: not found in PATH"
+            )),
+            "{cmd}: {}",
+            stderr(&out)
+        );
+        let plain =
+            std::env::temp_dir().join(format!("numalab-plain-{cmd}-{}", std::process::id()));
+        std::fs::write(&plain, "not a program").unwrap(); // 0644
+        let out = numalab(&[cmd, "--", plain.to_str().unwrap()]);
+        std::fs::remove_file(&plain).unwrap();
+        assert_eq!(out.status.code(), Some(126), "{cmd}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(": not an executable file"),
+            "{cmd}: {}",
+            stderr(&out)
+        );
+    }
+
     // A name with escapes and a newline is shown, not obeyed.
     for cmd in ["exec", "profile", "advise"] {
         let out = numalab(&[cmd, "--", "/nonexistent/evil\x1b[2J\nnumalab: forged"]);
