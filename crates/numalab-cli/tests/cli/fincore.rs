@@ -337,16 +337,23 @@ fn pagecache_drop_of_a_file_in_memory_says_so() {
     );
 }
 
-#[test]
-fn a_refused_load_with_drop_first_drops_nothing() {
-    let scratch = Scratch::new("pagecache-refused-drop");
+/// A 1 MiB file just written, so all 256 pages cached by util-linux
+/// fincore's count; `None` (and why) where fincore cannot run.
+fn cached_file(scratch: &Scratch) -> Option<String> {
     let path = scratch.path("data");
     fs::write(&path, vec![7u8; 1 << 20]).unwrap();
     fs::File::open(&path).unwrap().sync_all().unwrap();
-    let Some(cached) = fincore_pages(&path) else {
+    let cached = fincore_pages(&path)?;
+    assert_eq!(cached, 256, "written, so cached");
+    Some(path)
+}
+
+#[test]
+fn a_refused_load_with_drop_first_drops_nothing() {
+    let scratch = Scratch::new("pagecache-refused-drop");
+    let Some(path) = cached_file(&scratch) else {
         return;
     };
-    assert_eq!(cached, 256, "written, so cached");
     let out = numalab(&["pagecache", "load", "--drop-first", "--node", "1000", &path]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
@@ -375,13 +382,9 @@ fn a_refused_load_with_drop_first_drops_nothing() {
 #[test]
 fn every_refused_pagecache_command_leaves_the_cache_alone() {
     let scratch = Scratch::new("pagecache-refusals");
-    let path = scratch.path("data");
-    fs::write(&path, vec![7u8; 1 << 20]).unwrap();
-    fs::File::open(&path).unwrap().sync_all().unwrap();
-    let Some(cached) = fincore_pages(&path) else {
+    let Some(path) = cached_file(&scratch) else {
         return;
     };
-    assert_eq!(cached, 256, "written, so cached");
     let node = sysfs_nodes()[0].to_string();
     let link = scratch.path("link");
     std::os::unix::fs::symlink(scratch.path("elsewhere"), &link).unwrap();

@@ -420,15 +420,7 @@ pub fn placements(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // Where first touch puts pages: each CPU node's own memory, or the
     // nearest node with memory for a memory-less one.
     let home_nodes: NodeSet = cpu_nodes.iter().map(|n| preset.home_node(n)).collect();
-    let ran = guest.numalab(&advise_args(true, &DD))?;
-    if ran.code != Some(0) {
-        bail!(
-            "numalab advise exited {:?}:\n{}{}",
-            ran.code,
-            ran.stdout,
-            ran.stderr
-        );
-    }
+    let ran = guest.numalab_ok(&advise_args(true, &DD))?;
     let report: AdviseReport = numalab_bench::document::Document::parse(&ran.stdout)
         .context("reading numalab advise --json")?;
     let names: Vec<&str> = report

@@ -126,16 +126,7 @@ fn advise(guest: &Guest, args: &[&str], program: &[&str]) -> Result<AdviseReport
     all.extend(args);
     all.extend(["--", me, "--placement-speed"]);
     all.extend(program);
-    let ran = guest.numalab(&all)?;
-    if ran.code != Some(0) {
-        bail!(
-            "numalab {} exited {:?}:\n{}{}",
-            all.join(" "),
-            ran.code,
-            ran.stdout,
-            ran.stderr
-        );
-    }
+    let ran = guest.numalab_ok(&all)?;
     Document::parse(&ran.stdout).context("reading numalab advise --json")
 }
 

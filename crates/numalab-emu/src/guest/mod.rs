@@ -448,9 +448,9 @@ impl Guest {
         })
     }
 
-    /// Runs numalab with `args` (which ask for `--json`) and returns its
-    /// JSON document; a non-zero exit is an error carrying its output.
-    pub fn numalab_json(&self, args: &[&str]) -> Result<Value> {
+    /// Runs numalab with `args`; a non-zero exit is an error carrying
+    /// its output.
+    pub fn numalab_ok(&self, args: &[&str]) -> Result<Ran> {
         let ran = self.numalab(args)?;
         if ran.code != Some(0) {
             bail!(
@@ -461,7 +461,13 @@ impl Guest {
                 ran.stderr
             );
         }
-        Ran::json_in(&ran.stdout)
+        Ok(ran)
+    }
+
+    /// Runs numalab with `args` (which ask for `--json`) and returns its
+    /// JSON document; a non-zero exit is an error carrying its output.
+    pub fn numalab_json(&self, args: &[&str]) -> Result<Value> {
+        Ran::json_in(&self.numalab_ok(args)?.stdout)
     }
 
     /// Runs numalab with `args` (which ask for `--json`) and reads its
