@@ -12,9 +12,33 @@
 pub fn size(text: &str) -> Result<u64, String> {
     match numalab::units::parse_size(text) {
         Ok(0) => Err("the size must be at least one byte".into()),
-        Ok(bytes) => Ok(bytes),
+        Ok(bytes) => {
+            if let Some(note) = decimal_looking(text, bytes) {
+                eprintln!("numalab: {note}");
+            }
+            Ok(bytes)
+        }
         Err(err) => Err(err.to_string()),
     }
+}
+
+/// What a size written with a decimal-looking unit (`1.5GB`, dd's 10⁹)
+/// was read as: numalab's units are binary, as numactl's and fio's, and
+/// it says so rather than take 7% more than dd would in silence.
+fn decimal_looking(text: &str, bytes: u64) -> Option<String> {
+    let unit = text
+        .trim()
+        .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let decimal = ["KB", "MB", "GB", "TB", "PB", "EB"]
+        .iter()
+        .any(|u| unit.trim().eq_ignore_ascii_case(u));
+    decimal.then(|| {
+        format!(
+            "{} is read as {} ({bytes} bytes): sizes are binary in numalab, as in numactl and fio (GB and GiB alike)",
+            text.trim(),
+            numalab::units::Size(bytes)
+        )
+    })
 }
 
 /// A size flag held as `usize` (a buffer's length on this machine).
@@ -39,6 +63,18 @@ mod tests {
         assert!(size("lots")
             .unwrap_err()
             .contains("does not start with a number"));
+    }
+
+    #[test]
+    fn a_decimal_looking_unit_is_said_to_be_read_as_binary() {
+        assert_eq!(
+            decimal_looking("1.5GB", 3 << 29).unwrap(),
+            "1.5GB is read as 1.5 GiB (1610612736 bytes): sizes are binary in numalab, as in numactl and fio (GB and GiB alike)"
+        );
+        assert!(decimal_looking("64mb", 64 << 20).is_some());
+        for binary in ["1.5G", "512MiB", "4096", "64K"] {
+            assert_eq!(decimal_looking(binary, 1), None, "{binary}");
+        }
     }
 
     #[test]
