@@ -500,6 +500,22 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
             ));
         }
     }
+    // Copies on the cache's own node spare the readers the page cache's
+    // path (read(2), its locks, its lookups), not any distance: a gain
+    // there says nothing of NUMA.
+    let same_node: Vec<usize> = report
+        .gains
+        .iter()
+        .filter(|g| g.reader_node == node)
+        .map(|g| g.readers)
+        .collect();
+    if !same_node.is_empty() {
+        let readers: Vec<String> = same_node.iter().map(usize::to_string).collect();
+        out.push(format!(
+            "copies for {} reader(s) on node {node}, the cache's own: their GAIN is what reading a private copy instead of the page cache saves (read(2), the cache's locks and lookups), not distance; only readers on another node show what copies save across nodes",
+            readers.join(", ")
+        ));
+    }
     out
 }
 
@@ -652,6 +668,34 @@ mod bench_tests {
                 "only {} of the file's {pages} pages were cached",
                 pages / 2
             )),
+            "{said:?}"
+        );
+    }
+
+    #[test]
+    fn a_gain_of_copies_on_the_caches_own_node_is_not_called_numas() {
+        let topology = numalab::Topology::system().unwrap();
+        let config = BenchConfig {
+            file: FileSource::Create {
+                dir: std::env::temp_dir(),
+                size: 1 << 20,
+            },
+            repeats: 2,
+            places: vec![bench::ReaderPlace::Same],
+            compare_matrix: false,
+            copies: Some(bench::CopyConfig::default()),
+            ..BenchConfig::default()
+        };
+        let plan = bench::plan(&config, &topology).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let report = bench::run(&plan, &topology, &mut |_| {}, &stop).unwrap();
+        assert_eq!(report.gains.len(), 1, "one cell through copies");
+        let said = bench_notes(&report);
+        let node = report.settings.cache_node;
+        assert!(
+            said.iter().any(|s| s.starts_with(&format!(
+                "copies for 1 reader(s) on node {node}, the cache's own: their GAIN is what reading a private copy"
+            ))),
             "{said:?}"
         );
     }
