@@ -295,11 +295,10 @@ impl Fingerprint {
         );
         differ("kernel ", text(&self.kernel), text(&reference.kernel), "");
         differ("THP ", text(&self.thp), text(&reference.thp), "");
-        let balancing = |v: Option<u32>| v.map_or("unknown".into(), |v| v.to_string());
         differ(
             "numa_balancing ",
-            balancing(self.numa_balancing),
-            balancing(reference.numa_balancing),
+            balancing_word(self.numa_balancing).into(),
+            balancing_word(reference.numa_balancing).into(),
             "",
         );
         let how = |quick: bool| if quick { "--quick" } else { "in full" };
@@ -351,6 +350,27 @@ fn gib(bytes: u64) -> String {
     }
 }
 
+/// `kernel.numa_balancing` in a word, as `numalab topo` says it: `off`,
+/// `on`, `tiering` (2), `on+tiering` (3), `unknown` when the file was not
+/// read (any other value as its number).
+///
+/// ```
+/// use numalab_bench::fleet::fingerprint::balancing_word;
+/// assert_eq!(balancing_word(Some(0)), "off");
+/// assert_eq!(balancing_word(Some(2)), "tiering");
+/// assert_eq!(balancing_word(None), "unknown");
+/// ```
+pub fn balancing_word(state: Option<u32>) -> std::borrow::Cow<'static, str> {
+    match state {
+        Some(0) => "off".into(),
+        Some(1) => "on".into(),
+        Some(2) => "tiering".into(),
+        Some(3) => "on+tiering".into(),
+        Some(v) => v.to_string().into(),
+        None => "unknown".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,6 +409,7 @@ mod tests {
         other.hmat = true;
         other.quick = true;
         other.nodes[0].allowed_cpus = 1;
+        other.numa_balancing = Some(0);
         assert_eq!(
             other.differences(&reference),
             [
@@ -396,6 +417,7 @@ mod tests {
                 "HMAT present instead of absent",
                 "kernel 6.8.0 instead of unknown",
                 "THP never instead of unknown",
+                "numa_balancing off instead of unknown",
                 "measured --quick instead of in full",
             ]
         );

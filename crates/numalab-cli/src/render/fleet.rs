@@ -107,7 +107,7 @@ fn text(report: &FleetReport, style: Style) -> String {
             if f.hmat { "yes" } else { "no" }.to_string(),
             unknown(&f.kernel),
             unknown(&f.thp),
-            f.numa_balancing.map_or("unknown".into(), |b| b.to_string()),
+            numalab_bench::fleet::fingerprint::balancing_word(f.numa_balancing).into_owned(),
         ]);
     }
     out.push_str(&style.render(&table));
@@ -380,7 +380,7 @@ pub fn html_page(report: &FleetReport, pages: &BTreeMap<String, String>) -> Stri
             if f.hmat { "yes" } else { "no" },
             unknown(&f.kernel),
             unknown(&f.thp),
-            f.numa_balancing.map_or("unknown".into(), |b| b.to_string()),
+            numalab_bench::fleet::fingerprint::balancing_word(f.numa_balancing).into_owned(),
             group.compared_with.map_or(String::new(), |g| format!(
                 "group {g}: {}",
                 escape(&group.differences.join("; "))
