@@ -373,6 +373,18 @@ pub(crate) fn boot(
         .arg(if options.shell { "mon:stdio" } else { "stdio" })
         .arg("-serial")
         .arg(format!("file:{}", results_path.display()));
+    // A guest ends with the suite: killed or interrupted, the harness
+    // leaves no QEMU running on (seen after a killed `cargo test`). The
+    // death signal goes with the thread that starts QEMU, which waits for
+    // it to end.
+    let parent = std::process::id();
+    // SAFETY: end_with_parent makes two system calls and allocates
+    // nothing, which is what may run between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            numalab::system::end_with_parent(parent)
+        })
+    };
     let start = Instant::now();
     let result = if options.shell {
         let status = command
