@@ -1544,31 +1544,70 @@ pub fn monotonic() -> Duration {
     clock(libc::CLOCK_MONOTONIC)
 }
 
-/// Whether the file system of the file `fd` holds is one whose files are
-/// memory (tmpfs and shared memory, ramfs, hugetlbfs): their pages are
-/// not a cache of anything and cannot be dropped.
-pub fn in_memory_file_system(fd: BorrowedFd<'_>) -> bool {
-    const TMPFS: i64 = 0x0102_1994;
-    const RAMFS: i64 = 0x8584_58f6;
-    // SAFETY: an all-zero statfs is a valid value of a plain C struct.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is an open descriptor and st valid for writes.
-    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
-        return false;
+/// The file systems numalab tells apart, by `statfs(2)`'s magic number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileSystemKind {
+    /// tmpfs, and the shared memory of `/dev/shm` and memfds.
+    Tmpfs,
+    /// ramfs.
+    Ramfs,
+    /// hugetlbfs (explicit huge pages).
+    Hugetlbfs,
+    /// Any other.
+    Other,
+}
+
+impl FileSystemKind {
+    fn of(st: &libc::statfs) -> FileSystemKind {
+        const TMPFS: i64 = 0x0102_1994;
+        const RAMFS: i64 = 0x8584_58f6;
+        // f_type's C type differs between targets.
+        #[allow(clippy::unnecessary_cast)]
+        let magic = st.f_type as i64;
+        match magic {
+            TMPFS => FileSystemKind::Tmpfs,
+            RAMFS => FileSystemKind::Ramfs,
+            libc::HUGETLBFS_MAGIC => FileSystemKind::Hugetlbfs,
+            _ => FileSystemKind::Other,
+        }
     }
-    matches!(st.f_type as i64, TMPFS | RAMFS | libc::HUGETLBFS_MAGIC)
+
+    /// The file system of the file `fd` holds (`fstatfs`); `None` when it
+    /// cannot be asked.
+    pub fn of_fd(fd: BorrowedFd<'_>) -> Option<FileSystemKind> {
+        // SAFETY: an all-zero statfs is a valid value of a plain C struct.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is an open descriptor and st valid for writes.
+        (unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } == 0).then(|| Self::of(&st))
+    }
+
+    /// The file system `path` is on (`statfs`); `None` when it cannot be
+    /// asked.
+    pub fn of_path(path: &Path) -> Option<FileSystemKind> {
+        let path = c_path(path).ok()?;
+        // SAFETY: an all-zero statfs is a valid value of a plain C struct.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: path is NUL-terminated and st valid for writes.
+        (unsafe { libc::statfs(path.as_ptr(), &mut st) } == 0).then(|| Self::of(&st))
+    }
+
+    /// Whether its files are memory (tmpfs and shared memory, ramfs,
+    /// hugetlbfs): their pages are not a cache of anything and cannot be
+    /// dropped.
+    pub fn is_memory(self) -> bool {
+        self != FileSystemKind::Other
+    }
+}
+
+/// Whether the file system of the file `fd` holds is one whose files are
+/// memory ([`FileSystemKind::is_memory`]).
+pub fn in_memory_file_system(fd: BorrowedFd<'_>) -> bool {
+    FileSystemKind::of_fd(fd).is_some_and(FileSystemKind::is_memory)
 }
 
 /// Whether the path's file system is a hugetlbfs (explicit huge pages).
 pub fn is_hugetlbfs(dir: &Path) -> bool {
-    let Ok(dir) = c_path(dir) else { return false };
-    // SAFETY: an all-zero statfs is a valid value of a plain C struct.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: dir is NUL-terminated and st valid for writes.
-    if unsafe { libc::statfs(dir.as_ptr(), &mut st) } != 0 {
-        return false;
-    }
-    st.f_type as i64 == libc::HUGETLBFS_MAGIC
+    FileSystemKind::of_path(dir) == Some(FileSystemKind::Hugetlbfs)
 }
 
 /// A file to read, opened only once its kind is known: a regular file or
