@@ -72,8 +72,20 @@ fn speed(result: &CandidateResult) -> String {
     if result.candidate.name == "first-touch" {
         return "1 (baseline)".into();
     }
+    // Two or three runs under a family-wise level give intervals of ten
+    // digits; past 100× either way the table says so instead (the JSON
+    // keeps the figures).
+    let end = |v: f64| {
+        if v < 0.01 {
+            "<0.01".to_owned()
+        } else if v > 100.0 {
+            ">100".to_owned()
+        } else {
+            format!("{v:.2}")
+        }
+    };
     match result.speedup() {
-        Some((speedup, low, high)) => format!("{speedup:.2}× ({low:.2}–{high:.2})"),
+        Some((speedup, low, high)) => format!("{speedup:.2}× ({}–{})", end(low), end(high)),
         None => "–".into(),
     }
 }
@@ -256,5 +268,48 @@ mod tests {
             .nth(2)
             .unwrap()
             .starts_with("bind:1,--cpunodebind=1 --membind=1,,"));
+    }
+
+    #[test]
+    fn an_interval_past_a_hundredfold_is_shown_as_such() {
+        let result = |name: &str, times: &[f64]| CandidateResult {
+            candidate: Candidate {
+                name: name.into(),
+                ..Candidate::first_touch()
+            },
+            runs: times
+                .iter()
+                .map(|&seconds| AdviseRun {
+                    seconds,
+                    exit: Exit::Code(0),
+                    warmup: false,
+                    on_expected: None,
+                    private_per_node: BTreeMap::new(),
+                    audit: String::new(),
+                    timed_out: None,
+                    round: 0,
+                    order: 0,
+                })
+                .collect(),
+            summary: None,
+            vs_first_touch: None,
+            failed: None,
+        };
+        // Two runs each, seven placements compared: 99.29% each.
+        let mut wide = result("bind:0", &[0.087, 0.089]);
+        wide.vs_first_touch = numalab_bench::stats::difference(
+            &[0.052, 0.087],
+            &wide.times(),
+            numalab_bench::advise::each_confidence(0.95, 7),
+        );
+        assert_eq!(speed(&wide), "0.76× (<0.01–>100)");
+        let mut narrow = result("bind:1", &[0.50, 0.51, 0.49, 0.50, 0.50]);
+        narrow.vs_first_touch =
+            numalab_bench::stats::difference(&[1.0, 1.01, 0.99, 1.0, 1.0], &narrow.times(), 0.95);
+        assert!(
+            speed(&narrow).starts_with("2.00× (1.9"),
+            "{}",
+            speed(&narrow)
+        );
     }
 }
