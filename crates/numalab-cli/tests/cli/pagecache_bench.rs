@@ -312,14 +312,34 @@ fn a_file_truncated_while_read_is_named() {
         if mmap {
             args.push("--mmap");
         }
-        let child = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_numalab"))
             .args(&args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // The first reader has read it; the second starts 2 s in.
-        std::thread::sleep(Duration::from_millis(1000));
+        // Truncated once the bench is reading, by its own progress (a
+        // fixed second was too short for a busy host to even plan): with
+        // read(2), once it has read the file's 8 MiB (the first reader;
+        // the second starts 2 s later); with --mmap, once its readers have
+        // the file mapped.
+        let pid = child.id();
+        let reading = || {
+            if mmap {
+                fs::read_to_string(format!("/proc/{pid}/maps"))
+                    .is_ok_and(|maps| maps.contains(path.as_str()))
+            } else {
+                fs::read_to_string(format!("/proc/{pid}/io")).is_ok_and(|io| {
+                    io.lines()
+                        .find_map(|l| l.strip_prefix("rchar: "))
+                        .and_then(|n| n.trim().parse::<u64>().ok())
+                        .is_some_and(|n| n >= 8 << 20)
+                })
+            }
+        };
+        while !reading() && child.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         fs::File::options()
             .write(true)
             .open(&path)

@@ -204,7 +204,7 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "advise.steady",
-        about: "numalab advise on a program fast under first touch only on the runs that start on its data's node (every other run): with 4 runs a bimodal warning naming the runs that would decide, with that many the bound placement for being steady",
+        about: "numalab advise on a program fast under first touch only on the runs that start on its data's node (every other run), its advice followed: a bimodal warning naming the runs that would decide (with 4 runs, unless stalled runs already decide), then with those runs the bound placement for being steady",
         run: decide::steady,
     },
     Check {
