@@ -306,9 +306,14 @@ pub(crate) fn kernel_command_line(preset: &Preset, options: &BootOptions) -> Str
     // milliseconds: on a busy host an emulated CPU can miss it, and Linux
     // 6.1 then panicked ("IO-APIC + timer doesn't work!", once in the
     // first busy-host run of the suite); virtual machines' kernels are
-    // booted with it for that reason.
+    // booted with it for that reason. watchdog_thresh=60 (the most Linux
+    // takes) reports a soft lockup after 120 s instead of 20: a busy host
+    // left an emulated CPU zeroing huge pages unscheduled for 26 s, and
+    // softlockup_panic ended a healthy guest (memless 6.12, in the second
+    // busy-host run); a CPU really stuck still ends the guest in two
+    // minutes, not at the boot timeout.
     let mut line = format!(
-        "console=ttyS0 loglevel=4 softlockup_panic=1 panic=-1 oops=panic nokaslr no_timer_check rdinit=/init numalab.preset={}",
+        "console=ttyS0 loglevel=4 softlockup_panic=1 watchdog_thresh=60 panic=-1 oops=panic nokaslr no_timer_check rdinit=/init numalab.preset={}",
         preset.name
     );
     if let Some(checks) = &options.checks {
@@ -508,6 +513,7 @@ mod tests {
         let line = kernel_command_line(preset, &options);
         assert!(line.contains("console=ttyS0"), "{line}");
         assert!(line.contains(" no_timer_check "), "{line}");
+        assert!(line.contains(" watchdog_thresh=60 "), "{line}");
         assert!(line.contains("numalab.preset=cxl numalab.checks=topo numalab.shell=1"));
     }
 }
