@@ -653,9 +653,9 @@ pub fn change_cache_with(
 ) -> Result<CacheChange, ChangeError> {
     let inventory = numalab::NodeInventory::live();
     if let CacheAction::Load { node } = action {
-        // Parsed, not built: a number past Linux's last node is refused,
-        // as every command refuses it.
-        let nodes: numalab::NodeSet = node.to_string().parse().map_err(numalab::SpecError::from)?;
+        // A number past Linux's last node is refused, as every command
+        // refuses it.
+        let nodes = numalab::NodeSet::try_single(node).map_err(numalab::SpecError::from)?;
         inventory.check_memory_nodes(&nodes)?;
     }
     // Pages read past what the node holds push out the ones read before

@@ -223,6 +223,20 @@ macro_rules! index_set {
                 set
             }
 
+            /// A set holding one index, or the error a list naming it
+            /// would give when it is above [`Self::MAX`]: for a number
+            /// that came from outside.
+            pub fn try_single(index: u32) -> Result<Self, ParseSetError> {
+                if index > Self::MAX {
+                    return Err(ParseSetError::TooLarge {
+                        what: $what,
+                        index: index.to_string(),
+                        max: Self::MAX,
+                    });
+                }
+                Ok(Self::single(index))
+            }
+
             /// Adds `index` to the set.
             ///
             /// # Panics
@@ -364,6 +378,8 @@ index_set!(
     /// assert_eq!(nodes.len(), 4);
     /// assert!(nodes.contains(5) && !nodes.contains(3));
     /// assert_eq!(nodes.to_string(), "0-2,5");
+    /// let err = NodeSet::try_single(4096).unwrap_err();
+    /// assert_eq!(err.to_string(), "node 4096 is out of range: Linux numbers nodes from 0 to 1023");
     /// # Ok::<(), numalab::ParseSetError>(())
     /// ```
     NodeSet,
