@@ -195,6 +195,21 @@ mod tests {
     use numalab_bench::advise::{AdviseRun, Candidate};
     use std::collections::BTreeMap;
 
+    /// A measured run of `seconds` that ended with `exit`.
+    fn run(seconds: f64, exit: Exit) -> AdviseRun {
+        AdviseRun {
+            seconds,
+            exit,
+            warmup: false,
+            on_expected: None,
+            private_per_node: BTreeMap::new(),
+            audit: String::new(),
+            timed_out: None,
+            round: 0,
+            order: 0,
+        }
+    }
+
     #[test]
     fn one_node_says_why_and_nothing_else() {
         let report = AdviseReport {
@@ -216,17 +231,6 @@ mod tests {
 
     #[test]
     fn a_failed_candidate_is_named_in_table_and_warning() {
-        let run = |seconds, exit| AdviseRun {
-            seconds,
-            exit,
-            warmup: false,
-            on_expected: None,
-            private_per_node: BTreeMap::new(),
-            audit: String::new(),
-            timed_out: None,
-            round: 0,
-            order: 0,
-        };
         let report = AdviseReport {
             command: vec!["app".into()],
             memory_nodes: "0-1".parse().unwrap(),
@@ -277,20 +281,7 @@ mod tests {
                 name: name.into(),
                 ..Candidate::first_touch()
             },
-            runs: times
-                .iter()
-                .map(|&seconds| AdviseRun {
-                    seconds,
-                    exit: Exit::Code(0),
-                    warmup: false,
-                    on_expected: None,
-                    private_per_node: BTreeMap::new(),
-                    audit: String::new(),
-                    timed_out: None,
-                    round: 0,
-                    order: 0,
-                })
-                .collect(),
+            runs: times.iter().map(|&t| run(t, Exit::Code(0))).collect(),
             summary: None,
             vs_first_touch: None,
             failed: None,

@@ -635,22 +635,29 @@ mod bench_tests {
     use super::*;
     use numalab_bench::pagecache::{self as bench, BenchConfig, FileSource};
 
-    #[test]
-    fn a_cell_read_from_a_cache_that_did_not_hold_the_file_is_said() {
+    /// The bench of a 1 MiB file it makes, one reader on the cache's
+    /// node, `repeats` times, through copies too with `copies`.
+    fn bench_here(repeats: usize, copies: Option<bench::CopyConfig>) -> PagecacheBench {
         let topology = numalab::Topology::system().unwrap();
         let config = BenchConfig {
             file: FileSource::Create {
                 dir: std::env::temp_dir(),
                 size: 1 << 20,
             },
-            repeats: 1,
+            repeats,
             places: vec![bench::ReaderPlace::Same],
             compare_matrix: false,
+            copies,
             ..BenchConfig::default()
         };
         let plan = bench::plan(&config, &topology).unwrap();
         let stop = std::sync::atomic::AtomicBool::new(false);
-        let mut report = bench::run(&plan, &topology, &mut |_| {}, &stop).unwrap();
+        bench::run(&plan, &topology, &mut |_| {}, &stop).unwrap()
+    }
+
+    #[test]
+    fn a_cell_read_from_a_cache_that_did_not_hold_the_file_is_said() {
+        let mut report = bench_here(1, None);
         assert!(
             bench_notes(&report).is_empty(),
             "all cached: nothing to say"
@@ -674,21 +681,7 @@ mod bench_tests {
 
     #[test]
     fn a_gain_of_copies_on_the_caches_own_node_is_not_called_numas() {
-        let topology = numalab::Topology::system().unwrap();
-        let config = BenchConfig {
-            file: FileSource::Create {
-                dir: std::env::temp_dir(),
-                size: 1 << 20,
-            },
-            repeats: 2,
-            places: vec![bench::ReaderPlace::Same],
-            compare_matrix: false,
-            copies: Some(bench::CopyConfig::default()),
-            ..BenchConfig::default()
-        };
-        let plan = bench::plan(&config, &topology).unwrap();
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let report = bench::run(&plan, &topology, &mut |_| {}, &stop).unwrap();
+        let report = bench_here(2, Some(bench::CopyConfig::default()));
         assert_eq!(report.gains.len(), 1, "one cell through copies");
         let said = bench_notes(&report);
         let node = report.settings.cache_node;
