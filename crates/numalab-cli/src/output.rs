@@ -73,18 +73,19 @@ impl OutputArgs {
     pub fn file(&self) -> Option<&Path> {
         self.output
             .as_deref()
-            .filter(|path| !self.to_stdout_asked_for(path))
+            .filter(|path| path.as_os_str() != "-")
     }
 
     /// Whether `-o -` asked for standard output.
     pub fn stdout_asked(&self) -> bool {
-        self.output
-            .as_deref()
-            .is_some_and(|path| self.to_stdout_asked_for(path))
+        self.output.is_some() && self.file().is_none()
     }
 
-    fn to_stdout_asked_for(&self, path: &Path) -> bool {
-        path.as_os_str() == "-"
+    /// Whether the result is a table for a person on standard output
+    /// (no `-o`, no other format): the one output that does not repeat
+    /// failures and warnings on standard error itself.
+    pub fn table_on_stdout(&self) -> bool {
+        self.format() == Format::Table && self.output.is_none()
     }
 
     /// Refuses an output file that could not be written (its directory

@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use numalab_bench::fincore::{fincore_with, FincoreOptions, Unreadable, MAX_THREADS};
 
-use crate::output::{Format, OutputArgs};
+use crate::output::OutputArgs;
 use crate::render;
 
 /// How much of each file is in the page cache, and on which node: util-linux
@@ -70,14 +70,14 @@ pub fn run(args: &FincoreArgs) -> Result<i32> {
 /// not an empty table above them. JSON, CSV and `-o` still get the
 /// document, which names the failures.
 pub fn nothing_counted(output: &OutputArgs, no_files: bool, failed: &[Unreadable]) -> bool {
-    no_files && !failed.is_empty() && output.format() == Format::Table && output.output.is_none()
+    no_files && !failed.is_empty() && output.table_on_stdout()
 }
 
 /// Paths that could not be counted or changed, on standard error, as
 /// fincore's; `emit` already repeats them there for every output but a
 /// table on standard output.
 pub fn say_failures(output: &OutputArgs, failed: &[Unreadable]) {
-    if output.format() == Format::Table && output.output.is_none() {
+    if output.table_on_stdout() {
         for failed in failed {
             eprintln!(
                 "numalab: {}",

@@ -162,7 +162,7 @@ pub fn to_string<R: Render + ?Sized>(result: &R, format: Format) -> Result<Strin
 pub fn emit<R: Render + ?Sized>(result: &R, out: &OutputArgs) -> Result<()> {
     let format = out.format();
     let text = to_string(result, format)?;
-    if format != Format::Table || out.output.is_some() {
+    if !out.table_on_stdout() {
         for warning in result.warnings() {
             eprintln!("numalab: warning: {}", output::printable(&warning));
         }
