@@ -447,10 +447,14 @@ const PAGE_CACHE_WORTH: u64 = 256 << 20;
 ///     read_gbps: Figure::of(&[gbps]),
 ///     placement: None,
 ///     pages: None,
+///     from_matrix: false,
 /// };
 /// let curve = ThreadScaling { initiator: 0, target: 0, size_bytes: 1 << 28, points: vec![point(1, 8.0), point(4, 30.0)] };
 /// let finding = scaling(&curve).unwrap();
 /// assert!(finding.text.contains("one thread reads 8.0 GB/s, 4 threads 30.0 GB/s (3.8×)"), "{}", finding.text);
+/// // More than twice the bandwidth from twice the threads is said to be doubtful.
+/// let curve = ThreadScaling { points: vec![point(1, 20.0), point(2, 44.0)], ..curve };
+/// assert!(scaling(&curve).unwrap().text.contains("more than 2 threads can add"));
 /// ```
 pub fn scaling(curve: &super::scaling::ThreadScaling) -> Option<Finding> {
     let first = curve.points.first()?;
@@ -463,13 +467,24 @@ pub fn scaling(curve: &super::scaling::ThreadScaling) -> Option<Finding> {
         return None;
     }
     let one = first.read_gbps.median();
+    let factor = last.read_gbps.median() / one;
+    // Streams on more cores cannot draw more than that many times one
+    // core's bandwidth; a factor above it says one figure was disturbed.
+    let beyond = factor > 1.05 * last.threads as f64 / first.threads as f64;
     let text = format!(
-        "Reading node {}'s memory from node {}: one thread reads {one:.1} GB/s, {} threads {:.1} GB/s ({:.1}×){}.",
+        "Reading node {}'s memory from node {}: one thread reads {one:.1} GB/s, {} threads {:.1} GB/s ({factor:.1}×{}){}.",
         curve.target,
         curve.initiator,
         last.threads,
         last.read_gbps.median(),
-        last.read_gbps.median() / one,
+        if beyond {
+            format!(
+                ", more than {} threads can add: the one-thread samples ranged {:.1} to {:.1} GB/s, so take the factor as approximate",
+                last.threads, first.read_gbps.summary.min, first.read_gbps.summary.max
+            )
+        } else {
+            String::new()
+        },
         if best.threads != last.threads {
             format!(
                 "; the most was {:.1} GB/s at {} threads",

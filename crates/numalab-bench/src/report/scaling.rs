@@ -2,7 +2,10 @@
 //! draw its memory's bandwidth (one thread rarely can). The report
 //! measures it on the matrix's first CPU node reading its own memory, at
 //! 1, 2, 4, ... threads and at all of the node's CPUs, over the matrix's
-//! stream working set, with the matrix's samples per figure.
+//! stream working set, with the matrix's samples per figure. When the
+//! matrix's own cell already streamed with the same CPUs, that point is
+//! the matrix's figure, not a second measurement: one experiment, one
+//! value, wherever the report quotes it.
 
 use numalab::{HugePages, Topology};
 use serde::{Deserialize, Serialize};
@@ -44,6 +47,7 @@ pub struct ThreadScaling {
 ///     read_gbps: Figure::of(&[10.0, 12.0, 11.0]),
 ///     placement: None,
 ///     pages: None,
+///     from_matrix: false,
 /// };
 /// assert_eq!(point.read_gbps.median(), 11.0);
 /// ```
@@ -61,6 +65,10 @@ pub struct ScalingPoint {
     /// The pages that backed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pages: Option<Pages>,
+    /// Whether this point is the matrix's own cell (same CPUs, same
+    /// memory, same working set), quoted rather than measured again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub from_matrix: bool,
 }
 
 /// 1, 2, 4, ... below `cpus`, then `cpus`.
@@ -114,6 +122,17 @@ pub fn measure(
             break;
         }
         let cpus = spread_cpus(topology, initiator, threads);
+        if let (true, Some(read)) = (cpus == cell.cpus, &cell.read_gbps) {
+            points.push(ScalingPoint {
+                threads,
+                cpus,
+                read_gbps: read.clone(),
+                placement: Some(cell.placement.clone()),
+                pages: Some(cell.pages.clone()),
+                from_matrix: true,
+            });
+            continue;
+        }
         let run = bandwidth::measure(
             &cpus,
             target,
@@ -131,6 +150,7 @@ pub fn measure(
             read_gbps: Figure::of(samples),
             placement: Some(run.placement),
             pages: Some(run.pages),
+            from_matrix: false,
         });
     }
     Ok(Some(ThreadScaling {

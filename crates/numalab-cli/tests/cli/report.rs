@@ -45,6 +45,37 @@ fn report_measures_this_machine_and_says_what_it_means() {
         findings.iter().any(|f| f.contains("on the node asked for")),
         "{findings:?}"
     );
+    // One experiment, one value: the scaling curve's point at the matrix
+    // cell's CPUs is that cell's figure, and both findings quote it.
+    if let Some(last) = doc["scaling"]["points"].as_array().and_then(|p| p.last()) {
+        let cell = doc["matrix"]["bandwidth"]["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["initiator"] == doc["scaling"]["initiator"]
+                    && c["target"] == doc["scaling"]["target"]
+            })
+            .expect("the scaling curve's cell in the matrix");
+        if cell["cpus"] == last["cpus"] {
+            assert_eq!(last["from_matrix"], true);
+            assert_eq!(last["read_gbps"], cell["read_gbps"]);
+            let quoted = format!("{:.1} GB/s", cell["read_gbps"]["median"].as_f64().unwrap());
+            for kind in ["local_bandwidth", "thread_scaling"] {
+                let text = doc["findings"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|f| f["kind"] == kind)
+                    .and_then(|f| f["text"].as_str())
+                    .unwrap_or_else(|| panic!("no {kind} finding: {findings:?}"));
+                assert!(
+                    text.contains(&quoted),
+                    "{kind} does not quote {quoted}: {text}"
+                );
+            }
+        }
+    }
 
     let dir = std::env::temp_dir().join(format!("numalab-report-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
