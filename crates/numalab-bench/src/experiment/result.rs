@@ -742,10 +742,15 @@ pub struct Comparison {
     pub settings: Vec<(String, String)>,
     /// The policy (written as its text, `interleave:0,1`).
     pub policy: PolicySpec,
-    /// Its median time to the last thread, seconds.
+    /// Its median of the compared figure ([`Comparison::compared`]),
+    /// seconds: to the last thread, or per million operations.
     pub time_s: f64,
     /// `local`'s, seconds.
     pub local_s: f64,
+    /// What `time_s` and `local_s` are (absent from files written before
+    /// fixed-duration runs were compared by their throughput).
+    #[serde(default)]
+    pub compared: Compared,
     /// (time / local − 1) × 100: +69 means 69% slower than local.
     pub vs_local_percent: f64,
     /// The time's difference from local's with its 95% interval and
@@ -826,13 +831,80 @@ pub struct SweepResult {
     pub interrupted: bool,
 }
 
-/// The times to the last thread of a run's completed repeats.
-fn times(run: &RunResult) -> Vec<f64> {
-    run.repeats
-        .iter()
-        .filter(|r| !r.interrupted)
-        .map(|r| r.time_to_last_s)
-        .collect()
+/// What a sweep's tables compare between two cells.
+///
+/// Runs of a fixed number of operations compare their time to the last
+/// thread. Runs of a fixed duration (`access.duration`, as `numalab
+/// profile --emit` writes them) all take that long by construction, so
+/// their time says nothing: they compare the time per million operations
+/// instead (the inverse of throughput; lower is faster in both).
+///
+/// ```
+/// use numalab_bench::experiment::result::Compared;
+/// assert_eq!(Compared::TimeToLast.what(), "time to last thread");
+/// assert_eq!(Compared::TimePerMillionOps.what(), "time per million operations");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compared {
+    /// Seconds from the start to the last thread's end (fixed work).
+    #[default]
+    TimeToLast,
+    /// Seconds to the last thread's end per million operations done
+    /// (fixed duration).
+    TimePerMillionOps,
+}
+
+impl Compared {
+    /// What the figure is, in words for a table's heading.
+    pub fn what(self) -> &'static str {
+        match self {
+            Compared::TimeToLast => "time to last thread",
+            Compared::TimePerMillionOps => "time per million operations",
+        }
+    }
+
+    /// What the cells of a sweep compare: the time per million
+    /// operations when any of them ran for a fixed duration.
+    pub fn of_cells(cells: &[SweepCell]) -> Compared {
+        let timed = cells
+            .iter()
+            .filter_map(|c| c.result.as_ref())
+            .any(|r| r.experiment.access.duration.is_some());
+        if timed {
+            Compared::TimePerMillionOps
+        } else {
+            Compared::TimeToLast
+        }
+    }
+
+    /// A completed repeat's figure; `None` for a fixed-duration repeat
+    /// that did no operation.
+    fn of_repeat(self, repeat: &Repeat) -> Option<f64> {
+        match self {
+            Compared::TimeToLast => Some(repeat.time_to_last_s),
+            Compared::TimePerMillionOps => {
+                (repeat.ops > 0).then(|| repeat.time_to_last_s * 1e6 / repeat.ops as f64)
+            }
+        }
+    }
+
+    /// The figures of a run's completed repeats.
+    pub fn of_run(self, run: &RunResult) -> Vec<f64> {
+        run.repeats
+            .iter()
+            .filter(|r| !r.interrupted)
+            .filter_map(|r| self.of_repeat(r))
+            .collect()
+    }
+
+    /// A cell's median figure.
+    pub fn median_of(self, cell: &SweepCell) -> Option<f64> {
+        match self {
+            Compared::TimeToLast => cell.result.as_ref().and_then(RunResult::time_to_last),
+            Compared::TimePerMillionOps => median(&self.of_run(cell.result.as_ref()?)),
+        }
+    }
 }
 
 /// Each policy's time against `local`'s in the same cell of the other
@@ -850,6 +922,8 @@ fn times(run: &RunResult) -> Vec<f64> {
 pub fn compare_with_local(cells: &[SweepCell], looks: u32) -> Vec<Comparison> {
     const POLICY: &str = "memory.policy";
     let others = |cell: &SweepCell| settings_but(cell, POLICY);
+    let compared = Compared::of_cells(cells);
+    let time_of = |cell: &SweepCell| compared.median_of(cell);
     let mut out = Vec::new();
     let mut samples = Vec::new();
     for cell in cells {
@@ -870,12 +944,13 @@ pub fn compare_with_local(cells: &[SweepCell], looks: u32) -> Vec<Comparison> {
         });
         if let (Some(t), Some(local_t)) = (time_of(cell), local.and_then(time_of)) {
             if local_t > 0.0 {
-                samples.push(repeats_of(local, cell));
+                samples.push(repeats_of(compared, local, cell));
                 out.push(Comparison {
                     settings: key,
                     policy,
                     time_s: t,
                     local_s: local_t,
+                    compared,
                     vs_local_percent: (t / local_t - 1.0) * 100.0,
                     difference: None,
                     control: cell.control,
@@ -898,16 +973,16 @@ fn settings_but(cell: &SweepCell, key: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A cell's median time to the last thread.
-fn time_of(cell: &SweepCell) -> Option<f64> {
-    cell.result.as_ref().and_then(RunResult::time_to_last)
-}
-
-/// The completed repeats' times of a baseline cell and of the cell
+/// The completed repeats' figures of a baseline cell and of the cell
 /// compared with it, where both ran.
-fn repeats_of(baseline: Option<&SweepCell>, cell: &SweepCell) -> Option<(Vec<f64>, Vec<f64>)> {
-    let baseline = baseline.and_then(|b| b.result.as_ref()).map(times);
-    baseline.zip(cell.result.as_ref().map(times))
+fn repeats_of(
+    compared: Compared,
+    baseline: Option<&SweepCell>,
+    cell: &SweepCell,
+) -> Option<(Vec<f64>, Vec<f64>)> {
+    let of = |run: &RunResult| compared.of_run(run);
+    let baseline = baseline.and_then(|b| b.result.as_ref()).map(of);
+    baseline.zip(cell.result.as_ref().map(of))
 }
 
 /// The intervals of one table's differences, one per pair of repeats
@@ -1009,10 +1084,14 @@ pub struct AxisDifference {
     pub baseline: String,
     /// The other axes' values.
     pub settings: Vec<(String, String)>,
-    /// This cell's median time to the last thread, seconds.
+    /// This cell's median of the compared figure, seconds (as
+    /// [`Comparison::time_s`]).
     pub time_s: f64,
     /// The baseline cell's, seconds.
     pub baseline_s: f64,
+    /// What `time_s` and `baseline_s` are.
+    #[serde(default)]
+    pub compared: Compared,
     /// (time / baseline − 1) × 100: +10 means 10% slower than the
     /// baseline.
     pub percent: f64,
@@ -1040,6 +1119,8 @@ pub fn compare_with_first(
     };
     let baseline = &values[0];
     let others = |cell: &SweepCell| settings_but(cell, axis);
+    let compared = Compared::of_cells(cells);
+    let time_of = |cell: &SweepCell| compared.median_of(cell);
     let mut out = Vec::new();
     let mut samples = Vec::new();
     for cell in cells.iter().filter(|c| !c.control) {
@@ -1059,7 +1140,7 @@ pub fn compare_with_first(
         if base_t <= 0.0 {
             continue;
         }
-        samples.push(repeats_of(base, cell));
+        samples.push(repeats_of(compared, base, cell));
         out.push(AxisDifference {
             axis: axis.clone(),
             value: value.to_owned(),
@@ -1067,6 +1148,7 @@ pub fn compare_with_first(
             settings: key,
             time_s: t,
             baseline_s: base_t,
+            compared,
             percent: (t / base_t - 1.0) * 100.0,
             difference: None,
         });

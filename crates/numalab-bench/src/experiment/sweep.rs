@@ -1093,6 +1093,51 @@ mod tests {
         .unwrap()
     }
 
+    #[test]
+    fn runs_of_a_fixed_duration_are_compared_by_their_time_per_operation() {
+        // What `numalab profile --emit` writes: every repeat runs 20 ms,
+        // so the time to the last thread is the same in every cell by
+        // construction; interleave here does half the operations.
+        let exp = Experiment::from_toml_str(
+            "[memory]\nsize = \"1MiB\"\n[access]\nduration = \"20ms\"\n[run]\nrepeats = 3\nwarmup = 0\ncounters = false\n[sweep]\n\"memory.policy\" = [\"local\", \"interleave\"]\n",
+            "emitted.toml",
+        )
+        .unwrap();
+        let topology = Topology::system().unwrap();
+        let mut runs = 0u64;
+        let result = run_cells(
+            &exp,
+            &topology,
+            &Control::default(),
+            |_, _, _| {},
+            |cell, topology, plan, control| {
+                let mut result = execute_plan(cell, topology, plan, control)?;
+                let local = cell.memory.policy == PolicySpec::Local;
+                for repeat in &mut result.repeats {
+                    repeat.time_to_last_s = 0.020;
+                    // A 1% spread, so the interval is not of nothing.
+                    repeat.ops = (if local { 1_000_000 } else { 500_000 }) + 10_000 * (runs % 3);
+                    runs += 1;
+                }
+                result.figures = figures(&result.repeats);
+                Ok(result)
+            },
+        )
+        .unwrap();
+        let line = &result.comparison[0];
+        assert_eq!(
+            line.compared,
+            crate::experiment::result::Compared::TimePerMillionOps
+        );
+        assert!((line.vs_local_percent - 100.0).abs() < 5.0, "{line:?}");
+        assert_eq!(
+            line.difference.as_ref().unwrap().verdict,
+            crate::stats::Verdict::Higher
+        );
+        // Per million operations: 20 ms over one million.
+        assert!((line.local_s - 0.0198).abs() < 0.0005, "{line:?}");
+    }
+
     /// One thread against two, three repeats a cell and up to twelve,
     /// two threads taking `gap` less time (the times given here, with a
     /// repeating 0–2% spread): the sweep and how many repeats each cell

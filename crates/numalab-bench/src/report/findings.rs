@@ -563,6 +563,7 @@ mod tests {
             policy: "interleave".parse().unwrap(),
             time_s: other[0],
             local_s: local[0],
+            compared: Default::default(),
             vs_local_percent: (other[0] / local[0] - 1.0) * 100.0,
             difference: difference(local, other, 0.95),
             control: false,

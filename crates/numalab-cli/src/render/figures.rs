@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use numalab_bench::experiment::result::{RunResult, SweepResult};
+use numalab_bench::experiment::result::{Compared, RunResult, SweepResult};
 use numalab_bench::matrix::{self, Figure, MatrixResult};
 use numalab_bench::profile::ProfileReport;
 
@@ -25,16 +25,19 @@ pub fn x_axis(s: &SweepResult) -> Option<String> {
         .map(|(k, _)| k.clone())
 }
 
-/// The sweep's chart: median time to the last thread against the swept
-/// parameter (or against the thread count when nothing numeric is swept).
+/// The sweep's chart: the median of what its tables compare (time to
+/// the last thread, or per million operations for runs of a fixed
+/// duration) against the swept parameter (or against the thread count
+/// when nothing numeric is swept).
 pub fn sweep_chart(s: &SweepResult) -> LineChart {
     let x_key = x_axis(s);
+    let compared = Compared::of_cells(&s.cells);
     let mut series: Vec<Series> = Vec::new();
     // A/A controls are local again: the table shows them, a second
     // local line would only hide the first.
     for cell in s.cells.iter().filter(|c| !c.control) {
         let Some(result) = &cell.result else { continue };
-        let Some(time) = result.time_to_last() else {
+        let Some(time) = compared.median_of(cell) else {
             continue;
         };
         let x = match &x_key {
@@ -68,10 +71,8 @@ pub fn sweep_chart(s: &SweepResult) -> LineChart {
         };
         let name = format!("{name}{placed}");
         // The spread of the repeats behind the median.
-        let range = result
-            .figures
-            .as_ref()
-            .map(|f| (x, f.time_to_last_s.min * 1e3, f.time_to_last_s.max * 1e3));
+        let range = numalab_bench::stats::Summary::of(&compared.of_run(result))
+            .map(|f| (x, f.min * 1e3, f.max * 1e3));
         let line = match series.iter().position(|s| s.name == name) {
             Some(i) => &mut series[i],
             None => {
@@ -90,9 +91,12 @@ pub fn sweep_chart(s: &SweepResult) -> LineChart {
         line.points.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
     LineChart {
-        title: format!("{}: time to last thread", s.experiment.name),
+        title: format!("{}: {}", s.experiment.name, compared.what()),
         x_label: x_key.unwrap_or_else(|| "threads.count".to_owned()),
-        y_label: "time to last thread (ms, median; bars: fastest to slowest repeat)".to_owned(),
+        y_label: format!(
+            "{} (ms, median; bars: fastest to slowest repeat)",
+            compared.what()
+        ),
         series,
     }
 }

@@ -305,6 +305,28 @@ fn profile_emit_writes_an_experiment_that_runs() {
         "memory.size=8MiB",
     ]);
     assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    // Its runs last a fixed time, so a sweep of it compares what varies:
+    // the time per million operations, not the time to the last thread.
+    let sweep = numalab(&[
+        "sweep",
+        &exp,
+        "--json",
+        "--set",
+        "access.duration=50ms",
+        "--set",
+        "run.repeats=2",
+        "--set",
+        "run.warmup=0",
+        "--set",
+        "memory.size=8MiB",
+    ]);
+    assert_eq!(sweep.status.code(), Some(0), "{}", stderr(&sweep));
+    let sweep: serde_json::Value = serde_json::from_slice(&sweep.stdout).unwrap();
+    let lines = sweep["comparison"].as_array().unwrap();
+    assert!(!lines.is_empty(), "{sweep}");
+    for line in lines {
+        assert_eq!(line["compared"], "time_per_million_ops", "{line}");
+    }
 
     // A link is never written through, and nothing runs.
     let target = scratch.path("target");

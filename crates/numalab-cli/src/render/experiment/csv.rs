@@ -1,7 +1,7 @@
 //! CSV: every raw figure, one row per thread per run (`numalab run`), or
 //! one row per cell (`numalab sweep`).
 
-use numalab_bench::experiment::result::{Percentiles, RunResult, SweepResult};
+use numalab_bench::experiment::result::{Compared, Percentiles, RunResult, SweepResult};
 use numalab_bench::experiment::PolicySpec;
 
 use crate::output::Csv;
@@ -87,6 +87,7 @@ pub fn sweep(s: &SweepResult) -> String {
         "mops_per_s",
         "read_p50_ns",
         "read_p99_ns",
+        "compared",
         "vs_local_percent",
         "vs_local_low_percent",
         "vs_local_high_percent",
@@ -100,6 +101,12 @@ pub fn sweep(s: &SweepResult) -> String {
         "interrupted",
         "error",
     ]);
+    // What the vs_ columns compare: time to last thread, or per million
+    // operations for runs of a fixed duration.
+    let compared = match Compared::of_cells(&s.cells) {
+        Compared::TimeToLast => "time_to_last",
+        Compared::TimePerMillionOps => "time_per_million_ops",
+    };
     let mut csv = Csv::new(&header);
     for cell in &s.cells {
         let mut row: Vec<String> = cell.settings.iter().map(|(_, v)| v.clone()).collect();
@@ -155,6 +162,7 @@ pub fn sweep(s: &SweepResult) -> String {
                     opt(f.map(|f| f.mops_per_s.median)),
                     opt(f.and_then(|f| f.read_p50_ns.as_ref().map(|s| s.median))),
                     opt(f.and_then(|f| f.read_p99_ns.as_ref().map(|s| s.median))),
+                    compared.to_owned(),
                 ]);
                 row.extend(against_local);
                 row.extend(against_baseline);
@@ -170,7 +178,9 @@ pub fn sweep(s: &SweepResult) -> String {
                     Some(error) => ("false", error.as_str()),
                     None => ("true", ""),
                 };
-                row.extend(["0", "", "", "", "", "", "", "", "", "", "", "", ""].map(String::from));
+                row.extend(["0", "", "", "", "", "", "", "", ""].map(String::from));
+                row.push(compared.to_owned());
+                row.extend(std::iter::repeat_n(String::new(), 4));
                 row.extend(std::iter::repeat_n(String::new(), 4));
                 row.push(cell.control.to_string());
                 row.push(String::new());

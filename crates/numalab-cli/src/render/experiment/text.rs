@@ -446,7 +446,11 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
         }
         table.add_row(row);
     }
-    let mut out = style.line("time to last thread against local (+69% = 69% slower than local):");
+    let compared = s.comparison.first().map(|c| c.compared).unwrap_or_default();
+    let mut out = style.line(&format!(
+        "{} against local (+69% = 69% slower than local):",
+        compared.what()
+    ));
     out.push_str(&style.render(&table));
     if matches!(style, Style::Markdown) {
         // A paragraph right under a Markdown table would join it.
@@ -527,8 +531,14 @@ fn differences_table(style: Style, s: &SweepResult) -> String {
         }
         table.add_row(row);
     }
+    let compared = s
+        .differences
+        .first()
+        .map(|d| d.compared)
+        .unwrap_or_default();
     let mut out = style.line(&format!(
-        "time to last thread against {axis} = {baseline} (+10% = 10% slower):"
+        "{} against {axis} = {baseline} (+10% = 10% slower):",
+        compared.what()
     ));
     out.push_str(&style.render(&table));
     if matches!(style, Style::Markdown) {
