@@ -128,7 +128,7 @@ pub fn measure(
                 cpus,
                 read_gbps: read.clone(),
                 placement: Some(cell.placement.clone()),
-                pages: Some(cell.pages.clone()),
+                pages: Some(cell.pages),
                 from_matrix: true,
             });
             continue;
