@@ -142,7 +142,7 @@ impl<T: Schema> Document<T> {
         Document {
             schema: T::NAME.to_owned(),
             schema_version: T::VERSION,
-            numalab_version: env!("CARGO_PKG_VERSION").to_owned(),
+            numalab_version: numalab::VERSION.to_owned(),
             created: now_rfc3339(),
             body,
         }

@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "numalab",
-    version,
+    version = numalab::VERSION,
     propagate_version = true,
     max_term_width = 100
 )]

@@ -25,6 +25,18 @@ pub mod testing;
 pub mod topology;
 pub mod units;
 
+/// This build of numalab: the crate's version, with the commit it was
+/// built from as SemVer build metadata when it was built from a git
+/// checkout (`0.1.0+3f2c1a9b7d4e`), or a packager's `NUMALAB_BUILD`.
+/// `numalab --version` prints it, and every result records it as
+/// `numalab_version`, so results of different builds can be told apart.
+///
+/// ```
+/// let (version, _build) = numalab::VERSION.split_once('+').unwrap_or((numalab::VERSION, ""));
+/// assert_eq!(version, env!("CARGO_PKG_VERSION"));
+/// ```
+pub const VERSION: &str = env!("NUMALAB_VERSION");
+
 pub use buffer::{BufferError, BufferOptions, HugePages, NodeBuffer};
 pub use inventory::{NodeInventory, Role, SpecError};
 pub use policy::{InterleaveWeights, MemPolicy, PolicyError, RangeMode, Support};

@@ -298,7 +298,7 @@ impl TieringMoves {
 /// let topology = Topology::from_synthetic("pack:2 numa:2 core:4 pu:2")?;
 /// let environment = Environment::current(&topology);
 /// assert_eq!((environment.topology.nodes, environment.topology.cpus), (4, 32));
-/// assert_eq!(environment.numalab_version, env!("CARGO_PKG_VERSION"));
+/// assert_eq!(environment.numalab_version, numalab::VERSION);
 /// // Saved with a result, it reads back unchanged.
 /// let text = serde_json::to_string(&environment)?;
 /// assert_eq!(serde_json::from_str::<Environment>(&text)?, environment);
@@ -326,7 +326,7 @@ impl Environment {
             kernel: KernelSettings::current(),
             support: Support::probe(),
             topology: topology.summary(),
-            numalab_version: env!("CARGO_PKG_VERSION").to_owned(),
+            numalab_version: crate::VERSION.to_owned(),
         }
     }
 }

@@ -366,7 +366,7 @@ pub fn execute_plan(
     Ok(RunResult {
         schema: RUN_SCHEMA.to_owned(),
         schema_version: SCHEMA_VERSION,
-        numalab_version: env!("CARGO_PKG_VERSION").to_owned(),
+        numalab_version: numalab::VERSION.to_owned(),
         created: String::new(),
         experiment: exp.clone(),
         environment,

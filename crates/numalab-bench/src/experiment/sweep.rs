@@ -699,7 +699,7 @@ fn finish(
     Ok(SweepResult {
         schema: SWEEP_SCHEMA.to_owned(),
         schema_version: SCHEMA_VERSION,
-        numalab_version: env!("CARGO_PKG_VERSION").to_owned(),
+        numalab_version: numalab::VERSION.to_owned(),
         created: String::new(),
         experiment: exp.clone(),
         environment: Environment::current(topology),

@@ -425,6 +425,9 @@ pub struct HostEntry {
     pub created: Option<String>,
     /// The task that wrote it.
     pub task: TaskIdentity,
+    /// The numalab build that measured it, when its report says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numalab_version: Option<String>,
     /// How many of its figures are flagged.
     pub outliers: usize,
     /// Whether its matrix was stopped before the end (cells missing).
@@ -595,6 +598,7 @@ pub fn merge(
                 group: id,
                 created: host.created.clone(),
                 task: host.task.clone(),
+                numalab_version: host.numalab_version.clone(),
                 outliers: outliers.len() - before,
                 interrupted: host.interrupted,
                 source: host.source.clone(),

@@ -74,6 +74,10 @@ pub struct HostResult {
     pub fingerprint: Fingerprint,
     /// The task's identity (empty in reports written before it was saved).
     pub task: TaskIdentity,
+    /// The numalab build that wrote the report (`numalab_version`, with
+    /// the commit as build metadata since builds carry it); `None` when
+    /// missing or not a version (letters, digits, `.+-`, at most 80).
+    pub numalab_version: Option<String>,
     /// Each measured cell's median, sorted by cell.
     pub figures: Vec<(Cell, f64)>,
     /// Whether the report's matrix was stopped before its end.
@@ -482,6 +486,7 @@ struct View {
     #[serde(default, deserialize_with = "present")]
     schema_version: Option<serde_json::Value>,
     created: Option<String>,
+    numalab_version: Option<String>,
     host: Option<String>,
     #[serde(default)]
     task: TaskIdentity,
@@ -535,6 +540,16 @@ struct BandwidthView {
 #[derive(Deserialize)]
 struct FigureView {
     median: f64,
+}
+
+/// Whether `text` reads as a numalab version (`0.1.0+3f2c1a9b7d4e`):
+/// what the fleet prints of it can hold nothing else.
+fn version_like(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 80
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".+-".contains(&b))
 }
 
 /// Whether `created` is a date a report can have: an RFC 3339 time, and
@@ -663,6 +678,7 @@ impl HostResult {
             created: view.created.filter(|c| dated(c)),
             fingerprint,
             task: view.task,
+            numalab_version: view.numalab_version.filter(|v| version_like(v)),
             figures,
             interrupted: matrix.interrupted,
             source: None,

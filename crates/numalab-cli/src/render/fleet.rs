@@ -68,6 +68,40 @@ fn cpus_per_node(group: &Group) -> String {
     counts.join("+")
 }
 
+/// When the hosts were measured by more than one numalab build: which
+/// build measured which hosts (a figure may differ by the build, not the
+/// machine).
+fn builds_line(report: &FleetReport) -> Option<String> {
+    let mut builds: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for host in &report.hosts {
+        let build = host
+            .numalab_version
+            .as_deref()
+            .unwrap_or("an unnamed build");
+        builds.entry(build).or_default().push(&host.host);
+    }
+    if builds.len() < 2 {
+        return None;
+    }
+    let each: Vec<String> = builds
+        .iter()
+        .map(|(build, hosts)| {
+            let names: Vec<&str> = hosts.iter().take(3).copied().collect();
+            let more = if hosts.len() > 3 { ", …" } else { "" };
+            format!(
+                "{build} ({}: {}{more})",
+                numalab::units::count(hosts.len(), "host"),
+                names.join(", ")
+            )
+        })
+        .collect();
+    Some(format!(
+        "Measured by {} numalab builds: {}. A figure that differs between builds may differ by the build, not the machine.",
+        builds.len(),
+        each.join("; ")
+    ))
+}
+
 fn text(report: &FleetReport, style: Style) -> String {
     let markdown = style == Style::Markdown;
     let heading = |title: &str| style.section(title);
@@ -81,6 +115,10 @@ fn text(report: &FleetReport, style: Style) -> String {
         report.outliers.len(),
         report.left_out.len()
     )));
+
+    if let Some(line) = builds_line(report) {
+        out.push_str(&style.line(&line));
+    }
 
     out.push_str(&heading("Groups (hosts of one fingerprint, largest first)"));
     let mut table = style.table(vec![

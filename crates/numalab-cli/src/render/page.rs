@@ -173,7 +173,7 @@ pub fn html_page(report: &Report, profiles: &[ProfileReport]) -> Result<String> 
     let _ = write!(
         page,
         "</main>\n<footer><p>Written by numalab {} on {}. The same report as text: <code>numalab report</code>; as data: <code>numalab report --json</code>; this page again from saved data: <code>numalab report --from report.json -o report.html</code>.</p></footer>\n<script>{SCRIPT}</script>\n</body>\n</html>\n",
-        env!("CARGO_PKG_VERSION"),
+        numalab::VERSION,
         escape(&numalab_bench::document::now_rfc3339())
     );
     Ok(page)

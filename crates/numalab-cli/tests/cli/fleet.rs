@@ -530,3 +530,40 @@ fn sbatch_prints_a_script_that_parses() {
     let out = numalab(&["fleet", "--sbatch", "results"]);
     assert_eq!(out.status.code(), Some(2), "--sbatch takes no directory");
 }
+
+#[test]
+fn hosts_measured_by_different_builds_are_named_by_build() {
+    let (_, vm) = this_machine();
+    let dir = Scratch::new("fleet-builds");
+    for (i, build) in [
+        "0.1.0+aaaaaaaaaaaa",
+        "0.1.0+aaaaaaaaaaaa",
+        "0.1.0+bbbbbbbbbbbb",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut doc = host(vm, &format!("n{i}"), i as u64);
+        doc["numalab_version"] = (*build).into();
+        write(&dir.0, &format!("n{i}"), &doc);
+    }
+    // A version that is not one is not printed.
+    let mut forged = host(vm, "n3", 3);
+    forged["numalab_version"] = "0.1.0\nWARNING: forged".into();
+    write(&dir.0, "n3", &forged);
+    let (out, doc) = fleet(&[dir.0.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let hosts = doc["hosts"].as_array().unwrap();
+    let build_of =
+        |name: &str| hosts.iter().find(|h| h["host"] == name).unwrap()["numalab_version"].clone();
+    assert_eq!(build_of("n0"), "0.1.0+aaaaaaaaaaaa");
+    assert_eq!(build_of("n2"), "0.1.0+bbbbbbbbbbbb");
+    assert_eq!(build_of("n3"), Value::Null);
+    let text = numalab(&["fleet", dir.0.to_str().unwrap()]);
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("Measured by 3 numalab builds: 0.1.0+aaaaaaaaaaaa (2 hosts: n0, n1); 0.1.0+bbbbbbbbbbbb (1 host: n2); an unnamed build (1 host: n3)."),
+        "{text}"
+    );
+    assert!(!text.contains("forged"), "{text}");
+}

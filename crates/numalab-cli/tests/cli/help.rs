@@ -61,3 +61,41 @@ fn closed_pipe_is_not_an_error() {
         .unwrap();
     assert!(status.success(), "{err}");
 }
+
+#[test]
+fn version_names_the_commit_it_was_built_from_and_results_carry_it() {
+    let out = numalab(&["--version"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let version = text
+        .trim()
+        .strip_prefix("numalab ")
+        .unwrap_or_else(|| panic!("{text}"));
+    let (release, build) = version.split_once('+').unwrap_or((version, ""));
+    assert_eq!(release, env!("CARGO_PKG_VERSION"));
+    // Built from a git checkout (and not given a packager's id): the
+    // commit git says is checked out.
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    match (option_env!("NUMALAB_BUILD"), head) {
+        (Some(id), _) if !id.is_empty() => assert_eq!(build, id),
+        (_, Some(head)) => assert_eq!(build, head, "--version: {version}"),
+        (_, None) => {
+            println!("not a git checkout: --version is {version}, with no commit to compare")
+        }
+    }
+    // Every subcommand says the same, and so does every result.
+    let sub = numalab(&["topo", "--version"]);
+    assert_eq!(
+        String::from_utf8(sub.stdout).unwrap(),
+        format!("numalab-topo {version}\n")
+    );
+    let topo = numalab(&["topo", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&topo.stdout).unwrap();
+    assert_eq!(doc["numalab_version"], version);
+}
