@@ -1,5 +1,6 @@
-//! `numalab ring` for people: the blog's tables (MB/s per stream and per
-//! cell, placement verified), and the ring segments of `--list`.
+//! `numalab ring` for people: the blog's tables (GB/s per stream and per
+//! cell, placement verified; GB/s as every other command's tables, the
+//! JSON and CSV keep the blog's MB/s), and the ring segments of `--list`.
 
 use std::fmt::Write as _;
 
@@ -45,14 +46,22 @@ fn segment_note(s: &Settings) -> String {
     )
 }
 
-fn mbps(value: Option<f64>) -> String {
-    value.map_or("-".into(), |v| format!("{v:.0}"))
+/// MB/s as GB/s with three significant digits or more.
+fn gbps(mb_per_s: f64) -> String {
+    let gb = mb_per_s / 1e3;
+    if gb >= 100.0 {
+        format!("{gb:.0}")
+    } else if gb >= 10.0 {
+        format!("{gb:.1}")
+    } else {
+        format!("{gb:.2}")
+    }
 }
 
 fn stream_cell(stream: &StreamResult) -> String {
     format!(
-        "{:.0}{}",
-        stream.mb_per_s,
+        "{}{}",
+        gbps(stream.mb_per_s),
         if stream.placement_ok { "" } else { " (!)" }
     )
 }
@@ -92,7 +101,7 @@ fn human(report: &RingReport, markdown: bool) -> String {
             continue;
         }
         let _ = writeln!(out, "\n{table_name}:");
-        let mut table = new_table(vec!["cell", "stream MB/s", "total MB/s", "placement"]);
+        let mut table = new_table(vec!["cell", "stream GB/s", "total GB/s", "placement"]);
         for cell in &cells {
             let (streams, placement) = match cell.status {
                 CellStatus::Ran => (
@@ -115,7 +124,7 @@ fn human(report: &RingReport, markdown: bool) -> String {
             table.add_row(vec![
                 cell.name.clone(),
                 streams,
-                mbps(cell.total_mb_per_s),
+                cell.total_mb_per_s.map_or("-".into(), gbps),
                 placement,
             ]);
         }
