@@ -151,7 +151,7 @@ impl Candidate {
                 "--weighted-interleave={}",
                 weights
                     .iter()
-                    .map(|(node, weight)| format!("{node}:{weight}"))
+                    .map(|(node, weight)| format!("{node}={weight}"))
                     .collect::<Vec<_>>()
                     .join(",")
             )),
@@ -1326,7 +1326,7 @@ mod tests {
             ]
         );
         assert!(list[4].why.contains("no CPUs"), "{}", list[4].why);
-        assert_eq!(list[5].numactl_options(), "--weighted-interleave=0:3,1:1");
+        assert_eq!(list[5].numactl_options(), "--weighted-interleave=0=3,1=1");
         assert_eq!(list[0].numactl_options(), "");
     }
 

@@ -28,10 +28,10 @@ pub struct PlacementArgs {
     #[arg(long, value_name = "NODES", group = "policy")]
     pub preferred_many: Option<String>,
 
-    /// Interleave by weight (MPOL_WEIGHTED_INTERLEAVE, Linux 6.9): `0:3,1:1`
-    /// sets the kernel's weights for the run (root) and restores them after;
-    /// plain NODES use the kernel's current weights
-    #[arg(long, short = 'w', value_name = "NODES[:WEIGHT]", group = "policy")]
+    /// Interleave by weight (MPOL_WEIGHTED_INTERLEAVE, Linux 6.9): `0=3,1=1`
+    /// (or `0:3,1:1`) sets the kernel's weights for the run (root) and
+    /// restores them after; plain NODES use the kernel's current weights
+    #[arg(long, short = 'w', value_name = "NODES[=WEIGHT]", group = "policy")]
     pub weighted_interleave: Option<String>,
 
     /// Allocate on the node of the CPU that first touches each page (MPOL_LOCAL)

@@ -31,7 +31,7 @@ Examples:\n  \
   numalab exec --membind=0 -- ./app           memory on node 0 only\n  \
   numalab exec -N 1 -m 1 -- ./app              CPUs and memory on node 1\n  \
   numalab exec --interleave=all -- ./app       spread over every node\n  \
-  numalab exec -w 0:3,1:1 -- ./app             weighted interleave 3:1 (root, Linux 6.9)\n  \
+  numalab exec -w 0=3,1=1 -- ./app             weighted interleave 3:1 (root, Linux 6.9)\n  \
   numalab exec --json -m 0 -- ./app 2>r.json   the report as JSON\n  \
   numalab exec -o - -m 0 -- ./app | jq .        the report on a pipe"
 )]
