@@ -99,3 +99,55 @@ fn version_names_the_commit_it_was_built_from_and_results_carry_it() {
     let doc: serde_json::Value = serde_json::from_slice(&topo.stdout).unwrap();
     assert_eq!(doc["numalab_version"], version);
 }
+
+#[test]
+fn every_command_follows_one_exit_status_rule() {
+    // docs/exit-status.md: 2 when the command line cannot be read, 1 when
+    // numalab refuses what it asks; 125 for both in the commands that run
+    // a command. Each refusal here comes before anything is measured.
+    let scratch = Scratch::new("exit-status");
+    let missing = scratch.path("missing.toml");
+    let cases: [(&[&str], i32); 14] = [
+        (&["report", "-o", "/dev/null"], 1),
+        (&["topo", "-o", "/dev/null"], 1),
+        (&["matrix", "--mem-nodes", "4096"], 1),
+        (&["fill", "--cpunodebind", "4096", "--size", "1M"], 1),
+        (&["fincore", "-o", "/dev/null", "/etc/hostname"], 1),
+        (&["pagecache", "load", "/etc/hostname", "--node", "4096"], 1),
+        (&["fleet", &missing], 1),
+        (&["run", &missing], 1),
+        (&["sweep", &missing], 1),
+        (&["plot", &missing], 1),
+        (&["ring", "-o", "/dev/null"], 1),
+        (&["exec", "-m", "4096", "--", "true"], 125),
+        (&["profile", "-o", "/dev/null", "--", "true"], 125),
+        (&["advise", "-o", "/dev/null", "--", "true"], 125),
+    ];
+    for (args, refused) in cases {
+        let out = numalab(args);
+        assert_eq!(
+            out.status.code(),
+            Some(refused),
+            "numalab {}: {}",
+            args.join(" "),
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("numalab: error: "),
+            "numalab {}: {}",
+            args.join(" "),
+            stderr(&out)
+        );
+        let mut typo = vec![args[0], "--no-such-flag"];
+        typo.extend(&args[1..]);
+        let usage = if refused == 125 { 125 } else { 2 };
+        let out = numalab(&typo);
+        assert_eq!(
+            out.status.code(),
+            Some(usage),
+            "numalab {}: {}",
+            typo.join(" "),
+            stderr(&out)
+        );
+    }
+}
