@@ -1,6 +1,7 @@
 //! `numalab sweep`: a grid of experiments, each placement-checked, with a
 //! table, each policy's difference from `local`, and a figure.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -21,6 +22,7 @@ use crate::render::{self, experiment::text, figures};
 #[command(after_help = "Examples:\n  \
     numalab sweep examples/deck-exp1-small.toml\n  \
     numalab sweep examples/deck-exp1.toml -o deck.json         (also deck.svg, deck.png)\n  \
+    numalab sweep exp.toml --plot figures/exp                   (figures/exp.svg, .png)\n  \
     numalab sweep exp.toml --set access.ops=1_000_000 --markdown\n  \
     numalab sweep examples/deck-exp1-small.toml --control       (local twice: the noise floor)\n  \
     numalab sweep exp.toml --max-repeats 20                     (more rounds while a difference is ≈)\n  \
@@ -39,12 +41,12 @@ pub struct SweepArgs {
     pub sets: Vec<String>,
 
     /// Write the figure to STEM.svg and STEM.png, in a directory that
-    /// exists (default: the -o file's name without extension, else the
-    /// experiment's name)
+    /// exists (with -o FILE the figure goes beside it, FILE's name without
+    /// its extension; with neither, no file is written)
     #[arg(long, value_name = "STEM")]
     pub plot: Option<PathBuf>,
 
-    /// Draw no figure
+    /// Draw no figure, even beside -o FILE
     #[arg(long, conflicts_with = "plot")]
     pub no_plot: bool,
 
@@ -77,12 +79,12 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     if let Some(most) = args.max_repeats {
         experiment.run.max_repeats = Some(most);
     }
-    if !args.no_plot {
-        crate::plot::check_stem(&exp::figure_stem(
-            args.plot.as_deref(),
-            args.output.file(),
-            &experiment.name,
-        ))?;
+    // A figure only where a file was asked for: --plot, or beside -o.
+    let stem = (!args.no_plot)
+        .then(|| exp::figure_stem(args.plot.as_deref(), args.output.file()))
+        .flatten();
+    if let Some(stem) = &stem {
+        crate::plot::check_stem(stem)?;
     }
     if experiment.sweep.is_empty() {
         bail!(
@@ -104,14 +106,15 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     let mut result = result?;
     result.created = numalab_bench::document::now_rfc3339();
     render::emit(&result, &args.output)?;
-    if !args.no_plot && result.cells.iter().any(|c| c.result.is_some()) {
-        let stem = exp::figure_stem(
-            args.plot.as_deref(),
-            args.output.file(),
-            &result.experiment.name,
-        );
-        let paths = figures::draw_sweep(&result, &stem)?;
-        eprintln!("{}", text::wrote(&paths));
+    match &stem {
+        Some(stem) if result.cells.iter().any(|c| c.result.is_some()) => {
+            let paths = figures::draw_sweep(&result, stem)?;
+            eprintln!("{}", text::wrote(&paths));
+        }
+        None if !args.no_plot && std::io::stderr().is_terminal() => {
+            eprintln!("numalab sweep: no figure written (--plot STEM, or -o FILE to save the result and draw it beside)");
+        }
+        _ => {}
     }
     // A cell that ran without completing a repeat measured nothing.
     let failed = result

@@ -104,30 +104,12 @@ impl Drop for ProgressDisplay {
 }
 
 /// The file stem figures are written to: `--plot STEM`, else the `-o`
-/// file without its extension, else the experiment's name in the current
-/// directory.
-pub fn figure_stem(plot: Option<&Path>, output: Option<&Path>, name: &str) -> PathBuf {
+/// file without its extension; `None` when neither names a file (a
+/// figure is never written where no file was asked for).
+pub fn figure_stem(plot: Option<&Path>, output: Option<&Path>) -> Option<PathBuf> {
     match (plot, output) {
-        (Some(stem), _) => stem.to_path_buf(),
-        (None, Some(out)) => out.with_extension(""),
-        (None, None) => PathBuf::from(sanitize(name)),
-    }
-}
-
-fn sanitize(name: &str) -> String {
-    let clean: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    if clean.is_empty() {
-        "experiment".to_owned()
-    } else {
-        clean
+        (Some(stem), _) => Some(stem.to_path_buf()),
+        (None, Some(out)) => Some(out.with_extension("")),
+        (None, None) => None,
     }
 }

@@ -319,6 +319,24 @@ fn sweep_writes_results_a_figure_and_the_comparison() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(std::path::Path::new(&dir.path("again.png")).exists());
 
+    // Without -o or --plot nothing is written, here or anywhere.
+    let quiet = Scratch::new("sweep-no-files");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args([
+            "sweep",
+            &small(),
+            "--set",
+            "access.ops=10000",
+            "--set",
+            "run.repeats=1",
+        ])
+        .current_dir(&quiet.0)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("against local"), "{}", stdout(&out));
+    assert!(quiet.files().is_empty(), "{:?}", quiet.files());
+
     let table = numalab(&[
         "sweep",
         &small(),
