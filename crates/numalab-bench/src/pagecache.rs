@@ -490,11 +490,31 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
             None => return invalid("this machine reports no node with memory".into()),
         },
     };
-    if !inventory.with_memory.contains(cache_node) {
-        return invalid(format!(
-            "--cache-node {cache_node}: node {cache_node} has no memory this process may use (nodes with memory: {})",
-            inventory.with_memory
-        ));
+    // A node typed on the command line is judged as every command judges
+    // one: "node 7 does not exist; this machine has nodes 0-1".
+    let typed = |flag: &str, node: u32, role: numalab::Role| {
+        let checked = numalab::NodeSet::try_single(node)
+            .map_err(|e| e.to_string())
+            .and_then(|set| {
+                match role {
+                    numalab::Role::Cpus => inventory.check_cpu_nodes(&set),
+                    _ => inventory.check_memory_nodes(&set),
+                }
+                .map_err(|e| e.to_string())
+            });
+        checked.map_err(|why| format!("{flag} {node}: {why}"))
+    };
+    if let Err(why) = typed("--cache-node", cache_node, numalab::Role::Memory) {
+        return invalid(why);
+    }
+    if !config.skip_impossible {
+        for place in &config.places {
+            if let ReaderPlace::Node(node) = place {
+                if let Err(why) = typed("--reader-node", *node, numalab::Role::Cpus) {
+                    return invalid(why);
+                }
+            }
+        }
     }
     let (given, size) = match &config.file {
         FileSource::Given(path) => {

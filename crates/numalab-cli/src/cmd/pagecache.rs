@@ -13,7 +13,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
 use numalab::Topology;
 use numalab_bench::experiment::values::Seconds;
-use numalab_bench::fincore::{change_cache, change_cache_with, CacheAction};
+use numalab_bench::fincore::{change_cache, change_cache_with, CacheAction, ChangeError};
 use numalab_bench::pagecache::{
     self as bench, BenchConfig, CopyConfig, FileSource, Method, ReaderPlace,
 };
@@ -195,7 +195,13 @@ pub fn run(args: &PagecacheArgs) -> Result<i32> {
         } => {
             // Dropped file by file, each once its load is known to go
             // ahead: a refused load drops nothing.
-            change_cache_with(files, CacheAction::Load { node }, drop_first)?
+            change_cache_with(files, CacheAction::Load { node }, drop_first).map_err(|err| {
+                match err {
+                    // The flag named, as every command names it.
+                    ChangeError::Node(why) => anyhow::anyhow!("--node {node}: {why}"),
+                    other => other.into(),
+                }
+            })?
         }
         _ => change_cache(files, CacheAction::Drop)?,
     };

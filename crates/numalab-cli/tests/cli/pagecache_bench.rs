@@ -498,3 +498,41 @@ fn one_ctrl_c_ends_the_set_up_of_a_huge_file() {
     assert_eq!(doc["interrupted"], true);
     assert_eq!(doc["cells"][0]["status"], "interrupted");
 }
+
+#[test]
+fn a_node_typed_wrong_is_refused_in_the_words_of_every_command() {
+    // A node past this machine's last, and one past Linux's: each flag
+    // that takes a node says it as `exec -m` does, the flag named first.
+    let absent = sysfs_nodes().into_iter().max().unwrap() + 1;
+    for node in [absent.to_string(), "4096".to_owned()] {
+        let exec = numalab(&["exec", "-m", &node, "--", "true"]);
+        let said = stderr(&exec);
+        let reason = said
+            .trim()
+            .strip_prefix(&format!("numalab: error: --membind={node}: "))
+            .unwrap_or_else(|| panic!("{said}"))
+            .to_owned();
+        for (flag, args) in [
+            (
+                "--cache-node",
+                vec!["pagecache", "bench", "--size", "1M", "--cache-node", &node],
+            ),
+            (
+                "--reader-node",
+                vec!["pagecache", "bench", "--size", "1M", "--reader-node", &node],
+            ),
+            (
+                "--node",
+                vec!["pagecache", "load", "/etc/hostname", "--node", &node],
+            ),
+        ] {
+            let out = numalab(&args);
+            assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+            assert_eq!(
+                stderr(&out).trim(),
+                format!("numalab: error: {flag} {node}: {reason}"),
+                "{args:?}"
+            );
+        }
+    }
+}
