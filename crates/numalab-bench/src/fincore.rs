@@ -77,7 +77,7 @@ pub struct FincoreReport {
 ///
 /// ```
 /// use numalab_bench::fincore::CachedFile;
-/// let file = CachedFile { path: "/data/a".into(), cache: Default::default() };
+/// let file = CachedFile { path: "/data/a".into(), cache: Default::default(), files: 1 };
 /// assert_eq!(file.cache.cached, 0);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,6 +87,15 @@ pub struct CachedFile {
     /// Its pages in the cache, per node. (Not flattened into the file's
     /// object: serde cannot read a flattened map with number keys back.)
     pub cache: FileCache,
+    /// How many files the row stands for: 1, or a path's files added up
+    /// ([`FincoreOptions::summarize`]).
+    #[serde(default = "one_file")]
+    pub files: u64,
+}
+
+/// A row of a report written before rows could add files up is one file.
+fn one_file() -> u64 {
+    1
 }
 
 /// A path that could not be counted.
@@ -169,9 +178,22 @@ pub fn fincore(paths: &[PathBuf]) -> Result<FincoreReport, FincoreError> {
 /// use numalab_bench::fincore::{fincore_with, FincoreOptions};
 /// let path = std::env::temp_dir().join(format!("numalab-fincore-threads-{}", std::process::id()));
 /// std::fs::write(&path, vec![1u8; 8192])?;
-/// let report = fincore_with(&[path.clone()], FincoreOptions { threads: 1 });
+/// let report = fincore_with(&[path.clone()], FincoreOptions { threads: 1, summarize: false });
 /// std::fs::remove_file(&path)?;
 /// assert_eq!(report?.total.pages, 2);
+///
+/// // A directory summarised: one row, its files together (as du -s).
+/// let dir = std::env::temp_dir().join(format!("numalab-fincore-summary-{}", std::process::id()));
+/// std::fs::create_dir_all(dir.join("sub"))?;
+/// std::fs::write(dir.join("a"), vec![1u8; 8192])?;
+/// std::fs::write(dir.join("sub/b"), vec![2u8; 4096])?;
+/// let options = FincoreOptions { summarize: true, ..FincoreOptions::default() };
+/// let report = fincore_with(&[dir.clone()], options);
+/// std::fs::remove_dir_all(&dir)?;
+/// let report = report?;
+/// assert_eq!(report.files.len(), 1);
+/// assert_eq!(report.files[0].path, dir.display().to_string());
+/// assert_eq!((report.files[0].cache.pages, report.files[0].files), (3, 2));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,14 +202,19 @@ pub struct FincoreOptions {
     /// node of each cached page is found by mapping it, which costs
     /// several times what `mincore` does, and the threads share that.
     pub threads: usize,
+    /// One row per path given, its files' caches added up (`du -s`'s
+    /// summary for the page cache), instead of one per file.
+    pub summarize: bool,
 }
 
 impl Default for FincoreOptions {
-    /// The CPUs this process may run on, at most [`DEFAULT_THREADS`].
+    /// The CPUs this process may run on, at most [`DEFAULT_THREADS`]; a
+    /// row per file.
     fn default() -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         FincoreOptions {
             threads: cpus.min(DEFAULT_THREADS),
+            summarize: false,
         }
     }
 }
@@ -219,6 +246,7 @@ pub fn fincore_with(
     // directory inside itself cannot loop.
     let mut walked = HashSet::new();
     for path in paths {
+        let first = counter.report.files.len();
         match fs::metadata(path) {
             Ok(meta) if meta.is_dir() => walk(path, &mut walked, &mut counter)?,
             Ok(_) => counter.push(Job::Count(Target {
@@ -227,6 +255,22 @@ pub fn fincore_with(
                 shown: path.clone(),
             }))?,
             Err(err) => counter.push(Job::Failed(Unreadable::new(path, err.to_string())))?,
+        }
+        if options.summarize {
+            // The path's files are all counted before they are added up.
+            counter.flush();
+            let mut summary = CachedFile {
+                path: path.display().to_string(),
+                cache: FileCache::default(),
+                files: 0,
+            };
+            for file in counter.report.files.drain(first..) {
+                summary.cache.add(&file.cache);
+                summary.files += file.files;
+            }
+            if summary.files > 0 {
+                counter.report.files.push(summary);
+            }
         }
     }
     counter.flush();
@@ -410,6 +454,7 @@ impl Counter {
                     self.report.files.push(CachedFile {
                         path: target.shown.display().to_string(),
                         cache,
+                        files: 1,
                     });
                 }
                 (Job::Count(target), Some(Err(error))) => {

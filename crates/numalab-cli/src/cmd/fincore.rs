@@ -18,6 +18,7 @@ use crate::render;
 #[command(after_help = "Examples:\n  \
     numalab fincore /data/table.bin             one file: its cached pages per node\n  \
     numalab fincore /var/lib/postgresql         every file under a directory, and a total\n  \
+    numalab fincore -s /var/lib/postgresql/*    one row per directory or file given, its files added up\n  \
     numalab fincore --json big.dat > cache.json\n\n\
 The counts are fincore's (mincore(2); cachestat(2) for a part wholly cached); the node of each cached page comes from \
 its page frame (as root) or move_pages(2) after mapping only the cached pages, so nothing is \
@@ -36,6 +37,10 @@ pub struct FincoreArgs {
     /// one CPU
     #[arg(long, value_name = "N", value_parser = threads)]
     pub threads: Option<usize>,
+
+    /// One row per PATH, its files added up (as du -s), not one per file
+    #[arg(short = 's', long)]
+    pub summarize: bool,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -57,6 +62,7 @@ pub fn run(args: &FincoreArgs) -> Result<i32> {
     if let Some(threads) = args.threads {
         options.threads = threads;
     }
+    options.summarize = args.summarize;
     let report = fincore_with(&args.paths, options)?;
     if !nothing_counted(&args.output, report.files.is_empty(), &report.failed) {
         render::emit(&report, &args.output)?;

@@ -2,7 +2,7 @@
 //! FILE) with the cached pages of each node between them, a total, and
 //! each node's page cache.
 
-use numalab::units::Size;
+use numalab::units::{count, Size};
 use numalab_bench::fincore::{FincoreReport, Unreadable};
 
 use super::{Render, Style};
@@ -72,17 +72,23 @@ fn human(report: &FincoreReport, style: Style) -> String {
         row.push(name.to_owned());
         row
     };
-    let total = (report.files.len() > 1).then(|| {
-        row(
-            &report.total,
-            &format!("total of {} files", report.files.len()),
-        )
-    });
+    let files: u64 = report.files.iter().map(|f| f.files).sum();
+    let total = (report.files.len() > 1)
+        .then(|| row(&report.total, &format!("total of {}", count(files, "file"))));
+    // A row that adds up a path's files (--summarize) says how many.
+    let name = |file: &numalab_bench::fincore::CachedFile| {
+        let path = output::printable_field(&file.path);
+        if file.files == 1 {
+            path.into_owned()
+        } else {
+            format!("{path} ({})", count(file.files, "file"))
+        }
+    };
     let rows = || {
         report
             .files
             .iter()
-            .map(|file| row(&file.cache, &output::printable_field(&file.path)))
+            .map(|file| row(&file.cache, &name(file)))
             .chain(total.clone())
     };
     // A row a file: for a tree of millions of files, the plain table is
@@ -140,6 +146,7 @@ fn csv(report: &FincoreReport) -> String {
     ];
     header.extend(node_names.iter().map(String::as_str));
     header.push("unknown_pages");
+    header.push("files");
     let mut csv = Csv::new(&header);
     for file in &report.files {
         let c = &file.cache;
@@ -156,6 +163,7 @@ fn csv(report: &FincoreReport) -> String {
                 .map(|n| c.per_node.get(n).copied().unwrap_or(0).to_string()),
         );
         row.push(c.unknown.to_string());
+        row.push(file.files.to_string());
         csv.row(row);
     }
     csv.finish()

@@ -102,6 +102,40 @@ fn fincore_counts_as_util_linux_fincore_does_and_walks_directories() {
 }
 
 #[test]
+fn fincore_summarize_adds_up_each_path_as_util_linux_counts_its_files() {
+    let scratch = Scratch::new("fincore-summary");
+    tree(&scratch);
+    let dir = scratch.0.to_str().unwrap();
+    let single = scratch.path("a");
+    let out = numalab(&["fincore", "-s", "--json", dir, &single]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["files"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert_eq!(names, [dir, single.as_str()]);
+    assert_eq!(
+        (rows[0]["files"].as_u64(), rows[1]["files"].as_u64()),
+        (Some(2), Some(1))
+    );
+    // The directory's row is its two files as util-linux counts them.
+    let (Some(a), Some(b)) = (
+        fincore_pages(&single),
+        fincore_pages(&scratch.path("sub/b")),
+    ) else {
+        return;
+    };
+    assert_eq!(rows[0]["cache"]["cached"], a + b, "{}", rows[0]);
+    assert_eq!(rows[0]["cache"]["size"], (64 << 10) + (10 << 20));
+    let table = stdout(&numalab(&["fincore", "--summarize", dir]));
+    assert!(table.contains(&format!("{dir} (2 files)")), "{table}");
+    assert_eq!(
+        table.lines().filter(|l| l.contains(dir)).count(),
+        1,
+        "{table}"
+    );
+}
+
+#[test]
 fn fincore_names_what_it_cannot_count_counts_the_rest_and_exits_1() {
     let scratch = Scratch::new("fincore-bad");
     tree(&scratch);
