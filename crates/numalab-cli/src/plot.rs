@@ -415,19 +415,64 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
             all.len()
         )
     };
-    let mut ctx = ChartBuilder::on(root)
-        .caption(&caption, ("sans-serif", 24))
+    // The legend gets a strip of its own under the chart, never over the
+    // data: a row of entries per 30 pixels.
+    let legend = legend_rows(chart);
+    let strip = if legend.is_empty() {
+        0
+    } else {
+        20 + 30 * (legend.len() as u32 + 1)
+    };
+    let (chart_area, legend_area) = root.split_vertically(SIZE.1 - strip);
+    // Points at the ends of a whole-number axis are drawn clear of the
+    // frame (their bars too).
+    let whole = all
+        .iter()
+        .filter(|p| drawable(p))
+        .all(|p| p.0.fract() == 0.0);
+    let (x0, x1) = if whole {
+        let pad = (x1 - x0) * 0.04;
+        (x0 - pad, x1 + pad)
+    } else {
+        (x0, x1)
+    };
+    let mut ctx = ChartBuilder::on(&chart_area)
+        .caption(&caption, ("sans-serif", 26))
         .margin(20)
-        .x_label_area_size(50)
-        .y_label_area_size(80)
+        .x_label_area_size(60)
+        .y_label_area_size(96)
         .build_cartesian_2d(x0..x1, y0..y1)
         .map_err(plot_err)?;
-    ctx.configure_mesh()
-        .x_desc(&chart.x_label)
+    // A count (threads) is drawn with a tick at each whole number, at
+    // most 12 of them, and written without a fraction.
+    let x_labels = if whole {
+        ((x1 - x0).round() + 1.0).clamp(2.0, 12.0) as usize
+    } else {
+        10
+    };
+    // Only whole ticks are written: a fraction plotters may still pick
+    // gets no label rather than a rounded one.
+    let whole_number = |x: &f64| {
+        if x.fract() == 0.0 {
+            format!("{x:.0}")
+        } else {
+            String::new()
+        }
+    };
+    let y_number = |y: &f64| crate::render::svg::plain(*y);
+    let mut mesh = ctx.configure_mesh();
+    mesh.x_desc(&chart.x_label)
         .y_desc(&chart.y_label)
-        .label_style(("sans-serif", 16))
-        .draw()
-        .map_err(plot_err)?;
+        .label_style(("sans-serif", 18))
+        .axis_desc_style(("sans-serif", 20))
+        .x_labels(x_labels)
+        .x_max_light_lines(1)
+        .y_max_light_lines(1)
+        .y_label_formatter(&y_number);
+    if whole {
+        mesh.x_label_formatter(&whole_number);
+    }
+    mesh.draw().map_err(plot_err)?;
     for (i, series) in chart.series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         ctx.draw_series(LineSeries::new(
@@ -458,16 +503,64 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
         )
         .map_err(plot_err)?;
     }
-    if chart.series.len() > 1 || chart.series.first().is_some_and(|s| !s.name.is_empty()) {
-        ctx.configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 16))
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
+    let named: usize = legend.iter().map(Vec::len).sum();
+    if named < chart.series.len() {
+        legend_area
+            .draw(&Text::new(
+                format!(
+                    "… {} more lines, named in the table",
+                    chart.series.len() - named
+                ),
+                (116, 20 + 30 * legend.len() as i32 - 10),
+                ("sans-serif", 16),
+            ))
             .map_err(plot_err)?;
     }
+    for (row, entries) in legend.iter().enumerate() {
+        let y = 20 + 30 * row as i32;
+        for &(i, x) in entries {
+            let color = Palette99::pick(i).to_rgba();
+            legend_area
+                .draw(&PathElement::new(
+                    vec![(x, y), (x + 28, y)],
+                    Color::stroke_width(&color, 3),
+                ))
+                .map_err(plot_err)?;
+            legend_area
+                .draw(&Text::new(
+                    chart.series[i].name.clone(),
+                    (x + 36, y - 10),
+                    ("sans-serif", 18),
+                ))
+                .map_err(plot_err)?;
+        }
+    }
     Ok(())
+}
+
+/// The legend's rows under a line chart: each entry `(series, x)`, left to
+/// right, a new row when the next would pass the right edge (its width
+/// estimated at 10 pixels a character). None for one unnamed line.
+fn legend_rows(chart: &LineChart) -> Vec<Vec<(usize, i32)>> {
+    if chart.series.len() < 2 && chart.series.first().is_none_or(|s| s.name.is_empty()) {
+        return Vec::new();
+    }
+    let (left, right) = (116, SIZE.0 as i32 - 20);
+    let mut rows: Vec<Vec<(usize, i32)>> = vec![Vec::new()];
+    let mut x = left;
+    for (i, series) in chart.series.iter().enumerate() {
+        let width = 36 + 10 * series.name.chars().count().min(80) as i32 + 24;
+        if x > left && x + width > right {
+            rows.push(Vec::new());
+            x = left;
+        }
+        rows.last_mut().expect("one row at least").push((i, x));
+        x += width;
+    }
+    // At most 8 rows (a third of the figure); the lines past them are
+    // drawn, their names not.
+    rows.truncate(8);
+    rows
 }
 
 fn draw_heatmap(root: &DrawingArea<DynBackend<'_>, Shift>, map: &Heatmap) -> Result<()> {
@@ -699,6 +792,50 @@ mod tests {
                 points,
             }],
         }
+    }
+
+    /// The text of an SVG's `<text>` elements.
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                t.split_once('>')
+                    .and_then(|(_, rest)| rest.split_once("</text>"))
+            })
+            .map(|(text, _)| text.trim().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_count_axis_has_whole_ticks_and_the_legend_sits_under_the_data() {
+        let mut chart = chart_of(vec![(1.0, 10.0), (2.0, 20.0), (4.0, 15.0)]);
+        chart.series.push(Series {
+            ranges: Vec::new(),
+            name: "remote".into(),
+            points: vec![(1.0, 12.0), (2.0, 22.0), (4.0, 17.0)],
+        });
+        let svg = Drawing::Lines(chart).svg().unwrap();
+        let texts = texts(&svg);
+        for tick in ["1", "2", "3", "4"] {
+            assert!(texts.iter().any(|t| t == tick), "tick {tick}: {texts:?}");
+        }
+        assert!(
+            !texts.iter().any(|t| t.contains('.')),
+            "no fractional tick on a count: {texts:?}"
+        );
+        // The legend's names are below the x axis's label.
+        let y_of = |name: &str| {
+            svg.split("<text")
+                .skip(1)
+                .find_map(|t| {
+                    let (tag, rest) = t.split_once('>')?;
+                    let (text, _) = rest.split_once("</text>")?;
+                    let y = tag.split(" y=\"").nth(1)?.split('"').next()?;
+                    (text.trim() == name).then(|| y.parse::<f64>().unwrap())
+                })
+                .unwrap_or_else(|| panic!("no text {name}: {svg}"))
+        };
+        assert!(y_of("remote") > y_of("x"), "{svg}");
     }
 
     #[test]

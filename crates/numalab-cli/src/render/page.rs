@@ -21,7 +21,7 @@ use super::figures;
 use super::svg::{self, escape, Chart, Line};
 use super::{Render, Style};
 use crate::output::human_bytes;
-use crate::plot::Drawing;
+use crate::plot::{Drawing, LineChart};
 
 /// Tables longer than this can be sorted by a click on a column heading.
 pub const SORTABLE_ROWS: usize = 8;
@@ -141,13 +141,16 @@ pub fn html_page(report: &Report, profiles: &[ProfileReport]) -> Result<String> 
         .find(|(k, _)| k == "threads.count")
         .map_or(0, |(_, v)| v.len());
     if sweep_points > 1 {
-        figure(
-            &mut page,
-            &plotted(
-                &Drawing::Lines(figures::sweep_chart(&report.sweep)),
-                "The policy sweep: time to the last thread against threads, one line per policy (lower is better)",
-            )?,
-        );
+        let mut chart = page_chart(figures::sweep_chart(&report.sweep));
+        // The caption says what the bars are; the axes say only units.
+        chart.x_label = "threads".into();
+        chart.y_label = "ms (median)".into();
+        if let Some(fig) = drawn(
+            svg::line_chart(&chart),
+            "The policy sweep: time to the last thread against threads, one line per policy, each point the median with a bar from the fastest to the slowest repeat (lower is better)",
+        ) {
+            figure(&mut page, &fig);
+        }
     }
     page.push_str(&markdown(&report.sweep.text(Style::Markdown)));
     page.push_str("</section>\n");
@@ -253,6 +256,7 @@ fn cost_figures(report: &Report) -> Result<Vec<Figure>> {
                     .iter()
                     .map(|p| (p.bytes as f64, p.ns))
                     .collect(),
+                ranges: Vec::new(),
             }],
             log_x: true,
             marks,
@@ -298,6 +302,14 @@ fn cost_figures(report: &Report) -> Result<Vec<Figure>> {
                     .iter()
                     .map(|p| (p.threads as f64, p.read_gbps.median()))
                     .collect(),
+                ranges: scaling
+                    .points
+                    .iter()
+                    .map(|p| {
+                        let s = &p.read_gbps.summary;
+                        (p.threads as f64, s.min, s.max)
+                    })
+                    .collect(),
             }],
             log_x: false,
             marks: Vec::new(),
@@ -331,12 +343,17 @@ fn slit_ratio_table(report: &Report) -> Option<String> {
                 .cells
                 .iter()
                 .find(|c| c.initiator == *i && c.target == *t);
-            let text = cell
-                .and_then(|c| Some((c.ratio_to_local?, c.firmware.slit_ratio?)))
-                .filter(|(_, slit)| *slit > 0.0)
-                .map_or("-".to_owned(), |(measured, slit)| {
-                    format!("{:.2} ({measured:.2}× vs {slit:.1}×)", measured / slit)
-                });
+            // Every cell says what it is: a ratio, or why there is none.
+            let text = match cell {
+                None => "not measured".to_owned(),
+                Some(c) => match (c.ratio_to_local, c.firmware.slit_ratio) {
+                    (Some(measured), Some(slit)) if slit > 0.0 => {
+                        format!("{:.2} ({measured:.2}× vs {slit:.1}×)", measured / slit)
+                    }
+                    (None, _) => "no local cell to compare with".to_owned(),
+                    _ => "no SLIT distance".to_owned(),
+                },
+            };
             let _ = write!(out, "<td>{text}</td>");
         }
         out.push_str("</tr>\n");
@@ -348,7 +365,13 @@ fn slit_ratio_table(report: &Report) -> Option<String> {
 /// A profile's memory per node over time as a page chart: the lines
 /// `numalab plot` draws for it ([`figures::profile_chart`]).
 fn profile_chart(profile: &ProfileReport) -> Chart {
-    let chart = figures::profile_chart(profile);
+    page_chart(figures::profile_chart(profile))
+}
+
+/// A chart `numalab plot` draws, as a page chart: drawn in the page's
+/// colours (light and dark), its text sized for the page, whole numbers
+/// on a whole-number axis.
+fn page_chart(chart: LineChart) -> Chart {
     Chart {
         title: chart.title,
         x_label: chart.x_label,
@@ -359,6 +382,7 @@ fn profile_chart(profile: &ProfileReport) -> Chart {
             .map(|s| Line {
                 name: s.name,
                 points: s.points,
+                ranges: s.ranges,
             })
             .collect(),
         log_x: false,
@@ -503,6 +527,19 @@ code { font-size: 90%; }
 figure { margin: 1.2rem 0; max-width: 100%; }
 figure svg { display: block; max-width: 100%; height: auto; }
 figure.plot svg { background: #fff; border-radius: 6px; max-width: min(100%, 720px); }
+@media (prefers-color-scheme: dark) {
+  /* Heat maps are drawn on white: turned dark with their hues kept. */
+  figure.plot svg { filter: invert(0.88) hue-rotate(180deg); }
+}
+@media (max-width: 600px) {
+  /* On a phone a figure keeps a width its text can be read at, and
+     scrolls sideways in its own box, never the page. */
+  figure { overflow-x: auto; }
+  figure svg { max-width: none; }
+  figure svg.chart { width: 560px; }
+  figure.plot svg { width: 640px; max-width: none; }
+  svg .tick { font-size: 15px; } svg .label { font-size: 15px; } svg .title { font-size: 17px; }
+}
 figcaption { color: var(--muted); font-size: 13px; margin-top: .3rem; }
 svg .title { font-size: 15px; font-weight: 600; fill: var(--fg); }
 svg .tick { font-size: 12px; fill: var(--fg); }
@@ -513,6 +550,7 @@ svg .mark { stroke: var(--muted); stroke-dasharray: 4 3; }
 svg .mark-label { font-size: 11px; fill: var(--muted); }
 svg .series { stroke-width: 2; }
 svg circle.series { stroke: none; }
+svg .range { stroke-width: 1.5; opacity: .7; }
 svg .s0 { stroke: var(--s0); } svg circle.s0, svg rect.s0 { fill: var(--s0); }
 svg .s1 { stroke: var(--s1); } svg circle.s1, svg rect.s1 { fill: var(--s1); }
 svg .s2 { stroke: var(--s2); } svg circle.s2, svg rect.s2 { fill: var(--s2); }

@@ -20,6 +20,9 @@ pub struct Line {
     pub name: String,
     /// `(x, y)` points in order.
     pub points: Vec<(f64, f64)>,
+    /// Vertical bars `(x, low, high)`: the spread behind a point (the
+    /// fastest to the slowest repeat).
+    pub ranges: Vec<(f64, f64, f64)>,
 }
 
 /// What a [`line_chart`] draws.
@@ -125,16 +128,33 @@ pub fn line_chart(chart: &Chart) -> Option<String> {
         x_min -= 1.0;
         x_max += 1.0;
     }
-    let y_top = points.iter().map(|p| p.1).fold(0.0, f64::max);
+    let y_top = points
+        .iter()
+        .map(|p| p.1)
+        .chain(
+            chart
+                .lines
+                .iter()
+                .flat_map(|l| l.ranges.iter().map(|r| r.2))
+                .filter(|y| y.is_finite()),
+        )
+        .fold(0.0, f64::max);
     let y_step = tick_step(y_top.max(1e-9));
     let y_max = ((y_top / y_step).ceil() * y_step).max(y_step);
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
     let sx = |x: f64| LEFT + (fx(x) - x_min) / (x_max - x_min) * plot_w;
     let sy = |y: f64| TOP + plot_h - y / y_max * plot_h;
+    // The legend goes under the chart, never over the data: as many
+    // entries a row as fit, a row 18 units high.
+    let legend = legend_layout(chart);
+    let height = HEIGHT
+        + legend
+            .last()
+            .map_or(0.0, |&(_, row, _)| 18.0 * (row + 1) as f64 + 6.0);
 
     let mut out = String::new();
-    open_svg(&mut out, WIDTH, HEIGHT, &chart.title);
+    open_svg(&mut out, WIDTH, height, &chart.title);
     // Grid and y ticks.
     let mut y = 0.0;
     while y <= y_max + y_step / 2.0 {
@@ -234,21 +254,56 @@ pub fn line_chart(chart: &Chart) -> Option<String> {
                 "<circle class=\"{class}\" cx=\"{x}\" cy=\"{y}\" r=\"3\"/>"
             );
         }
-        if chart.lines.len() > 1 {
-            let ly = TOP + 8.0 + 16.0 * i as f64;
-            let lx = WIDTH - RIGHT - 170.0;
+        for &(x, low, high) in &line.ranges {
+            if !(x.is_finite() && low.is_finite() && high.is_finite()) || (chart.log_x && x <= 0.0)
+            {
+                continue;
+            }
             let _ = write!(
                 out,
-                "<line class=\"{class}\" x1=\"{lx}\" x2=\"{}\" y1=\"{ly}\" y2=\"{ly}\"/><text x=\"{}\" y=\"{}\" class=\"tick\">{}</text>",
-                lx + 18.0,
-                lx + 24.0,
-                ly + 4.0,
-                escape(&line.name)
+                "<line class=\"{class} range\" x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>",
+                sy(low),
+                sy(high),
+                px = sx(x)
             );
         }
     }
+    for &(i, row, lx) in &legend {
+        let class = format!("series s{}", i % 6);
+        let ly = HEIGHT + 4.0 + 18.0 * row as f64;
+        let _ = write!(
+            out,
+            "<line class=\"{class}\" x1=\"{lx:.1}\" x2=\"{:.1}\" y1=\"{ly}\" y2=\"{ly}\"/><text x=\"{:.1}\" y=\"{}\" class=\"tick\">{}</text>",
+            lx + 18.0,
+            lx + 24.0,
+            ly + 4.0,
+            escape(&chart.lines[i].name)
+        );
+    }
     out.push_str("</svg>");
     Some(out)
+}
+
+/// Where each line's legend entry goes under the chart, `(line, row, x)`:
+/// entries left to right, a new row when the next would pass the right
+/// edge (its width estimated at 7 units a character of the tick font).
+/// None for a single line: its name is the chart's title.
+fn legend_layout(chart: &Chart) -> Vec<(usize, usize, f64)> {
+    if chart.lines.len() < 2 {
+        return Vec::new();
+    }
+    let (mut row, mut x) = (0, LEFT);
+    let mut out = Vec::new();
+    for (i, line) in chart.lines.iter().enumerate() {
+        let width = 24.0 + 7.0 * line.name.chars().count() as f64 + 18.0;
+        if x > LEFT && x + width > WIDTH - RIGHT {
+            row += 1;
+            x = LEFT;
+        }
+        out.push((i, row, x));
+        x += width;
+    }
+    out
 }
 
 /// Horizontal bars, one per `(label, value)`, the value written at the
@@ -549,6 +604,45 @@ mod tests {
     }
 
     #[test]
+    fn a_page_chart_draws_its_bars_and_keeps_its_legend_off_the_data() {
+        let line = |name: &str, y: f64| Line {
+            name: name.into(),
+            points: vec![(1.0, y), (2.0, y + 10.0)],
+            ranges: vec![(1.0, y - 1.0, y + 30.0), (2.0, y + 9.0, y + 11.0)],
+        };
+        let chart = Chart {
+            title: "sweep".into(),
+            x_label: "threads".into(),
+            y_label: "ms".into(),
+            lines: vec![line("local", 10.0), line("remote", 20.0)],
+            log_x: false,
+            marks: Vec::new(),
+            x_format: plain,
+        };
+        let svg = line_chart(&chart).unwrap();
+        assert_eq!(count(&svg, "range\""), 4, "a bar per range: {svg}");
+        // The tallest bar (20 + 30 = 50) is inside the y axis.
+        assert!(svg.contains(">50<"), "{svg}");
+        // The chart grew to hold the legend under the plot.
+        assert!(
+            svg.contains(&format!("height=\"{}\"", HEIGHT + 24.0)),
+            "{svg}"
+        );
+        let legend_y: f64 = svg
+            .split("class=\"tick\">local<")
+            .next()
+            .and_then(|before| before.rsplit("y=\"").next())
+            .and_then(|y| y.split('"').next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            legend_y > HEIGHT,
+            "legend at {legend_y}, the chart ends at {HEIGHT}"
+        );
+    }
+
+    #[test]
     fn a_log_chart_places_marks_and_ticks_in_order() {
         let chart = Chart {
             title: "latency by working set".into(),
@@ -557,6 +651,7 @@ mod tests {
             lines: vec![Line {
                 name: "node 0".into(),
                 points: vec![(262144.0, 4.0), (1048576.0, 10.0), (67108864.0, 90.0)],
+                ranges: Vec::new(),
             }],
             log_x: true,
             marks: vec![(33554432.0, "L3 32 MiB".into())],

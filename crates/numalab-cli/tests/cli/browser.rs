@@ -693,10 +693,20 @@ const SVGS_JS: &str = r#"[...document.querySelectorAll('svg')]
         const r = s.getBoundingClientRect();
         const title = s.getAttribute('aria-label') || s.querySelector(':scope > title')?.textContent || '';
         const name = 'svg' + (s.id ? '#' + s.id : '') + [...s.classList].map(c => '.' + c).join('');
+        const box = s.parentElement && s.parentElement.closest('figure, .scroll');
+        const scrolls = !!box && getComputedStyle(box).overflowX === 'auto';
+        const texts = [...s.querySelectorAll('text')].filter(t => t.textContent.trim() !== '')
+            .map(t => t.getBoundingClientRect().height).filter(h => h > 0);
         return { index: i + 1, name, title: title.trim().slice(0, 60), children: s.childElementCount,
                  width: r.width, height: r.height, visible: s.checkVisibility(),
-                 room: document.documentElement.clientWidth };
+                 room: document.documentElement.clientWidth, scrolls,
+                 smallest_text: texts.length ? Math.min(...texts) : null };
     })"#;
+
+/// The smallest text a figure may draw, in CSS pixels as shown: the
+/// height of a line of about 7 px type, the least a phone's screen shows
+/// legibly.
+const SMALLEST_TEXT_PX: f64 = 8.5;
 
 /// Why one `<svg>` (as [`SVGS_JS`] describes it) is not drawn properly: it
 /// has nothing in it, or a box too small to read, wider than the viewport or
@@ -724,10 +734,17 @@ fn svg_problems(svg: &Value) -> Vec<String> {
         problems.push(format!(
             "{label} is not shown (display: none, or inside a closed <details>)"
         ));
-    } else if !(w > 50.0 && w <= room && h > 30.0 && h < 5000.0) {
+    } else if !(w > 50.0 && (w <= room || svg["scrolls"] == true) && h > 30.0 && h < 5000.0) {
         problems.push(format!(
-            "{label} is drawn {w:.0} × {h:.0} px; wanted wider than 50 px and at most the {room:.0} px viewport, taller than 30 px and under 5000 px"
+            "{label} is drawn {w:.0} × {h:.0} px; wanted wider than 50 px and at most the {room:.0} px viewport (unless it scrolls in its own box), taller than 30 px and under 5000 px"
         ));
+    }
+    if let Some(smallest) = svg["smallest_text"].as_f64() {
+        if svg["visible"] != false && smallest < SMALLEST_TEXT_PX {
+            problems.push(format!(
+                "{label} has text {smallest:.1} px high at a {room:.0} px viewport; wanted {SMALLEST_TEXT_PX} px or more"
+            ));
+        }
     }
     problems
 }
