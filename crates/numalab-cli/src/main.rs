@@ -229,4 +229,133 @@ mod tests {
         let err = anyhow::anyhow!("inner").context("middle").context("outer");
         assert_eq!(describe(&err), "outer: middle: inner");
     }
+
+    /// The words of a command line as a POSIX shell splits them (quotes
+    /// and backslashes), up to a comment, a redirection, a pipe or `&&`.
+    fn shell_words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word: Option<String> = None;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\'' => {
+                    let w = word.get_or_insert_with(String::new);
+                    for c in chars.by_ref() {
+                        if c == '\'' {
+                            break;
+                        }
+                        w.push(c);
+                    }
+                }
+                '"' => {
+                    let w = word.get_or_insert_with(String::new);
+                    while let Some(c) = chars.next() {
+                        match c {
+                            '"' => break,
+                            '\\' => w.extend(chars.next()),
+                            c => w.push(c),
+                        }
+                    }
+                }
+                '\\' => word.get_or_insert_with(String::new).extend(chars.next()),
+                c if c.is_whitespace() => words.extend(word.take()),
+                '#' if word.is_none() => break,
+                '|' | ';' | '>' | '<' | '&' => {
+                    // `2>file`: the fd number belongs to the redirection.
+                    if c == '>'
+                        && word
+                            .as_deref()
+                            .is_some_and(|w| w.chars().all(|d| d.is_ascii_digit()))
+                    {
+                        word = None;
+                    }
+                    break;
+                }
+                c => word.get_or_insert_with(String::new).push(c),
+            }
+        }
+        words.extend(word);
+        words
+    }
+
+    #[test]
+    fn shell_words_split_as_a_shell_does() {
+        assert_eq!(
+            shell_words("numalab a 'b c' \"d\\\"e\" f\\ g # h"),
+            ["numalab", "a", "b c", "d\"e", "f g"]
+        );
+        assert_eq!(
+            shell_words("numalab exec -m 0 -- ./app 2>r.json"),
+            ["numalab", "exec", "-m", "0", "--", "./app"]
+        );
+        assert_eq!(
+            shell_words("numalab topo --json | jq ."),
+            ["numalab", "topo", "--json"]
+        );
+    }
+
+    /// Every `$ numalab …` line of the README and the guides is a command
+    /// line numalab accepts: an example whose flag was renamed, removed or
+    /// given a value it no longer takes fails the build. (The examples
+    /// that measure are run by the tests of their command; this checks
+    /// every one of them as a user would type it.)
+    #[test]
+    fn every_documented_command_line_is_accepted() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut files = vec![root.join("README.md")];
+        let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md"))
+            .collect();
+        docs.sort();
+        files.extend(docs);
+        let mut checked = 0;
+        let mut refused = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let Some(command) = line.trim_start().strip_prefix("$ ") else {
+                    continue;
+                };
+                // `mkdir -p figures && numalab plot …`: each numalab of the line.
+                for part in command.split("&&") {
+                    let words = shell_words(part.trim());
+                    if words.first().map(String::as_str) != Some("numalab") {
+                        continue;
+                    }
+                    // Placeholders (`…`, `NAME`, `...`) stand for a user's own words.
+                    if words.iter().any(|w| w.contains('…') || w == "...") {
+                        continue;
+                    }
+                    checked += 1;
+                    if let Err(err) = Cli::try_parse_from(&words) {
+                        if err.use_stderr() {
+                            let first = err
+                                .to_string()
+                                .lines()
+                                .next()
+                                .unwrap_or_default()
+                                .to_owned();
+                            refused.push(format!(
+                                "{}:{}: {command}\n    {first}",
+                                file.display(),
+                                i + 1
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            checked >= 60,
+            "only {checked} documented command lines found"
+        );
+        assert!(
+            refused.is_empty(),
+            "{} of {checked} documented command lines are refused:\n{}",
+            refused.len(),
+            refused.join("\n")
+        );
+    }
 }
