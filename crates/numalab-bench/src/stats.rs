@@ -97,6 +97,49 @@ impl Summary {
     pub fn is_noisy(&self) -> bool {
         self.cv > NOISY_CV
     }
+
+    /// Whether the spread is more than its number of samples can show by
+    /// chance on a machine whose figures vary by [`NOISY_CV`]: its CV
+    /// above [`noisy_cv_for`]`(n)`. Three samples of a quiet machine show
+    /// a CV past 5% often, by chance alone; past 8.6% one time in twenty.
+    ///
+    /// ```
+    /// use numalab_bench::stats::Summary;
+    /// // A CV of about 6.5% over three samples: within chance.
+    /// let three = Summary::of(&[100.0, 106.0, 93.0]).unwrap();
+    /// assert!(three.is_noisy() && !three.is_noisy_for_its_samples());
+    /// // A CV of about 20%: beyond it.
+    /// assert!(Summary::of(&[100.0, 125.0, 85.0]).unwrap().is_noisy_for_its_samples());
+    /// ```
+    pub fn is_noisy_for_its_samples(&self) -> bool {
+        self.cv > noisy_cv_for(self.n)
+    }
+}
+
+/// The CV that `n` samples exceed one time in twenty when the spread
+/// behind them is [`NOISY_CV`]: the chi-square test of a variance, `(n −
+/// 1) s² / σ² ≤ χ²₀.₉₅(n − 1)`, its quantile by Wilson and Hilferty's
+/// approximation (within 2.5% of the exact one from one degree of
+/// freedom up). Infinite for fewer than two samples, which have no
+/// spread to judge.
+///
+/// ```
+/// use numalab_bench::stats::noisy_cv_for;
+/// assert!((noisy_cv_for(3) - 0.0862).abs() < 0.001, "{}", noisy_cv_for(3));
+/// assert!((noisy_cv_for(5) - 0.0770).abs() < 0.001, "{}", noisy_cv_for(5));
+/// assert!(noisy_cv_for(1000) < 0.0520);
+/// assert_eq!(noisy_cv_for(1), f64::INFINITY);
+/// ```
+pub fn noisy_cv_for(n: usize) -> f64 {
+    if n < 2 {
+        return f64::INFINITY;
+    }
+    /// The standard normal's 95th percentile.
+    const Z95: f64 = 1.644_853_6;
+    let k = (n - 1) as f64;
+    let a = 2.0 / (9.0 * k);
+    let chi2 = k * (1.0 - a + Z95 * a.sqrt()).powi(3);
+    NOISY_CV * (chi2 / k).sqrt()
 }
 
 fn median_of_sorted(sorted: &[f64]) -> f64 {

@@ -29,8 +29,9 @@ pub struct Figure {
     /// Median, min, max, mean, CV and outliers of the samples.
     #[serde(flatten)]
     pub summary: Summary,
-    /// Whether the spread says the machine was noisy
-    /// ([`Summary::is_noisy`]).
+    /// Whether the spread says the machine was noisy: more than its
+    /// number of samples shows by chance on a quiet machine
+    /// ([`Summary::is_noisy_for_its_samples`]).
     pub noisy: bool,
     /// Every sample, in the order taken.
     pub samples: Vec<f64>,
@@ -51,7 +52,7 @@ impl Figure {
             outliers: Vec::new(),
         });
         Figure {
-            noisy: summary.is_noisy(),
+            noisy: summary.is_noisy_for_its_samples(),
             summary,
             samples: samples.to_vec(),
         }
@@ -601,6 +602,39 @@ pub struct MatrixResult {
 }
 
 impl MatrixResult {
+    /// Every figure of the run, with what it is (`latency 0->1`,
+    /// `bandwidth 0->1 read`).
+    pub fn figures(&self) -> Vec<(String, &Figure)> {
+        let mut all = Vec::new();
+        for c in self.latency.iter().flat_map(|m| &m.cells) {
+            all.push((
+                format!("latency {}->{}", c.initiator, c.target),
+                &c.latency_ns,
+            ));
+        }
+        for c in self.bandwidth.iter().flat_map(|m| &m.cells) {
+            for (kernel, figure) in [
+                ("read", &c.read_gbps),
+                ("write", &c.write_gbps),
+                ("copy", &c.copy_gbps),
+            ] {
+                if let Some(figure) = figure {
+                    all.push((
+                        format!("bandwidth {}->{} {kernel}", c.initiator, c.target),
+                        figure,
+                    ));
+                }
+            }
+        }
+        for c in self.c2c.iter().flat_map(|m| &m.cells) {
+            all.push((
+                format!("cache-to-cache {}<->{}", c.node_a, c.node_b),
+                &c.latency_ns,
+            ));
+        }
+        all
+    }
+
     /// Every placement audit of the run, with what it belongs to.
     pub fn audits(&self) -> Vec<(String, &PlacementAudit)> {
         let mut all = Vec::new();

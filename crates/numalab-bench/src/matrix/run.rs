@@ -828,50 +828,107 @@ pub fn finish(result: &mut MatrixResult) {
         matching,
         all_match: matching == audits.len(),
     };
-    let noisy = |what: String, figure: &Figure, warnings: &mut Vec<MatrixWarning>| {
-        if figure.noisy {
-            warnings.push(MatrixWarning::new(MatrixWarningKind::Noisy, format!(
-                "{what}: noisy (CV {:.1}% over {} samples, range {:.1} to {:.1}); the machine was busy: re-run on a quiet machine or with more --repeats",
-                figure.summary.cv * 100.0,
-                figure.summary.n,
-                figure.summary.min,
-                figure.summary.max
-            )));
-        }
-    };
-    for c in result.latency.iter().flat_map(|m| &m.cells) {
-        noisy(
-            format!("latency {}->{}", c.initiator, c.target),
-            &c.latency_ns,
-            &mut warnings,
-        );
-    }
-    for c in result.bandwidth.iter().flat_map(|m| &m.cells) {
-        for (kernel, figure) in [
-            ("read", &c.read_gbps),
-            ("write", &c.write_gbps),
-            ("copy", &c.copy_gbps),
-        ] {
-            if let Some(figure) = figure {
-                noisy(
-                    format!("bandwidth {}->{} {kernel}", c.initiator, c.target),
-                    figure,
-                    &mut warnings,
-                );
-            }
-        }
-    }
-    for c in result.c2c.iter().flat_map(|m| &m.cells) {
-        noisy(
-            format!("cache-to-cache {}<->{}", c.node_a, c.node_b),
-            &c.latency_ns,
-            &mut warnings,
-        );
+    // Noise is said once, against what the run's samples can resolve:
+    // the figures whose spread is beyond what their samples show by
+    // chance on a quiet machine, the worst first.
+    let figures = result.figures();
+    let mut noisy: Vec<&(String, &Figure)> = figures.iter().filter(|(_, f)| f.noisy).collect();
+    if !noisy.is_empty() {
+        noisy.sort_by(|a, b| b.1.summary.cv.total_cmp(&a.1.summary.cv));
+        let samples = noisy[0].1.summary.n;
+        let named: Vec<String> = noisy
+            .iter()
+            .take(3)
+            .map(|(what, f)| format!("{what} (CV {:.1}%)", f.summary.cv * 100.0))
+            .collect();
+        let more = noisy.len().saturating_sub(named.len());
+        warnings.push(MatrixWarning::new(
+            MatrixWarningKind::Noisy,
+            format!(
+                "noisy: {} of {} figures varied more than {} samples of {} ms can by chance on a quiet machine (CV above {:.1}%): {}{}; the machine was busy: re-run on a quiet machine or with more --repeats",
+                noisy.len(),
+                figures.len(),
+                samples,
+                result.settings.sample_ms,
+                crate::stats::noisy_cv_for(samples) * 100.0,
+                named.join(", "),
+                if more > 0 { format!(" and {more} more") } else { String::new() }
+            ),
+        ));
     }
     result.placement_summary = placement_summary;
     for warning in warnings {
         if !result.warnings.contains(&warning) {
             result.warnings.push(warning);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A matrix measured in the emulated two-socket guest, as saved.
+    fn saved_matrix() -> MatrixResult {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/results/report-two-socket.json"
+        ))
+        .unwrap();
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+        serde_json::from_value(report["matrix"].clone()).unwrap()
+    }
+
+    #[test]
+    fn noise_is_judged_against_the_samples_and_said_once() {
+        let mut matrix = saved_matrix();
+        matrix.warnings.clear();
+        // Every figure quiet, then one within chance and two beyond it.
+        let quiet = Figure::of(&[10.0, 10.1, 9.9]);
+        for cell in &mut matrix.latency.as_mut().unwrap().cells {
+            cell.latency_ns = quiet.clone();
+        }
+        for cell in &mut matrix.c2c.iter_mut().flat_map(|m| &mut m.cells) {
+            cell.latency_ns = quiet.clone();
+        }
+        let bandwidth = matrix.bandwidth.as_mut().unwrap();
+        for cell in &mut bandwidth.cells {
+            for figure in [
+                &mut cell.read_gbps,
+                &mut cell.write_gbps,
+                &mut cell.copy_gbps,
+            ] {
+                if figure.is_some() {
+                    *figure = Some(quiet.clone());
+                }
+            }
+        }
+        // Three samples 6.5% apart: within chance. Two at about 20%: not.
+        bandwidth.cells[0].read_gbps = Some(Figure::of(&[100.0, 106.0, 93.0]));
+        bandwidth.cells[1].read_gbps = Some(Figure::of(&[100.0, 125.0, 85.0]));
+        bandwidth.cells[1].write_gbps = Some(Figure::of(&[50.0, 61.0, 41.0]));
+        finish(&mut matrix);
+        let noise: Vec<&MatrixWarning> = matrix.warnings.iter().filter(|w| w.is_noise()).collect();
+        assert_eq!(noise.len(), 1, "{noise:?}");
+        let figures = matrix.figures().len();
+        assert!(
+            noise[0].message.starts_with(&format!(
+                "noisy: 2 of {figures} figures varied more than 3 samples"
+            )),
+            "{}",
+            noise[0].message
+        );
+        assert!(
+            noise[0].message.contains("(CV above 8.6%)"),
+            "{}",
+            noise[0].message
+        );
+        assert!(
+            !matrix.bandwidth.as_ref().unwrap().cells[0]
+                .read_gbps
+                .as_ref()
+                .unwrap()
+                .noisy
+        );
     }
 }

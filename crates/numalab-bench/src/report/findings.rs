@@ -406,7 +406,7 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
     if let Some(finding) = topo.memory_now.as_deref().and_then(page_cache) {
         found.push(finding);
     }
-    let noisy = matrix.warnings.iter().filter(|w| w.is_noise()).count()
+    let noisy = matrix.figures().iter().filter(|(_, f)| f.noisy).count()
         + sweep
             .cells
             .iter()
