@@ -117,8 +117,8 @@ impl Summary {
 }
 
 /// The CV that `n` samples exceed one time in twenty when the spread
-/// behind them is [`NOISY_CV`]: the chi-square test of a variance, `(n −
-/// 1) s² / σ² ≤ χ²₀.₉₅(n − 1)`, its quantile by Wilson and Hilferty's
+/// behind them is [`NOISY_CV`]: the chi-square test of a variance,
+/// `(n − 1) s² / σ² ≤ χ²₀.₉₅(n − 1)`, its quantile by Wilson and Hilferty's
 /// approximation (within 2.5% of the exact one from one degree of
 /// freedom up). Infinite for fewer than two samples, which have no
 /// spread to judge.

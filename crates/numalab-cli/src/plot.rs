@@ -729,9 +729,9 @@ mod tests {
             (0, 2),
             "one line per bar"
         );
-        // The y axis's highest label: 2.0 without the bars, 9.0 with
-        // them (the top bar ends at 9).
-        let labels = |svg: &str| svg.replace('\n', "").contains(">9.0</text>");
+        // The y axis's highest label: 2 without the bars, 9 with them
+        // (the top bar ends at 9).
+        let labels = |svg: &str| svg.replace('\n', "").contains(">9</text>");
         assert!(
             labels(&bars) && !labels(&plain),
             "the y axis reaches the bar's top"
