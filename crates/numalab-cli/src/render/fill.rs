@@ -136,7 +136,8 @@ mod tests {
     fn balancing_reads_as_a_word() {
         assert_eq!(balancing(Some(0)), "off");
         assert_eq!(balancing(Some(1)), "on");
-        assert!(balancing(Some(2)).starts_with("2 (memory tiering"));
+        assert!(balancing(Some(2)).starts_with("tiering (hot pages"));
+        assert!(balancing(Some(3)).starts_with("on+tiering"));
         assert_eq!(balancing(None), "not in this kernel");
     }
 }

@@ -56,11 +56,15 @@ pub fn escape_html(text: &str) -> String {
 /// `kernel.numa_balancing` in words: off, on, or the memory-tiering mode
 /// (2: hot pages on a slower tier promoted to a faster one).
 pub fn numa_balancing(state: Option<u32>) -> String {
+    use numalab_bench::fleet::fingerprint::balancing_word;
+    // The word every command uses (fleet's column too), with what the
+    // tiering modes do.
     match state {
-        Some(0) => "off".into(),
-        Some(1) => "on".into(),
-        Some(2) => "2 (memory tiering: hot pages promoted to faster tiers)".into(),
-        Some(3) => "3 (on, and memory tiering)".into(),
+        Some(2 | 3) => format!(
+            "{} (hot pages promoted to faster memory tiers)",
+            balancing_word(state)
+        ),
+        Some(0 | 1) => balancing_word(state).into_owned(),
         Some(v) => format!("mode {v}"),
         None => "not in this kernel".into(),
     }
