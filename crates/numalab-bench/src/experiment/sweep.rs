@@ -1073,6 +1073,16 @@ mod tests {
     /// `exp`'s sweep with every repeat's time given by `time(cell, run)`,
     /// `run` counting the sweep's repeats in the order they ran.
     fn timed(exp: &Experiment, mut time: impl FnMut(&Experiment, u32) -> f64) -> SweepResult {
+        with_repeats(exp, |cell, run, repeat| {
+            repeat.time_to_last_s = time(cell, run)
+        })
+    }
+
+    /// `exp`'s sweep with every repeat set by `set(cell, run, repeat)`.
+    fn with_repeats(
+        exp: &Experiment,
+        mut set: impl FnMut(&Experiment, u32, &mut crate::experiment::result::Repeat),
+    ) -> SweepResult {
         let topology = Topology::system().unwrap();
         let mut runs = 0u32;
         run_cells(
@@ -1083,7 +1093,7 @@ mod tests {
             |cell, topology, plan, control| {
                 let mut result = execute_plan(cell, topology, plan, control)?;
                 for repeat in &mut result.repeats {
-                    repeat.time_to_last_s = time(cell, runs);
+                    set(cell, runs, repeat);
                     runs += 1;
                 }
                 result.figures = figures(&result.repeats);
@@ -1103,27 +1113,12 @@ mod tests {
             "emitted.toml",
         )
         .unwrap();
-        let topology = Topology::system().unwrap();
-        let mut runs = 0u64;
-        let result = run_cells(
-            &exp,
-            &topology,
-            &Control::default(),
-            |_, _, _| {},
-            |cell, topology, plan, control| {
-                let mut result = execute_plan(cell, topology, plan, control)?;
-                let local = cell.memory.policy == PolicySpec::Local;
-                for repeat in &mut result.repeats {
-                    repeat.time_to_last_s = 0.020;
-                    // A 1% spread, so the interval is not of nothing.
-                    repeat.ops = (if local { 1_000_000 } else { 500_000 }) + 10_000 * (runs % 3);
-                    runs += 1;
-                }
-                result.figures = figures(&result.repeats);
-                Ok(result)
-            },
-        )
-        .unwrap();
+        let result = with_repeats(&exp, |cell, run, repeat| {
+            let local = cell.memory.policy == PolicySpec::Local;
+            repeat.time_to_last_s = 0.020;
+            // A 1% spread, so the interval is not of nothing.
+            repeat.ops = (if local { 1_000_000 } else { 500_000 }) + 10_000 * u64::from(run % 3);
+        });
         let line = &result.comparison[0];
         assert_eq!(
             line.compared,
