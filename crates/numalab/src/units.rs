@@ -149,6 +149,61 @@ impl fmt::Display for Size {
     }
 }
 
+/// `n` and `noun`, the noun in the plural unless `n` is 1: `1 thread`,
+/// `3 threads`, `0 cells`, `2 directories`, `4 processes`. English's
+/// regular plurals: `-y` after a consonant becomes `-ies`, `-s`, `-x`,
+/// `-ch` and `-sh` take `-es`, anything else `-s`; the last word of a
+/// compound is the one made plural (`1 CPU migration`, `2 CPU
+/// migrations`). Irregular nouns: [`count_as`].
+///
+/// ```
+/// use numalab::units::count;
+/// assert_eq!(count(1, "thread"), "1 thread");
+/// assert_eq!(count(2usize, "thread"), "2 threads");
+/// assert_eq!(count(0u64, "cell"), "0 cells");
+/// assert_eq!(count(2, "directory"), "2 directories");
+/// assert_eq!(count(2, "day"), "2 days");
+/// assert_eq!(count(3, "process"), "3 processes");
+/// assert_eq!(count(1, "CPU migration"), "1 CPU migration");
+/// assert_eq!(count(-1i64, "page"), "-1 pages");
+/// ```
+pub fn count<N>(n: N, noun: &str) -> String
+where
+    N: TryInto<u64> + fmt::Display + Copy,
+{
+    count_as(n, noun, &plural(noun))
+}
+
+/// `n` and `one` when `n` is 1, else `n` and `many`: for the nouns
+/// [`count`]'s rule gets wrong (`count_as(2, "child", "children")`).
+///
+/// ```
+/// use numalab::units::count_as;
+/// assert_eq!(count_as(1, "copy", "copies"), "1 copy");
+/// assert_eq!(count_as(5, "child", "children"), "5 children");
+/// ```
+pub fn count_as<N>(n: N, one: &str, many: &str) -> String
+where
+    N: TryInto<u64> + fmt::Display + Copy,
+{
+    let is_one = n.try_into().is_ok_and(|n: u64| n == 1);
+    format!("{n} {}", if is_one { one } else { many })
+}
+
+/// The regular English plural of `noun` (see [`count`]).
+fn plural(noun: &str) -> String {
+    let vowel = |c: char| "aeiouAEIOU".contains(c);
+    let mut chars = noun.chars().rev();
+    let last = chars.next();
+    let before = chars.next();
+    match (before, last) {
+        (Some(b), Some('y')) if !vowel(b) => format!("{}ies", &noun[..noun.len() - 1]),
+        (_, Some('s' | 'x')) => format!("{noun}es"),
+        (Some('c' | 's'), Some('h')) => format!("{noun}es"),
+        _ => format!("{noun}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,60 +293,5 @@ mod tests {
                 let _ = parse_size(&text);
             }
         }
-    }
-}
-
-/// `n` and `noun`, the noun in the plural unless `n` is 1: `1 thread`,
-/// `3 threads`, `0 cells`, `2 directories`, `4 processes`. English's
-/// regular plurals: `-y` after a consonant becomes `-ies`, `-s`, `-x`,
-/// `-ch` and `-sh` take `-es`, anything else `-s`; the last word of a
-/// compound is the one made plural (`1 CPU migration`, `2 CPU
-/// migrations`). Irregular nouns: [`count_as`].
-///
-/// ```
-/// use numalab::units::count;
-/// assert_eq!(count(1, "thread"), "1 thread");
-/// assert_eq!(count(2usize, "thread"), "2 threads");
-/// assert_eq!(count(0u64, "cell"), "0 cells");
-/// assert_eq!(count(2, "directory"), "2 directories");
-/// assert_eq!(count(2, "day"), "2 days");
-/// assert_eq!(count(3, "process"), "3 processes");
-/// assert_eq!(count(1, "CPU migration"), "1 CPU migration");
-/// assert_eq!(count(-1i64, "page"), "-1 pages");
-/// ```
-pub fn count<N>(n: N, noun: &str) -> String
-where
-    N: TryInto<u64> + fmt::Display + Copy,
-{
-    count_as(n, noun, &plural(noun))
-}
-
-/// `n` and `one` when `n` is 1, else `n` and `many`: for the nouns
-/// [`count`]'s rule gets wrong (`count_as(2, "child", "children")`).
-///
-/// ```
-/// use numalab::units::count_as;
-/// assert_eq!(count_as(1, "copy", "copies"), "1 copy");
-/// assert_eq!(count_as(5, "child", "children"), "5 children");
-/// ```
-pub fn count_as<N>(n: N, one: &str, many: &str) -> String
-where
-    N: TryInto<u64> + fmt::Display + Copy,
-{
-    let is_one = n.try_into().is_ok_and(|n: u64| n == 1);
-    format!("{n} {}", if is_one { one } else { many })
-}
-
-/// The regular English plural of `noun` (see [`count`]).
-fn plural(noun: &str) -> String {
-    let vowel = |c: char| "aeiouAEIOU".contains(c);
-    let mut chars = noun.chars().rev();
-    let last = chars.next();
-    let before = chars.next();
-    match (before, last) {
-        (Some(b), Some('y')) if !vowel(b) => format!("{}ies", &noun[..noun.len() - 1]),
-        (_, Some('s' | 'x')) => format!("{noun}es"),
-        (Some('c' | 's'), Some('h')) => format!("{noun}es"),
-        _ => format!("{noun}s"),
     }
 }
