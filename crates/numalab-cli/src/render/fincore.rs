@@ -2,7 +2,7 @@
 //! FILE) with the cached pages of each node between them, a total, and
 //! each node's page cache.
 
-use numalab::units::Size;
+use numalab::units::{count, Size};
 use numalab_bench::fincore::{FincoreReport, Unreadable};
 
 use super::{Render, Style};
@@ -75,7 +75,7 @@ fn human(report: &FincoreReport, style: Style) -> String {
     let total = (report.files.len() > 1).then(|| {
         row(
             &report.total,
-            &format!("total of {} files", report.files.len()),
+            &format!("total of {}", count(report.files.len(), "file")),
         )
     });
     let rows = || {
@@ -101,8 +101,19 @@ fn human(report: &FincoreReport, style: Style) -> String {
     let skipped = report.skipped;
     if skipped.links + skipped.special > 0 {
         out.push_str(&style.line(&format!(
-            "not counted in the directories: {} symbolic link(s) (not followed), {} FIFO(s), device(s) or socket(s)",
-            skipped.links, skipped.special
+            "not counted in the directories: {} (not followed), {}, {} or {}",
+            count(skipped.links, "symbolic link"),
+            count(skipped.special, "FIFO"),
+            if skipped.special == 1 {
+                "device"
+            } else {
+                "devices"
+            },
+            if skipped.special == 1 {
+                "socket"
+            } else {
+                "sockets"
+            }
         )));
     }
     out.push_str(&style.line(

@@ -431,7 +431,11 @@ pub fn steady(guest: &Guest, out: &mut Outcome) -> Result<()> {
             .evidence
             .contains("recommended for being steady");
         if recommendation.name == bound && (steady || faster) {
-            let why = if steady { "for being steady" } else { "faster beyond noise" };
+            let why = if steady {
+                "for being steady"
+            } else {
+                "faster beyond noise"
+            };
             said.push(format!("{runs} runs: {bound} {why}"));
             out.check(
                 "advise, its advice followed",
