@@ -120,7 +120,8 @@ fn random(args: &[String]) {
     let cpus: Vec<u32> = plan.cpus();
     let nodes: Vec<u32> = plan.threads.iter().map(|t| t.node).collect();
     println!(
-        "random 64-byte reads: {threads} thread(s) on CPUs {cpus:?}, {} MiB each, {ops} ops each, base pages",
+        "random 64-byte reads: {} on CPUs {cpus:?}, {} MiB each, {ops} ops each, base pages",
+        numalab::units::count(threads, "thread"),
         bytes >> 20
     );
     let (mut reference, mut engine, mut ratios) = (Vec::new(), Vec::new(), Vec::new());

@@ -124,7 +124,11 @@ fn main() {
                 .map(|(_, m)| m.trim().to_owned())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    println!("{cpu}, {cpus} CPU(s); {} reader thread(s)", options.threads);
+    println!(
+        "{cpu}, {}; {}",
+        numalab::units::count(cpus, "CPU"),
+        numalab::units::count(options.threads, "reader thread")
+    );
 
     let started = Instant::now();
     let report = fleet(std::slice::from_ref(&dir), &options).expect("the fleet merges");
@@ -138,9 +142,11 @@ fn main() {
         "every planted host, nothing else"
     );
     println!(
-        "library: {count} files in {library_s:.2} s, {:.0} files/s, {:.0} MiB/s; {flagged} host(s) flagged",
+        "library: {} in {library_s:.2} s, {:.0} files/s, {:.0} MiB/s; {} flagged",
+        numalab::units::count(count, "file"),
         count as f64 / library_s,
-        bytes as f64 / f64::from(1 << 20) / library_s
+        bytes as f64 / f64::from(1 << 20) / library_s,
+        numalab::units::count(flagged, "host")
     );
 
     let binary = std::env::var_os("NUMALAB_BIN")
@@ -184,7 +190,8 @@ fn main() {
     let scaled = verdict_s * 10_000.0 / count as f64;
     let verdict = if scaled < TARGET_S { "met" } else { "missed" };
     println!(
-        "TARGET\tfleet: merge 10 000 host reports ({measured}, {cpus} CPU(s))\t{:.0} files/s, {scaled:.1} s for 10 000\t< {TARGET_S:.0} s\t{verdict}",
+        "TARGET\tfleet: merge 10 000 host reports ({measured}, {})\t{:.0} files/s, {scaled:.1} s for 10 000\t< {TARGET_S:.0} s\t{verdict}",
+        numalab::units::count(cpus, "CPU"),
         count as f64 / verdict_s
     );
 }

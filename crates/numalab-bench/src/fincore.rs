@@ -652,7 +652,7 @@ impl ChangedFile {
 /// ```
 /// use numalab_bench::fincore::{change_cache, CacheAction, ChangeError};
 /// let err = change_cache(&["x".into()], CacheAction::Load { node: 1000 }).unwrap_err();
-/// assert!(err.to_string().starts_with("node 1000 does not exist; this machine has nodes"), "{err}");
+/// assert!(err.to_string().starts_with("node 1000 does not exist; this machine has node"), "{err}");
 /// let err = change_cache(&["x".into()], CacheAction::Load { node: 4096 }).unwrap_err();
 /// assert_eq!(err.to_string(), "node 4096 is out of range: Linux numbers nodes from 0 to 1023");
 /// ```

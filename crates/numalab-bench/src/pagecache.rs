@@ -46,6 +46,7 @@ use numalab::replicated::{
     FileCopyError, FileCopyOptions, FileReader, NodeCopyStats, ReplicatedFile,
 };
 use numalab::system::Environment;
+use numalab::units::count;
 use numalab::{HugePages, NodeInventory, Topology};
 use serde::{Deserialize, Serialize};
 
@@ -576,7 +577,7 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
                 Some(node) => reader_cpus(topology, node, readers, config.oversubscribe),
             };
             if let (Some(why), false) = (&skip, config.skip_impossible) {
-                return invalid(format!("{readers} reader(s) on {place}: {why}"));
+                return invalid(format!("{} on {place}: {why}", count(readers, "reader")));
             }
             // A memory-less node's readers read the copies on the nearest
             // node with memory, as its CPUs' other memory comes from there.
@@ -706,19 +707,21 @@ fn check_totals(
         let room = available.saturating_sub(cached_here);
         if need > room && need <= available {
             return Err(BenchError::Invalid(format!(
-                "the {} file to cache on node {node} leaves {} of its {} free or reclaimable for {} reader(s)' {} of buffers: give a smaller --size",
+                "the {} file to cache on node {node} leaves {} of its {} free or reclaimable for {}'{} {} of buffers: give a smaller --size",
                 format(size),
                 format(room),
                 format(available),
-                cell.readers,
+                count(cell.readers, "reader"),
+                if cell.readers == 1 { "s" } else { "" },
                 format(need)
             )));
         }
         if need > room {
             return Err(BenchError::Invalid(format!(
-                "{} reader(s) x --block-size {} need {} of buffers on node {node}, which has {} free or reclaimable: give fewer --readers or a smaller --block-size",
-                cell.readers,
+                "{} x --block-size {} {} {} of buffers on node {node}, which has {} free or reclaimable: give fewer --readers or a smaller --block-size",
+                count(cell.readers, "reader"),
                 format(buffer),
+                if cell.readers == 1 { "needs" } else { "need" },
                 format(need),
                 format(available)
             )));
@@ -814,8 +817,8 @@ fn reader_cpus(
         return (
             Vec::new(),
             Some(format!(
-                "more readers than node {node}'s {} CPU(s) this process may use (--oversubscribe lets readers share CPUs)",
-                cpus.len()
+                "more readers than node {node}'s {} this process may use (--oversubscribe lets readers share CPUs)",
+                numalab::units::count(cpus.len(), "CPU")
             )),
         );
     }
@@ -1215,8 +1218,8 @@ pub fn run(
             continue;
         }
         progress(&format!(
-            "{} reader(s) on {} (node {}){}",
-            planned.readers,
+            "{} on {} (node {}){}",
+            count(planned.readers, "reader"),
             planned.place,
             planned.reader_node.unwrap_or(0),
             if planned.copies {

@@ -12,6 +12,7 @@ use std::time::Instant;
 use numalab::launch::{Exit, Launch, LaunchError, Observation};
 use numalab::locate::ProcessMemory;
 use numalab::profile::{watch, ProfileOptions, ProfileSample, Timeline, WrittenPages};
+use numalab::units::count;
 use serde::{Deserialize, Serialize};
 
 use crate::document::Schema;
@@ -529,9 +530,10 @@ impl ProfileReport {
             out,
             "description = {}",
             toml_text(&format!(
-                "mimics `{}` as numalab profile saw it on {}: {threads} thread(s), {} MiB private at its peak, {:.1} s",
+                "mimics `{}` as numalab profile saw it on {}: {}, {} MiB private at its peak, {:.1} s",
                 self.command.join(" "),
                 machine.date,
+                count(threads, "thread"),
                 peak_private >> 20,
                 self.elapsed_s
             ))
@@ -545,8 +547,9 @@ impl ProfileReport {
         };
         let _ = writeln!(
             out,
-            "placement = {}  # its threads ran on the CPUs of node(s) {}",
+            "placement = {}  # its threads ran on the CPUs of {} {}",
             toml_text(&placement),
+            if ran_on.len() == 1 { "node" } else { "nodes" },
             if ran_on.is_empty() {
                 "(not seen)".to_owned()
             } else {

@@ -217,13 +217,13 @@ mod tests {
                 Some(&self.source)
             }
         }
-        let inner = std::io::Error::other("node 7 does not exist; this machine has nodes 0");
+        let inner = std::io::Error::other("node 7 does not exist; this machine has node 0");
         let err = anyhow::Error::new(Outer { source: inner }).context("--set memory.policy=bind:7");
         let text = describe(&err);
         assert_eq!(text.matches("node 7 does not exist").count(), 1, "{text}");
         assert_eq!(
             text,
-            "--set memory.policy=bind:7: memory.policy = \"bind:7\": node 7 does not exist; this machine has nodes 0"
+            "--set memory.policy=bind:7: memory.policy = \"bind:7\": node 7 does not exist; this machine has node 0"
         );
         // Causes that add something are all kept, in order.
         let err = anyhow::anyhow!("inner").context("middle").context("outer");

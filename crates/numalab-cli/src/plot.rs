@@ -410,9 +410,9 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
         chart.title.clone()
     } else {
         format!(
-            "{} ({left_out} of {} points left out: infinite, NaN or beyond 1e300)",
+            "{} ({left_out} of {} left out: infinite, NaN or beyond 1e300)",
             chart.title,
-            all.len()
+            numalab::units::count(all.len(), "point")
         )
     };
     // The legend gets a strip of its own under the chart, never over the

@@ -491,8 +491,8 @@ impl PresetRun {
         let missing = report.missing();
         if let Some(first) = missing.first() {
             problems.push(format!(
-                "the guest stopped during check {first}; {} check(s) never reported: {}",
-                missing.len(),
+                "the guest stopped during check {first}; {} never reported: {}",
+                numalab::units::count(missing.len(), "check"),
                 missing.join(", ")
             ));
         }

@@ -37,6 +37,7 @@ use std::time::Instant;
 use crossbeam_utils::CachePadded;
 use node_replication::{Dispatch, Log as NrLog, Replica as NrReplica};
 use numalab::replicated::{Mode, PagesOptions, ReplicaSet, Replicated, ReplicatedPages};
+use numalab::units::count;
 use numalab::{affinity, BufferOptions, CpuSet, HugePages, MemPolicy, NodeBuffer, NodeSet};
 
 struct Rng(u64);
@@ -292,7 +293,10 @@ fn read_row<T: Clone + Send + Sync>(
         let figures: Vec<String> = targets
             .iter()
             .map(|(t, r, reread, floor)| {
-                format!("{t} thread(s) {r:.2} (re-read {reread:.2}, floor {floor:.2})")
+                format!(
+                    "{} {r:.2} (re-read {reread:.2}, floor {floor:.2})",
+                    count(*t, "thread")
+                )
             })
             .collect();
         let met = targets.iter().all(|(_, r, _, _)| *r >= 0.95);
@@ -586,11 +590,11 @@ fn main() {
     let topology = numalab::NodeInventory::live();
     println!("# numalab replicated-memory benchmark");
     println!(
-        "\n{} CPU(s) {:?}, {} NUMA node(s) with memory, {} rounds per cell (medians), {}",
-        bench.cpus.len(),
+        "\n{} {:?}, {} with memory, {} per cell (medians), {}",
+        count(bench.cpus.len(), "CPU"),
         bench.cpus,
-        topology.with_memory.len(),
-        bench.repeats,
+        count(topology.with_memory.len(), "NUMA node"),
+        count(bench.repeats, "round"),
         if quick { "--quick" } else { "full" }
     );
     // Optional section names (read, map, pages) run only those.

@@ -2,7 +2,7 @@
 //! one transfer of MIB mebibytes, then ends the stream.
 //!
 //! ```sh
-//! cargo run --release --example ring_reader -- demo &   # start the reader(s) first
+//! cargo run --release --example ring_reader -- demo &   # start the readers first
 //! cargo run --release --example ring_writer -- demo 0 1024
 //! ```
 

@@ -189,12 +189,16 @@ pub fn audit_in_units(
     };
     let note = match verdict {
         Verdict::Empty => format!("{policy}: no page present to check"),
-        Verdict::Match => format!("{policy}: {present} pages, as asked ({found})"),
+        Verdict::Match => format!(
+            "{policy}: {}, as asked ({found})",
+            crate::units::count(present, "page")
+        ),
         _ => match uneven {
             Some(detail) => format!("{policy}: uneven split, {detail}; found {found}"),
             None => format!(
-                "{policy}: {:.0}% of {present} pages on {expected_text}; found {found}",
-                100.0 * on_expected
+                "{policy}: {:.0}% of {} on {expected_text}; found {found}",
+                100.0 * on_expected,
+                crate::units::count(present, "page")
             ),
         },
     };

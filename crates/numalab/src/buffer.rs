@@ -100,8 +100,8 @@ pub enum BufferError {
     #[error(transparent)]
     Policy(#[from] PolicyError),
     /// The nodes the policy binds to do not have the memory free.
-    #[error("{requested} bytes ({}) requested on node(s) {nodes}, which have {free} bytes ({}) free{}",
-        mib(*requested as u64), mib(*free),
+    #[error("{requested} bytes ({}) requested on {} {nodes}, which {} {free} bytes ({}) free{}",
+        mib(*requested as u64), nodes_word(nodes), if nodes.len() == 1 { "has" } else { "have" }, mib(*free),
         if *reclaimable > 0 { format!(" and {} of reclaimable page cache", mib(*reclaimable)) } else { String::new() })]
     InsufficientMemory {
         /// The nodes bound to.
@@ -114,7 +114,8 @@ pub enum BufferError {
         reclaimable: u64,
     },
     /// Not enough free 2 MiB huge pages on the nodes the policy allows.
-    #[error("{needed} free 2 MiB huge pages needed on node(s) {nodes}, which have {free}; reserve more with `echo N > /sys/devices/system/node/nodeX/hugepages/hugepages-2048kB/nr_hugepages`")]
+    #[error("{} needed on {} {nodes}, which {} {free}; reserve more with `echo N > /sys/devices/system/node/nodeX/hugepages/hugepages-2048kB/nr_hugepages`",
+        crate::units::count(*needed, "free 2 MiB huge page"), nodes_word(nodes), if nodes.len() == 1 { "has" } else { "have" })]
     HugePagesUnavailable {
         /// Nodes the pages may come from.
         nodes: NodeSet,
@@ -133,6 +134,15 @@ pub enum BufferError {
         /// The kernel's error.
         source: std::io::Error,
     },
+}
+
+/// `node` or `nodes`, as `set` needs before it: `node 0`, `nodes 0-1`.
+fn nodes_word(set: &NodeSet) -> &'static str {
+    if set.len() == 1 {
+        "node"
+    } else {
+        "nodes"
+    }
 }
 
 fn mib(bytes: impl Into<u64>) -> String {

@@ -53,7 +53,10 @@ pub enum SpecError {
     #[error(transparent)]
     Parse(#[from] ParseSetError),
     /// A node that does not exist.
-    #[error("node {node} does not exist; this machine has nodes {available}")]
+    #[error(
+        "node {node} does not exist; this machine has {} {available}",
+        if available.len() == 1 { "node" } else { "nodes" }
+    )]
     NoSuchNode {
         /// The node asked for.
         node: u32,
@@ -62,7 +65,8 @@ pub enum SpecError {
     },
     /// A node the process's cpuset (cgroup) does not allow.
     #[error(
-        "node {node} exists but this process may not use it (cgroup cpuset allows nodes {allowed})"
+        "node {node} exists but this process may not use it (cgroup cpuset allows {} {allowed})",
+        if allowed.len() == 1 { "node" } else { "nodes" }
     )]
     NodeNotAllowed {
         /// The node asked for.
@@ -87,7 +91,10 @@ pub enum SpecError {
         with_cpus: NodeSet,
     },
     /// A CPU that does not exist.
-    #[error("CPU {cpu} does not exist; this machine has CPUs {available}")]
+    #[error(
+        "CPU {cpu} does not exist; this machine has {} {available}",
+        if available.len() == 1 { "CPU" } else { "CPUs" }
+    )]
     NoSuchCpu {
         /// The CPU asked for.
         cpu: u32,
@@ -96,7 +103,8 @@ pub enum SpecError {
     },
     /// A CPU the process's cpuset (cgroup) does not allow.
     #[error(
-        "CPU {cpu} exists but this process may not use it (cgroup cpuset allows CPUs {allowed})"
+        "CPU {cpu} exists but this process may not use it (cgroup cpuset allows {} {allowed})",
+        if allowed.len() == 1 { "CPU" } else { "CPUs" }
     )]
     CpuNotAllowed {
         /// The CPU asked for.

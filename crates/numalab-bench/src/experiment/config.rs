@@ -1066,8 +1066,10 @@ impl Experiment {
             return Err(bad(
                 "threads.count",
                 format!(
-                    "{} threads x ({} warm-ups + {} repeats) make {rows} per-thread rows, more than {MAX_RESULT_ROWS}, the most one result holds; lower threads.count, run.repeats or run.warmup",
-                    self.threads.count, self.run.warmup, self.run.most_repeats()
+                    "{} x ({} + {}) make {rows} per-thread rows, more than {MAX_RESULT_ROWS}, the most one result holds; lower threads.count, run.repeats or run.warmup",
+                    numalab::units::count(self.threads.count, "thread"),
+                    numalab::units::count(self.run.warmup, "warm-up"),
+                    numalab::units::count(self.run.most_repeats(), "repeat")
                 ),
             ));
         }
@@ -1595,7 +1597,7 @@ mod tests {
             ),
             (
                 "[threads]\ncount = 100\n[run]\nrepeats = 10\nmax_repeats = 1000\n",
-                "threads.count: 100 threads x (1 warm-ups + 1000 repeats) make 100100 per-thread rows",
+                "threads.count: 100 threads x (1 warm-up + 1000 repeats) make 100100 per-thread rows",
             ),
             (
                 "[access]\nops = 100000000000000\n",
@@ -1607,7 +1609,7 @@ mod tests {
             ),
             (
                 "[threads]\ncount = 4096\noversubscribe = true\n[run]\nrepeats = 1000\n",
-                "threads.count: 4096 threads x (1 warm-ups + 1000 repeats) make 4100096 per-thread rows, more than 100000",
+                "threads.count: 4096 threads x (1 warm-up + 1000 repeats) make 4100096 per-thread rows, more than 100000",
             ),
             (
                 "[memory]\nsize = \"1TiB\"\n[access]\nops = 1000000000000\nop_size = \"4MiB\"\n",

@@ -14,6 +14,7 @@ use numalab::locate::{PageHistogram, Sample};
 use numalab::replicated::{Mode, ReplicaSet, Replicated, ReplicatedError};
 use numalab::system::Environment;
 use numalab::system::{local_memory_node, local_memory_nodes};
+use numalab::units::{count, count_as};
 use numalab::{
     BufferError, BufferOptions, HugePages, InterleaveWeights, MemPolicy, NodeBuffer, NodeSet,
     PolicyError, Topology,
@@ -463,8 +464,9 @@ pub(crate) fn interrupted_warning(repeats: &[Repeat], requested: u32) -> Warning
     Warning::new(
         WarningKind::Interrupted,
         format!(
-            "interrupted: {} of {requested} repeats completed; the figures are of those only",
+            "interrupted: {} of {} completed; the figures are of those only",
             repeats.iter().filter(|r| !r.interrupted).count(),
+            count(requested, "repeat"),
         ),
     )
 }
@@ -687,7 +689,12 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                         .unwrap_or_default();
                         let home = local_memory_node(thread.node);
                         let off = pages.present() - pages.on_node(home);
-                        (off > 0).then(|| format!("thread {t}'s share has {off} of {} pages off node {home}", pages.present()))
+                        (off > 0).then(|| {
+                            format!(
+                                "thread {t}'s share has {off} of {} off node {home}",
+                                count(pages.present(), "page")
+                            )
+                        })
                     })
                     .collect();
                 if strays.is_empty() && check.verdict != numalab::audit::Verdict::Empty {
@@ -702,7 +709,12 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                         if check.is_match() && off == 0 {
                             (true, format!("local: {}", check.note))
                         } else {
-                            (false, format!("local asked, but {off} of {} pages are off the threads' node(s) {home_nodes}; found {found}", found.present()))
+                            (false, format!(
+                                "local asked, but {off} of {} {} off the threads' {} {home_nodes}; found {found}",
+                                count(found.present(), "page"),
+                                if off == 1 { "is" } else { "are" },
+                                if home_nodes.len() == 1 { "node" } else { "nodes" },
+                            ))
                         }
                     }
                     PolicySpec::Remote => {
@@ -710,7 +722,12 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                         if check.is_match() && on_own == 0 {
                             (true, format!("remote: {}", check.note))
                         } else {
-                            (false, format!("remote asked, but {on_own} of {} pages are on the threads' own node(s) {home_nodes}; found {found}", found.present()))
+                            (false, format!(
+                                "remote asked, but {on_own} of {} {} on the threads' own {} {home_nodes}; found {found}",
+                                count(found.present(), "page"),
+                                if on_own == 1 { "is" } else { "are" },
+                                if home_nodes.len() == 1 { "node" } else { "nodes" },
+                            ))
                         }
                     }
                     _ => (check.is_match(), check.note.clone()),
@@ -764,7 +781,11 @@ fn check_replicated(
         let note = if as_requested {
             format!("copy {i} on its node: {}", check.note)
         } else {
-            format!("copy {i} asked on node {node}, but {off} of {} present pages are elsewhere and {missing} missing; found {found}", found.present())
+            format!(
+                "copy {i} asked on node {node}, but {off} of {} {} elsewhere and {missing} missing; found {found}",
+                count(found.present(), "present page"),
+                if off == 1 { "is" } else { "are" }
+            )
         };
         all.merge(&found);
         replicas.push(ReplicaCheck {
@@ -786,9 +807,8 @@ fn check_replicated(
         (
             true,
             format!(
-                "replicate: {} cop{}, each on its own node ({all})",
-                replicas.len(),
-                if replicas.len() == 1 { "y" } else { "ies" }
+                "replicate: {}, each on its own node ({all})",
+                count_as(replicas.len(), "copy", "copies")
             ),
         )
     } else {

@@ -147,7 +147,10 @@ pub struct Plan {
 #[non_exhaustive]
 pub enum PlanError {
     /// More threads on a node (or CPU list) than it has CPUs.
-    #[error("threads.count = {count} with placement {placement} puts {threads} threads on {place}, which has {cpus} CPU(s) this process may use ({cpu_list}); lower threads.count, choose other CPUs, or set threads.oversubscribe = true")]
+    #[error(
+        "threads.count = {count} with placement {placement} puts {} on {place}, which has {} this process may use ({cpu_list}); lower threads.count, choose other CPUs, or set threads.oversubscribe = true",
+        numalab::units::count(*threads, "thread"), numalab::units::count(*cpus, "CPU")
+    )]
     TooManyThreads {
         /// Threads asked for.
         count: u32,
@@ -550,10 +553,11 @@ fn thread_cpus(
                 warnings.push(Warning::new(
                     WarningKind::Placement,
                     format!(
-                        "threads.placement = \"{placement}\" names {} nodes but only {} {} CPUs this process may use: the extra parts run on the same node(s), so the split is not the one asked for",
-                        parts.len(),
+                        "threads.placement = \"{placement}\" names {} but only {} {} CPUs this process may use: the extra parts run on the same {}, so the split is not the one asked for",
+                        numalab::units::count(parts.len(), "node"),
                         place_name(&cpu_nodes.iter().copied().collect()),
                         if cpu_nodes.len() == 1 { "has" } else { "have" },
+                        if cpu_nodes.len() == 1 { "node" } else { "nodes" },
                     ),
                 ).because(Cause::Key { key: "threads.placement".into() }));
             }
@@ -819,11 +823,11 @@ fn replication_notes(
             warnings.push(Warning::new(
                 WarningKind::Inconclusive,
                 format!(
-                    "memory.policy = \"{policy}\": every thread of region {} reads copy {copy} (node {}); its other {} cop{} are written and never read, so this cell shows what mirroring costs writes, not what it gains reads",
+                    "memory.policy = \"{policy}\": every thread of region {} reads copy {copy} (node {}); its other {} {} written and never read, so this cell shows what mirroring costs writes, not what it gains reads",
                     region.region,
                     copies[copy],
-                    copies.len() - 1,
-                    if copies.len() == 2 { "y" } else { "ies" },
+                    numalab::units::count_as(copies.len() - 1, "copy", "copies"),
+                    if copies.len() == 2 { "is" } else { "are" },
                 ),
             ).because(Cause::OneCopyRead { region: region.region }));
         }
@@ -1123,7 +1127,7 @@ mod tests {
         let err = Plan::resolve(&exp("[threads]\ncount = 20"), &two()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "threads.count = 20 with placement balanced puts 10 threads on node 0, which has 8 CPU(s) this process may use (0-7); lower threads.count, choose other CPUs, or set threads.oversubscribe = true"
+            "threads.count = 20 with placement balanced puts 10 threads on node 0, which has 8 CPUs this process may use (0-7); lower threads.count, choose other CPUs, or set threads.oversubscribe = true"
         );
         let p = plan(&two(), "[threads]\ncount = 20\noversubscribe = true");
         assert!(p.oversubscribed);

@@ -305,7 +305,7 @@ pub struct ThreadFigures {
     pub node: u32,
     /// The region it used.
     pub region: usize,
-    /// Node(s) holding that region's pages.
+    /// The node or nodes holding that region's pages.
     pub memory_nodes: String,
     /// Operations per repeat (median).
     pub ops: f64,

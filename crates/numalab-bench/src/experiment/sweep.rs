@@ -3,6 +3,7 @@
 //! placement-checked, then each policy compared against `local`.
 
 use numalab::system::Environment;
+use numalab::units::count;
 use numalab::Topology;
 
 use super::config::{ConfigError, Experiment, RunOrder};
@@ -611,7 +612,10 @@ fn finish(
     if mismatched > 0 {
         warnings.push(Warning::new(
             WarningKind::Placement,
-            format!("placement did not match the request in {mismatched} of {n} cells (the placement column says which):"),
+            format!(
+                "placement did not match the request in {mismatched} of {} (the placement column says which):",
+                count(n, "cell")
+            ),
         ));
         // Each distinct reason once.
         let mut reasons: Vec<&Warning> = Vec::new();
@@ -638,7 +642,11 @@ fn finish(
     if noisy > 0 {
         warnings.push(Warning::new(
             WarningKind::Noisy,
-            format!("{noisy} of {n} cells were noisy (repeats varied by more than 5%)"),
+            format!(
+                "{noisy} of {} {} noisy (repeats varied by more than 5%)",
+                count(n, "cell"),
+                if noisy == 1 { "was" } else { "were" }
+            ),
         ));
     }
     // What some cells cannot show (replication on one node): each reason once.
@@ -664,8 +672,9 @@ fn finish(
         warnings.push(Warning::new(
             WarningKind::ShortRuns,
             format!(
-                "{} of {n} cells ran shorter than this machine's noise floor of {}: the machine, not the workload, moves such times; raise {key}",
+                "{} of {} ran shorter than this machine's noise floor of {}: the machine, not the workload, moves such times; raise {key}",
                 short.len(),
+                count(n, "cell"),
                 floor.describe()
             ),
         ));
@@ -689,8 +698,9 @@ fn finish(
         warnings.push(Warning::new(
             WarningKind::Interrupted,
             format!(
-                "interrupted: {} of {n} cells ran",
-                cells.iter().filter(|c| c.result.is_some()).count()
+                "interrupted: {} of {} ran",
+                cells.iter().filter(|c| c.result.is_some()).count(),
+                count(n, "cell")
             ),
         ));
     }
@@ -768,6 +778,51 @@ mod tests {
         let json = serde_json::to_value(&result).unwrap();
         assert_eq!(json["cells"][1]["error"], error);
         assert!(json["cells"][0].get("error").is_none());
+    }
+
+    /// The sweep's line on noisy cells counts them in the right number:
+    /// one cell was noisy, two were.
+    #[test]
+    fn the_noisy_cells_line_agrees_with_how_many_were_noisy() {
+        for (noisy, line) in [
+            (
+                &[64][..],
+                "1 of 3 cells was noisy (repeats varied by more than 5%)",
+            ),
+            (
+                &[64, 256][..],
+                "2 of 3 cells were noisy (repeats varied by more than 5%)",
+            ),
+        ] {
+            // Grouped: each cell's warnings are its run's own.
+            let grouped = GRID.replace("[run]\n", "[run]\norder = \"grouped\"\n");
+            let exp = Experiment::from_toml_str(&grouped, "grid.toml").unwrap();
+            let topology = Topology::system().unwrap();
+            let result = run_cells(
+                &exp,
+                &topology,
+                &Control::default(),
+                |_, _, _| {},
+                |cell, topology, plan, control| {
+                    let mut result = execute_plan(cell, topology, plan, control)?;
+                    result.warnings.retain(|w| w.kind != WarningKind::Noisy);
+                    if noisy.contains(&cell.access.op_size.0) {
+                        result
+                            .warnings
+                            .push(Warning::new(WarningKind::Noisy, "noisy: planted"));
+                    }
+                    Ok(result)
+                },
+            )
+            .unwrap();
+            let lines: Vec<&str> = result
+                .warnings
+                .iter()
+                .filter(|w| w.kind == WarningKind::Noisy)
+                .map(|w| w.message.as_str())
+                .collect();
+            assert_eq!(lines, [line]);
+        }
     }
 
     /// Two policies, identical here, five repeats each, on a machine that

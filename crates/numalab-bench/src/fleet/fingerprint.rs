@@ -58,7 +58,7 @@ pub fn same_memory(a: u64, b: u64) -> bool {
 /// let a = Fingerprint::from_parts(&two, None, false);
 /// let b = Fingerprint::from_parts(&four, None, false);
 /// assert!(a.differences(&a).is_empty());
-/// assert_eq!(b.differences(&a), ["4 NUMA node(s) instead of 2"]);
+/// assert_eq!(b.differences(&a), ["4 NUMA nodes instead of 2"]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -200,6 +200,9 @@ impl Fingerprint {
             }
         };
         let text = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
+        // ` package` or ` packages`, as `n` before it needs.
+        let noun =
+            |n: usize, one: &'static str, many: &'static str| if n == 1 { one } else { many };
         differ(
             "CPU ",
             text(&self.cpu_model),
@@ -210,7 +213,7 @@ impl Fingerprint {
             "",
             self.packages.to_string(),
             reference.packages.to_string(),
-            " package(s)",
+            noun(self.packages, " package", " packages"),
         );
         let ids = |f: &Fingerprint| f.nodes.iter().map(|n| n.node).collect::<Vec<_>>();
         if ids(self) != ids(reference) {
@@ -226,7 +229,7 @@ impl Fingerprint {
                     "",
                     self.nodes.len().to_string(),
                     reference.nodes.len().to_string(),
-                    " NUMA node(s)",
+                    noun(self.nodes.len(), " NUMA node", " NUMA nodes"),
                 );
             }
         } else {
@@ -236,14 +239,14 @@ impl Fingerprint {
                     &node,
                     mine.cpus.to_string(),
                     theirs.cpus.to_string(),
-                    " CPUs",
+                    noun(mine.cpus, " CPU", " CPUs"),
                 );
                 if mine.cpus == theirs.cpus {
                     differ(
                         &node,
                         mine.allowed_cpus.to_string(),
                         theirs.allowed_cpus.to_string(),
-                        " CPUs allowed",
+                        noun(mine.allowed_cpus, " CPU allowed", " CPUs allowed"),
                     );
                 }
                 if !same_memory(mine.memory_bytes, theirs.memory_bytes) {
@@ -413,7 +416,7 @@ mod tests {
         assert_eq!(
             other.differences(&reference),
             [
-                "node 0: 1 CPUs allowed instead of 2",
+                "node 0: 1 CPU allowed instead of 2",
                 "HMAT present instead of absent",
                 "kernel 6.8.0 instead of unknown",
                 "THP never instead of unknown",

@@ -481,7 +481,11 @@ pub enum FleetError {
     #[error("threshold {0} is not above 0 and at most 1 (0.9 flags a bandwidth below 90% of its group's median)")]
     Threshold(f64),
     /// Not one report could be read.
-    #[error("no report to merge: {} file(s) or director(ies) left out", left_out.len())]
+    #[error(
+        "no report to merge: {} or {} left out",
+        numalab::units::count(left_out.len(), "file"),
+        if left_out.len() == 1 { "directory" } else { "directories" }
+    )]
     NoReports {
         /// The files and directories left out, and why.
         left_out: Vec<LeftOut>,

@@ -101,7 +101,10 @@ pub enum MatrixError {
         with_memory: NodeSet,
     },
     /// More threads than an initiator node has CPUs.
-    #[error("{threads} threads asked for, but node {node} has {available} CPU(s) this process may use ({cpus})")]
+    #[error(
+        "{} asked for, but node {node} has {} this process may use ({cpus})",
+        numalab::units::count(*threads, "thread"), numalab::units::count(*available, "CPU")
+    )]
     TooManyThreads {
         /// Threads asked for.
         threads: usize,

@@ -56,7 +56,7 @@ impl Default for Measurements {
 /// let shape = Shape::of(&topo, &NodeSelection::default())?;
 /// let config = MatrixConfig { threads: Some(3), ..MatrixConfig::quick() };
 /// let err = validate(&topo, &shape, &config).unwrap_err();
-/// assert!(err.to_string().contains("node 0 has 2 CPU(s)"), "{err}");
+/// assert!(err.to_string().contains("node 0 has 2 CPUs"), "{err}");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -611,10 +611,11 @@ pub fn run_until(
             let cpus = spread_cpus(topology, i, threads);
             let bytes = bandwidth_bytes(stream, cpus.len());
             progress(&format!(
-                "bandwidth {i}->{t} ({}/{}): {} thread(s) on CPUs {}",
+                "bandwidth {i}->{t} ({}/{}): {} on {} {}",
                 k + 1,
                 cells.len(),
-                cpus.len(),
+                numalab::units::count(cpus.len(), "thread"),
+                if cpus.len() == 1 { "CPU" } else { "CPUs" },
                 cpus.iter()
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
@@ -684,8 +685,8 @@ pub fn run_until(
                 continue;
             };
             progress(&format!(
-                "loaded latency {i}->{target}: chase on CPU {chase_cpu}, load from {} CPU(s)",
-                load_cpus.len()
+                "loaded latency {i}->{target}: chase on CPU {chase_cpu}, load from {}",
+                numalab::units::count(load_cpus.len(), "CPU")
             ));
             let delays: &[u64] = if config.quick {
                 &loaded::QUICK_DELAYS

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use numalab::system::NodeMemory;
-use numalab::units::Size;
+use numalab::units::{count, Size};
 use serde::{Deserialize, Serialize};
 
 use crate::experiment::result::Comparison;
@@ -68,13 +68,13 @@ pub enum FindingKind {
 /// use numalab_bench::report::{Finding, FindingKind};
 ///
 /// let finding: Finding = serde_json::from_str(
-///     r#"{"kind": "noise", "text": "3 figure(s) varied", "figures": {"noisy_figures": 3.0}}"#,
+///     r#"{"kind": "noise", "text": "3 figures varied", "figures": {"noisy_figures": 3.0}}"#,
 /// ).unwrap();
 /// assert_eq!(finding.kind, FindingKind::Noise);
 /// assert_eq!(finding.figure("noisy_figures"), Some(3.0));
-/// assert_eq!(finding.to_string(), "3 figure(s) varied");
+/// assert_eq!(finding.to_string(), "3 figures varied");
 ///
-/// let old: Finding = serde_json::from_str(r#""1 NUMA node(s), 2 CPUs.""#).unwrap();
+/// let old: Finding = serde_json::from_str(r#""1 NUMA node, 2 CPUs.""#).unwrap();
 /// assert_eq!(old.kind, FindingKind::Unclassified);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -153,20 +153,21 @@ impl From<Stored> for Finding {
 fn policy_cost(comparison: &Comparison, threads: u32) -> Finding {
     let policy = &comparison.policy;
     let percent = comparison.vs_local_percent;
+    let with = count(threads, "thread");
     // A difference is stated only where its interval says it is one.
     let text = match &comparison.difference {
         Some(d) if d.verdict != Verdict::Indistinguishable => format!(
-            "With {threads} thread(s) doing random 64-byte operations, {policy} memory takes {percent:+.0}% of local's time to the last thread (95% interval {:+.0}% to {:+.0}%).",
+            "With {with} doing random 64-byte operations, {policy} memory takes {percent:+.0}% of local's time to the last thread (95% interval {:+.0}% to {:+.0}%).",
             100.0 * d.low,
             100.0 * d.high
         ),
         Some(d) => format!(
-            "With {threads} thread(s) doing random 64-byte operations, {policy} memory's time to the last thread cannot be told from local's in this run ({percent:+.0}%, 95% interval {:+.0}% to {:+.0}%: within noise).",
+            "With {with} doing random 64-byte operations, {policy} memory's time to the last thread cannot be told from local's in this run ({percent:+.0}%, 95% interval {:+.0}% to {:+.0}%: within noise).",
             100.0 * d.low,
             100.0 * d.high
         ),
         None => format!(
-            "With {threads} thread(s) doing random 64-byte operations, {policy} memory took {percent:+.0}% of local's time to the last thread in one repeat each: too few to tell a difference from noise."
+            "With {with} doing random 64-byte operations, {policy} memory took {percent:+.0}% of local's time to the last thread in one repeat each: too few to tell a difference from noise."
         ),
     };
     let mut finding = Finding::new(FindingKind::PolicyCost, text)
@@ -196,8 +197,8 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
         Finding::new(
             FindingKind::Machine,
             format!(
-                "{} NUMA node(s){}, {} CPUs, {} of memory.",
-                summary.nodes,
+                "{}{}, {}, {} of memory.",
+                count(summary.nodes, "NUMA node"),
                 if summary.memory_only_nodes > 0 {
                     format!(
                         " ({} without CPUs: memory-only tiers)",
@@ -206,7 +207,7 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
                 } else {
                     String::new()
                 },
-                summary.cpus,
+                count(summary.cpus, "CPU"),
                 Size(summary.memory_bytes)
             ),
         )
@@ -313,9 +314,14 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
                 let mut finding = Finding::new(
                     FindingKind::LocalBandwidth,
                     format!(
-                        "{} thread(s) of node {} read their own memory at {:.1} GB/s{}.",
-                        cell.cpus.len(),
+                        "{} of node {} {} at {:.1} GB/s{}.",
+                        count(cell.cpus.len(), "thread"),
                         cell.initiator,
+                        if cell.cpus.len() == 1 {
+                            "reads its own memory"
+                        } else {
+                            "read their own memory"
+                        },
                         read.summary.median,
                         slowest_remote
                             .map(|(node, gbps)| format!(", node {node}'s at {gbps:.1} GB/s"))
@@ -383,9 +389,10 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
             Finding::new(
                 FindingKind::PlacementMismatch,
                 format!(
-                    "Pages were not where asked in {} matrix cell(s) ({}) and {sweep_mismatch} sweep cell(s): those figures do not measure what they say.",
-                    mismatched.len(),
-                    mismatched.join(", ")
+                    "Pages were not where asked in {} ({}) and {}: those figures do not measure what they say.",
+                    count(mismatched.len(), "matrix cell"),
+                    mismatched.join(", "),
+                    count(sweep_mismatch, "sweep cell")
                 ),
             )
             .with("matrix_cells", mismatched.len() as f64)
@@ -411,14 +418,15 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -
             .cells
             .iter()
             .filter_map(|c| c.result.as_ref()?.figures.as_ref())
-            .filter(|f| f.time_to_last_s.is_noisy())
+            .filter(|f| f.time_to_last_s.is_noisy_for_its_samples())
             .count();
     if noisy > 0 {
         found.push(
             Finding::new(
                 FindingKind::Noise,
                 format!(
-                    "{noisy} figure(s) varied by more than 5% between repeats: the machine was busy; re-run on a quiet machine before trusting small differences."
+                    "{} varied between repeats more than a quiet machine's 5% shows by chance: the machine was busy; re-run on a quiet machine before trusting small differences.",
+                    count(noisy, "figure")
                 ),
             )
             .with("noisy_figures", noisy as f64),
@@ -487,9 +495,9 @@ pub fn scaling(curve: &super::scaling::ThreadScaling) -> Option<Finding> {
         },
         if best.threads != last.threads {
             format!(
-                "; the most was {:.1} GB/s at {} threads",
+                "; the most was {:.1} GB/s at {}",
                 best.read_gbps.median(),
-                best.threads
+                count(best.threads, "thread")
             )
         } else {
             String::new()
@@ -587,6 +595,38 @@ mod tests {
         let once = policy_cost(&comparison(&[1.0], &[1.3]), 2);
         assert!(once.text.contains("too few to tell"), "{}", once.text);
         assert_eq!(once.figure("significant"), None);
+    }
+
+    #[test]
+    fn local_bandwidth_says_how_many_threads_read_in_the_right_number() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/results/report-two-socket.json"
+        ))
+        .unwrap();
+        let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        // Node 0's cells measured by one thread, node 1's by two.
+        for cell in doc["matrix"]["bandwidth"]["cells"].as_array_mut().unwrap() {
+            if cell["initiator"] == 0 {
+                cell["cpus"] = serde_json::json!([0]);
+            }
+        }
+        let report =
+            crate::document::Document::<super::super::Report>::parse(&doc.to_string()).unwrap();
+        let found = findings(&report.topology, &report.matrix, &report.sweep);
+        let local: Vec<&str> = found
+            .iter()
+            .filter(|f| f.kind == FindingKind::LocalBandwidth)
+            .map(|f| f.text.as_str())
+            .collect();
+        assert_eq!(
+            local,
+            [
+                "1 thread of node 0 reads its own memory at 2.8 GB/s, node 1's at 2.5 GB/s.",
+                "2 threads of node 1 read their own memory at 3.0 GB/s, node 0's at 2.9 GB/s.",
+            ]
+        );
+        assert_eq!(found[0].text, "2 NUMA nodes, 4 CPUs, 1.9 GiB of memory.");
     }
 
     #[test]

@@ -187,16 +187,19 @@ pub fn check_saved_sizes(sizes: &SavedSizes) -> Result<(), String> {
     for (side, count) in sides {
         if count > sizes.nodes {
             return Err(format!(
-                "its matrix has {count} {side} nodes, more than the {} nodes it describes; not read",
-                sizes.nodes
+                "its matrix has {}, more than the {} it describes; not read",
+                numalab::units::count(count, &format!("{side} node")),
+                numalab::units::count(sizes.nodes, "node")
             ));
         }
     }
     for &(name, cells) in &sizes.matrices {
         if cells > sizes.initiators.saturating_mul(sizes.targets) {
             return Err(format!(
-                "its {name} matrix has {cells} cells, more than its {} initiators × {} targets; not read",
-                sizes.initiators, sizes.targets
+                "its {name} matrix has {}, more than its {} × {}; not read",
+                numalab::units::count(cells, "cell"),
+                numalab::units::count(sizes.initiators, "initiator"),
+                numalab::units::count(sizes.targets, "target")
             ));
         }
     }

@@ -286,9 +286,9 @@ impl RingConfig {
                 "readers",
                 self.readers.to_string(),
                 format!(
-                    "with {} stream(s) starts {workers} writer and reader processes, more than \
+                    "with {} starts {workers} writer and reader processes, more than \
                      {MAX_WORKERS}, the most numalab ring starts at once",
-                    self.max_streams()
+                    numalab::units::count(self.max_streams(), "stream")
                 ),
             );
         }

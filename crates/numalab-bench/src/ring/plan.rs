@@ -2,6 +2,7 @@
 //! tables over the machine's first two nodes with CPUs, or one custom cell
 //! from the node and CPU choices of a [`RingConfig`].
 
+use numalab::units::count;
 use numalab::{CpuSet, NodeSet, SpecError, Topology};
 use serde::{Deserialize, Serialize};
 
@@ -128,7 +129,8 @@ pub enum PlanError {
     },
     /// A node list with neither one value nor one per stream.
     #[error(
-        "--{flag}={spec}: {found} values for {streams} stream(s); give one, or one per stream"
+        "--{flag}={spec}: {} for {}; give one, or one per stream",
+        count(*found, "value"), count(*streams, "stream")
     )]
     NodeCount {
         /// The option.
@@ -141,7 +143,10 @@ pub enum PlanError {
         streams: usize,
     },
     /// A CPU set list with neither one set nor one per stream.
-    #[error("--{flag}={spec}: {found} CPU sets for {streams} stream(s); give one, or one per stream (separated by /)")]
+    #[error(
+        "--{flag}={spec}: {} for {}; give one, or one per stream (separated by /)",
+        count(*found, "CPU set"), count(*streams, "stream")
+    )]
     CpuCount {
         /// The option.
         flag: String,
@@ -452,7 +457,7 @@ mod tests {
         let err = node_list("0,0,0", 2, "memory-node").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "--memory-node=0,0,0: 3 values for 2 stream(s); give one, or one per stream"
+            "--memory-node=0,0,0: 3 values for 2 streams; give one, or one per stream"
         );
         let err = node_list("x", 1, "writer-node").unwrap_err();
         assert_eq!(

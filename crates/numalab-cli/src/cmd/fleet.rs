@@ -160,14 +160,15 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     let mut failed = Vec::new();
     if flagged_hosts > 0 {
         failed.push(format!(
-            "{} figure(s) of {flagged_hosts} host(s) flagged",
-            report.outliers.len()
+            "{} of {} flagged",
+            numalab::units::count(report.outliers.len(), "figure"),
+            numalab::units::count(flagged_hosts, "host")
         ));
     }
     if report.groups.len() > args.max_groups {
         failed.push(format!(
-            "{} groups of hosts, more than --max-groups {}",
-            report.groups.len(),
+            "{} of hosts, more than --max-groups {}",
+            numalab::units::count(report.groups.len(), "group"),
             args.max_groups
         ));
     }

@@ -51,7 +51,7 @@ pub struct RingArgs {
     #[arg(long, value_enum, conflicts_with_all = ["streams", "memory_node", "writer_node", "reader_node", "writer_cpus", "reader_cpus"])]
     pub layout: Option<LayoutArg>,
 
-    /// Parallel streams, each with its own ring, writer and reader(s); at
+    /// Parallel streams, each with its own ring, writer and readers; at
     /// most 256, and all their rings must fit in free memory together
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub streams: usize,
@@ -64,7 +64,7 @@ pub struct RingArgs {
     #[arg(long, value_name = "NODE[,NODE…]", conflicts_with = "writer_cpus")]
     pub writer_node: Option<String>,
 
-    /// Run each stream's reader(s) on the CPUs of NODE (default: the memory node)
+    /// Run each stream's readers on the CPUs of NODE (default: the memory node)
     #[arg(long, value_name = "NODE[,NODE…]", conflicts_with = "reader_cpus")]
     pub reader_node: Option<String>,
 
@@ -72,7 +72,7 @@ pub struct RingArgs {
     #[arg(long, value_name = "CPUS[/CPUS…]")]
     pub writer_cpus: Option<String>,
 
-    /// Run each stream's reader(s) on CPUS (`4-7`; streams separated by `/`)
+    /// Run each stream's readers on CPUS (`4-7`; streams separated by `/`)
     #[arg(long, value_name = "CPUS[/CPUS…]")]
     pub reader_cpus: Option<String>,
 
@@ -224,9 +224,11 @@ pub fn run(args: &RingArgs) -> Result<i32> {
             .filter(|c| c.status == CellStatus::Ran)
             .count();
         eprintln!(
-            "numalab: interrupted by {}: {finished} cell(s) finished and were written; \
+            "numalab: interrupted by {}: {} finished and {} written; \
              the workers were ended and the run's ring segments removed",
-            engine::run::signal_name(signal)
+            engine::run::signal_name(signal),
+            numalab::units::count(finished, "cell"),
+            if finished == 1 { "was" } else { "were" }
         );
         return Ok(128 + signal);
     }

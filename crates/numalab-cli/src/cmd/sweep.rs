@@ -126,8 +126,13 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
         interrupts.exit_status().unwrap_or(1)
     } else if failed > 0 {
         eprintln!(
-            "numalab sweep: {failed} of {} cells failed while running (their errors are above and in the results); the others ran",
-            result.cells.len()
+            "numalab sweep: {failed} of {} failed while running ({} above and in the results); the others ran",
+            numalab::units::count(result.cells.len(), "cell"),
+            if failed == 1 {
+                "its error is"
+            } else {
+                "their errors are"
+            }
         );
         1
     } else {

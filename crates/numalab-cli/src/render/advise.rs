@@ -98,8 +98,10 @@ fn human(report: &AdviseReport, style: Style) -> String {
         return out;
     }
     out.push_str(&style.heading(&format!(
-        "numalab advise: `{command}`, {} run(s) per placement after {} warm-up(s), on memory nodes {}",
-        report.runs, report.warmup, report.memory_nodes
+        "numalab advise: `{command}`, {} per placement after {}, on memory nodes {}",
+        numalab::units::count(report.runs, "run"),
+        numalab::units::count(report.warmup, "warm-up"),
+        report.memory_nodes
     )));
     // Each interval at the confidence that keeps them all together at
     // 95%: 99.29% each for seven placements.

@@ -54,10 +54,10 @@ fn human(report: &ExecReport) -> String {
     };
     let _ = writeln!(
         out,
-        "\nnumalab exec: `{}` {ended} after {:.2} s; {} process(es){how}",
+        "\nnumalab exec: `{}` {ended} after {:.2} s; {}{how}",
         report.command.join(" "),
         run.elapsed.as_secs_f64(),
-        run.processes
+        numalab::units::count(run.processes, "process")
     );
     out.push_str("peak resident memory per node, MiB (numastat -p columns):\n");
     let mut header = vec!["node".to_string()];

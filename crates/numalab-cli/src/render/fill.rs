@@ -66,8 +66,13 @@ fn human(report: &FillReport) -> String {
     if report.pages.not_present > 0 {
         let _ = writeln!(
             out,
-            "{} pages are not in memory (swapped out)",
-            report.pages.not_present
+            "{} {} not in memory (swapped out)",
+            numalab::units::count(report.pages.not_present, "page"),
+            if report.pages.not_present == 1 {
+                "is"
+            } else {
+                "are"
+            }
         );
     }
     if report.fallback_bytes > 0 {
@@ -84,10 +89,20 @@ fn human(report: &FillReport) -> String {
         .iter()
         .filter_map(|n| n.tiering)
         .flat_map(|t| {
-            let demoted =
-                (t.demoted > 0).then(|| format!("{} pages demoted off node {}", t.demoted, t.node));
-            let promoted = (t.promoted > 0)
-                .then(|| format!("{} pages promoted onto node {}", t.promoted, t.node));
+            let demoted = (t.demoted > 0).then(|| {
+                format!(
+                    "{} demoted off node {}",
+                    numalab::units::count(t.demoted, "page"),
+                    t.node
+                )
+            });
+            let promoted = (t.promoted > 0).then(|| {
+                format!(
+                    "{} promoted onto node {}",
+                    numalab::units::count(t.promoted, "page"),
+                    t.node
+                )
+            });
             demoted.into_iter().chain(promoted)
         })
         .collect();

@@ -107,8 +107,19 @@ fn human(report: &FincoreReport, style: Style) -> String {
     let skipped = report.skipped;
     if skipped.links + skipped.special > 0 {
         out.push_str(&style.line(&format!(
-            "not counted in the directories: {} symbolic link(s) (not followed), {} FIFO(s), device(s) or socket(s)",
-            skipped.links, skipped.special
+            "not counted in the directories: {} (not followed), {}, {} or {}",
+            count(skipped.links, "symbolic link"),
+            count(skipped.special, "FIFO"),
+            if skipped.special == 1 {
+                "device"
+            } else {
+                "devices"
+            },
+            if skipped.special == 1 {
+                "socket"
+            } else {
+                "sockets"
+            }
         )));
     }
     out.push_str(&style.line(

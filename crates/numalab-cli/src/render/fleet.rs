@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use numalab::units::count;
 use numalab_bench::fleet::{CellSummary, FleetReport, Group, Outlier, MIN_HOSTS};
 
 use super::{escape_html as escape, Render, Style};
@@ -90,7 +91,7 @@ fn builds_line(report: &FleetReport) -> Option<String> {
             let more = if hosts.len() > 3 { ", …" } else { "" };
             format!(
                 "{build} ({}: {}{more})",
-                numalab::units::count(hosts.len(), "host"),
+                count(hosts.len(), "host"),
                 names.join(", ")
             )
         })
@@ -102,19 +103,31 @@ fn builds_line(report: &FleetReport) -> Option<String> {
     ))
 }
 
+/// The fleet in one sentence: hosts, files, groups, flagged figures and
+/// what was left out.
+fn summary_line(report: &FleetReport) -> String {
+    let left_out = report.left_out.len();
+    format!(
+        "{} from {}, in {} of one fingerprint; {} flagged; {} or {} left out.",
+        count(report.hosts.len(), "host"),
+        count(report.files, "file"),
+        count(report.groups.len(), "group"),
+        count(report.outliers.len(), "figure"),
+        count(left_out, "file"),
+        if left_out == 1 {
+            "directory"
+        } else {
+            "directories"
+        }
+    )
+}
+
 fn text(report: &FleetReport, style: Style) -> String {
     let markdown = style == Style::Markdown;
     let heading = |title: &str| style.section(title);
     let unknown = |v: &Option<String>| v.clone().unwrap_or_else(|| "unknown".into());
     let mut out = String::new();
-    out.push_str(&style.line(&format!(
-        "{} host(s) from {} file(s), in {} group(s) of one fingerprint; {} figure(s) flagged; {} file(s) or director(ies) left out.",
-        report.hosts.len(),
-        report.files,
-        report.groups.len(),
-        report.outliers.len(),
-        report.left_out.len()
-    )));
+    out.push_str(&style.line(&summary_line(report)));
 
     if let Some(line) = builds_line(report) {
         out.push_str(&style.line(&line));
@@ -165,8 +178,9 @@ fn text(report: &FleetReport, style: Style) -> String {
     for group in report.groups.iter().filter(|g| !g.judged) {
         let _ = writeln!(
             out,
-            "- group {}: {} host(s), too few to judge ({MIN_HOSTS} needed)",
-            group.id, group.hosts
+            "- group {}: {}, too few to judge ({MIN_HOSTS} needed)",
+            group.id,
+            count(group.hosts, "host")
         );
     }
 
@@ -393,12 +407,8 @@ pub fn html_page(report: &FleetReport, pages: &BTreeMap<String, String>) -> Stri
     };
     let _ = writeln!(
         page,
-        "<p>{} host(s) from {} file(s), in {} group(s) of one fingerprint; {} figure(s) flagged; {} file(s) or director(ies) left out.</p>\n<p>Rule: {}.</p>",
-        report.hosts.len(),
-        report.files,
-        report.groups.len(),
-        report.outliers.len(),
-        report.left_out.len(),
+        "<p>{}</p>\n<p>Rule: {}.</p>",
+        summary_line(report),
         escape(&report.rule)
     );
     page.push_str("<h2>Groups</h2>\n<div class=\"scroll\"><table>\n<tr><th>group</th><th>hosts</th><th>CPU</th><th>packages</th><th>CPUs per node</th><th>memory per node</th><th>HMAT</th><th>kernel</th><th>THP</th><th>balancing</th><th>differs from the nearest larger group</th></tr>\n");
@@ -449,9 +459,9 @@ pub fn html_page(report: &FleetReport, pages: &BTreeMap<String, String>) -> Stri
     for group in &report.groups {
         let _ = writeln!(
             page,
-            "<h2>Group {} ({} host(s){})</h2>",
+            "<h2>Group {} ({}{})</h2>",
             group.id,
-            group.hosts,
+            count(group.hosts, "host"),
             if group.judged {
                 String::new()
             } else {
@@ -487,10 +497,10 @@ pub fn html_page(report: &FleetReport, pages: &BTreeMap<String, String>) -> Stri
         for entry in report.hosts.iter().filter(|h| pages.contains_key(&h.host)) {
             let _ = writeln!(
                 page,
-                "<li>{} (group {}, {} figure(s) flagged)</li>",
+                "<li>{} (group {}, {} flagged)</li>",
                 host(&entry.host),
                 entry.group,
-                entry.outliers
+                count(entry.outliers, "figure")
             );
         }
         page.push_str("</ul>\n");

@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use numalab::units::count;
 use numalab_bench::matrix::{self, Figure, FirmwareCell, MatrixResult, PlanReport, Shape};
 
 use super::{Render, Style};
@@ -91,11 +92,11 @@ fn plan_text(plan: &PlanReport, markdown: bool) -> String {
     let shape = &plan.shape;
     let _ = writeln!(
         out,
-        "matrix plan for {}: {} CPU node(s) {:?} x {} memory node(s) {:?}",
+        "matrix plan for {}: {} {:?} x {} {:?}",
         plan.source,
-        shape.initiators.len(),
+        count(shape.initiators.len(), "CPU node"),
         shape.initiators,
-        shape.targets.len(),
+        count(shape.targets.len(), "memory node"),
         shape.targets
     );
     for note in &shape.notes {
@@ -167,16 +168,16 @@ pub fn human(result: &MatrixResult, markdown: bool) -> String {
     }
     let _ = writeln!(
         out,
-        "{} CPU node(s) x {} memory node(s); working sets: {} ({}); {} sample(s) of ~{} ms per figure",
-        shape.initiators.len(),
-        shape.targets.len(),
+        "{} x {}; working sets: {} ({}); {} of ~{} ms per figure",
+        count(shape.initiators.len(), "CPU node"),
+        count(shape.targets.len(), "memory node"),
         if sets.is_empty() {
             "none".to_owned()
         } else {
             sets.join(", ")
         },
         s.size_source,
-        s.repeats,
+        count(s.repeats, "sample"),
         s.sample_ms
     );
     for note in &shape.notes {
@@ -359,10 +360,15 @@ pub fn human(result: &MatrixResult, markdown: bool) -> String {
         for curve in curves {
             let _ = writeln!(
                 out,
-                "\nloaded latency {} -> {}: chase on CPU {}, load from CPU(s) {}",
+                "\nloaded latency {} -> {}: chase on CPU {}, load from {} {}",
                 curve.initiator,
                 curve.target,
                 curve.chase_cpu,
+                if curve.load_cpus.len() == 1 {
+                    "CPU"
+                } else {
+                    "CPUs"
+                },
                 curve
                     .load_cpus
                     .iter()

@@ -14,6 +14,7 @@
 use std::fmt::Write as _;
 
 use anyhow::Result;
+use numalab::units::count;
 use numalab_bench::profile::ProfileReport;
 use numalab_bench::report::Report;
 
@@ -186,15 +187,15 @@ fn summary_line(report: &Report) -> String {
     let topology = &report.topology.topology;
     let summary = topology.summary();
     format!(
-        "{} package(s), {} node(s){}, {} CPUs, {} of memory",
-        summary.packages,
-        summary.nodes,
+        "{}, {}{}, {}, {} of memory",
+        count(summary.packages, "package"),
+        count(summary.nodes, "node"),
         if summary.memory_only_nodes > 0 {
             format!(" ({} without CPUs)", summary.memory_only_nodes)
         } else {
             String::new()
         },
-        summary.cpus,
+        count(summary.cpus, "CPU"),
         human_bytes(summary.memory_bytes)
     )
 }

@@ -3,7 +3,7 @@
 //! `numalab pagecache bench`: the readers' table and remote/local ratios.
 
 use numalab::pagecache::FileCache;
-use numalab::units::Size;
+use numalab::units::{count, Size};
 use numalab_bench::fincore::{CacheAction, CacheChange};
 use numalab_bench::pagecache::{BenchCell, PagecacheBench, ReaderPlace};
 use numalab_bench::ring::CellStatus;
@@ -56,8 +56,10 @@ fn notes(change: &CacheChange) -> Vec<String> {
             CacheAction::Load { node } => {
                 if file.after.cached < file.after.pages && !file.in_memory {
                     out.push(format!(
-                        "{}: only {} of its {} pages stayed cached after the load: memory pressure, or this process's memory limit (its cgroup), evicted the rest",
-                        file.path, file.after.cached, file.after.pages
+                        "{}: only {} of its {} stayed cached after the load: memory pressure, or this process's memory limit (its cgroup), evicted the rest",
+                        file.path,
+                        file.after.cached,
+                        count(file.after.pages, "page")
                     ));
                 }
                 let elsewhere = file.elsewhere(node);
@@ -67,13 +69,19 @@ fn notes(change: &CacheChange) -> Vec<String> {
                 let before = file.before.off_node(node);
                 if before > 0 {
                     out.push(format!(
-                        "{}: {elsewhere} pages stay cached off node {node}: {before} were cached elsewhere before the load, and the kernel does not move cached pages; run `numalab pagecache drop {}` first (or load with --drop-first)",
-                        file.path, file.path
+                        "{}: {} {} cached off node {node}: {before} {} cached elsewhere before the load, and the kernel does not move cached pages; run `numalab pagecache drop {}` first (or load with --drop-first)",
+                        file.path,
+                        count(elsewhere, "page"),
+                        if elsewhere == 1 { "stays" } else { "stay" },
+                        if before == 1 { "was" } else { "were" },
+                        file.path
                     ));
                 } else {
                     out.push(format!(
-                        "{}: {elsewhere} pages were cached off node {node}: node {node} was full (its policy prefers, then falls back)",
-                        file.path
+                        "{}: {} {} cached off node {node}: node {node} was full (its policy prefers, then falls back)",
+                        file.path,
+                        count(elsewhere, "page"),
+                        if elsewhere == 1 { "was" } else { "were" }
                     ));
                 }
             }
@@ -83,8 +91,9 @@ fn notes(change: &CacheChange) -> Vec<String> {
                 }
                 if file.in_memory {
                     out.push(format!(
-                        "{}: {} pages stayed: it lives in memory (tmpfs or shared memory), its pages are the file itself and cannot be dropped",
-                        file.path, file.after.cached
+                        "{}: {} stayed: it lives in memory (tmpfs or shared memory), its pages are the file itself and cannot be dropped",
+                        file.path,
+                        count(file.after.cached, "page")
                     ));
                     continue;
                 }
@@ -94,8 +103,9 @@ fn notes(change: &CacheChange) -> Vec<String> {
                     None => "dirty ones cannot be told on this kernel (cachestat(2) is Linux 6.5)".to_owned(),
                 };
                 out.push(format!(
-                    "{}: {} pages stayed cached: {unflushed}",
-                    file.path, file.after.cached
+                    "{}: {} stayed cached: {unflushed}",
+                    file.path,
+                    count(file.after.cached, "page")
                 ));
             }
         }
@@ -232,18 +242,18 @@ fn bench_human<'a>(report: &'a PagecacheBench, style: Style) -> String {
     ));
     let stagger = if s.stagger_s > 0.0 {
         format!(
-            "; groups of {} reader(s) started {} apart",
-            s.group,
+            "; groups of {} started {} apart",
+            count(s.group, "reader"),
             time(s.stagger_s)
         )
     } else {
         String::new()
     };
     out.push_str(&style.line(&format!(
-        "{} of {} blocks{stagger}; median of {} run(s) per cell",
+        "{} of {} blocks{stagger}; median of {} per cell",
         s.method,
         Size(s.block_size),
-        s.repeats
+        count(s.repeats, "run")
     )));
     let mut table = style.table(vec![
         "READERS",
@@ -445,22 +455,25 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
     let node = report.settings.cache_node;
     let mut out = Vec::new();
     for cell in &report.cells {
+        let readers = count(cell.readers, "reader");
+        // The readers, after their count: `it` for one, `they` for more.
+        let they = if cell.readers == 1 { "it" } else { "they" };
         // Read partly from the disk: the cache did not hold the file.
         if let Some(before) = cell.cache_before.as_ref().filter(|c| c.cached < c.pages) {
             out.push(format!(
-                "{} reader(s) on {}: only {} of the file's {} pages were cached when they started: memory pressure or this process's memory limit (its cgroup) kept the rest out, so part of what they read came from the disk",
-                cell.readers,
+                "{readers} on {}: only {} of the file's {} {} cached when {they} started: memory pressure or this process's memory limit (its cgroup) kept the rest out, so part of what {they} read came from the disk",
                 place(cell),
                 before.cached,
-                before.pages
+                count(before.pages, "page"),
+                if before.cached == 1 { "was" } else { "were" }
             ));
         }
         let moved = cell.moved_pages(node);
         if moved > 0 {
             out.push(format!(
-                "{} reader(s) on {}: {moved} cached pages left node {node} while they read (migrated or evicted: NUMA balancing migrates mapped page-cache pages, reclaim evicts them; numalab topo shows whether balancing is on)",
-                cell.readers,
-                place(cell)
+                "{readers} on {}: {} left node {node} while {they} read (migrated or evicted: NUMA balancing migrates mapped page-cache pages, reclaim evicts them; numalab topo shows whether balancing is on)",
+                place(cell),
+                count(moved, "cached page")
             ));
         }
         if let (Some(audit), Some(reader_node)) = (&cell.copy_audit, cell.reader_node) {
@@ -472,17 +485,17 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
                 .sum();
             if elsewhere > 0 {
                 out.push(format!(
-                    "{} reader(s) on {}: {elsewhere} pages of copies are off node {reader_node} (it was full: copies prefer their node and spill rather than fail)",
-                    cell.readers,
-                    place(cell)
+                    "{readers} on {}: {} of copies {} off node {reader_node} (it was full: copies prefer their node and spill rather than fail)",
+                    place(cell),
+                    count(elsewhere, "page"),
+                    if elsewhere == 1 { "is" } else { "are" }
                 ));
             }
             if audit.stats.refused > 0 {
                 out.push(format!(
-                    "{} reader(s) on {}: {} reads found no copy and could not make one ({}); they read the shared cache",
-                    cell.readers,
+                    "{readers} on {}: {} found no copy and could not make one ({}); {they} read the shared cache",
                     place(cell),
-                    audit.stats.refused,
+                    count(audit.stats.refused, "read"),
                     if audit.stats.under_pressure {
                         "node memory below the 64 MiB watermark"
                     } else {
@@ -494,9 +507,9 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
         let off = cell.cache_before.as_ref().map_or(0, |c| c.off_node(node));
         if off > 0 {
             out.push(format!(
-                "{} reader(s) on {}: {off} of the file's cached pages were off node {node} when they started (node {node} full, or pages that could not be dropped: mapped, dirty, or on tmpfs)",
-                cell.readers,
-                place(cell)
+                "{readers} on {}: {off} of the file's cached pages {} off node {node} when {they} started (node {node} full, or pages that could not be dropped: mapped, dirty, or on tmpfs)",
+                place(cell),
+                if off == 1 { "was" } else { "were" }
             ));
         }
     }
@@ -512,8 +525,9 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
     if !same_node.is_empty() {
         let readers: Vec<String> = same_node.iter().map(usize::to_string).collect();
         out.push(format!(
-            "copies for {} reader(s) on node {node}, the cache's own: their GAIN is what reading a private copy instead of the page cache saves (read(2), the cache's locks and lookups), not distance; only readers on another node show what copies save across nodes",
-            readers.join(", ")
+            "copies for {} {} on node {node}, the cache's own: their GAIN is what reading a private copy instead of the page cache saves (read(2), the cache's locks and lookups), not distance; only readers on another node show what copies save across nodes",
+            readers.join(", "),
+            if same_node == [1] { "reader" } else { "readers" }
         ));
     }
     out
@@ -687,7 +701,7 @@ mod bench_tests {
         let node = report.settings.cache_node;
         assert!(
             said.iter().any(|s| s.starts_with(&format!(
-                "copies for 1 reader(s) on node {node}, the cache's own: their GAIN is what reading a private copy"
+                "copies for 1 reader on node {node}, the cache's own: their GAIN is what reading a private copy"
             ))),
             "{said:?}"
         );

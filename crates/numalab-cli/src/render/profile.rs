@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use numalab::launch::Exit;
 use numalab::locate::MemoryKind;
 use numalab::profile::ProfileSample;
+use numalab::units::count;
 use numalab_bench::profile::ProfileReport;
 
 use super::{Render, Style};
@@ -108,11 +109,14 @@ fn human(report: &ProfileReport) -> String {
     };
     let _ = writeln!(
         out,
-        "\nnumalab profile: {what} after {:.2} s; {} sample(s){apart}{}",
+        "\nnumalab profile: {what} after {:.2} s; {}{apart}{}",
         report.elapsed_s,
-        samples.len(),
+        count(samples.len(), "sample"),
         if report.timeline.thinned > 0 {
-            format!(" ({} older ones thinned out)", report.timeline.thinned)
+            format!(
+                " ({} thinned out)",
+                count(report.timeline.thinned, "older one")
+            )
         } else {
             String::new()
         }
@@ -203,14 +207,14 @@ fn human(report: &ProfileReport) -> String {
     if let Some(last) = report.last() {
         let _ = writeln!(
             out,
-            "at the last sample: {} minor and {} major page faults, {:.2} s of CPU, {} CPU migrations, {} pages moved by NUMA balancing; {} process(es), {} thread(s)",
+            "at the last sample: {} minor and {} major page faults, {:.2} s of CPU, {}, {} moved by NUMA balancing; {}, {}",
             last.minor_faults,
             last.major_faults,
             last.cpu_s,
-            last.cpu_migrations,
-            last.numa_pages_migrated,
-            last.processes,
-            last.threads
+            count(last.cpu_migrations, "CPU migration"),
+            count(last.numa_pages_migrated, "page"),
+            count(last.processes, "process"),
+            count(last.threads, "thread")
         );
     }
     if let Some(share) = report.written_share() {
@@ -248,11 +252,11 @@ fn human(report: &ProfileReport) -> String {
         (Some(mode), Some(faults)) => {
             let _ = writeln!(
                 out,
-                "NUMA balancing (mode {mode}), the whole machine meanwhile: {} hinting faults, {} local, {} remote; {} pages moved",
-                faults.faults,
+                "NUMA balancing (mode {mode}), the whole machine meanwhile: {}, {} local, {} remote; {} moved",
+                count(faults.faults, "hinting fault"),
                 faults.local,
                 faults.remote(),
-                faults.pages_migrated
+                count(faults.pages_migrated, "page")
             );
         }
         _ => out.push_str("NUMA balancing: not in this kernel\n"),

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use numalab::ring::SegmentEntry;
+use numalab::units::count;
 use numalab_bench::ring::{CellResult, CellStatus, RingList, RingReport, Settings, StreamResult};
 
 use super::{Render, Style};
@@ -71,7 +72,7 @@ fn human(report: &RingReport, markdown: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "numalab ring: {} per stream, {} blocks of {}{}, {}{}, {} reader(s) per stream",
+        "numalab ring: {} per stream, {} blocks of {}{}, {}{}, {} per stream",
         human_bytes(s.volume_bytes),
         s.blocks,
         human_bytes(s.block_size),
@@ -82,7 +83,7 @@ fn human(report: &RingReport, markdown: bool) -> String {
         } else {
             ""
         },
-        s.readers_per_stream
+        count(s.readers_per_stream, "reader")
     );
     let new_table = |header: Vec<&str>| {
         if markdown {
@@ -157,7 +158,8 @@ fn human(report: &RingReport, markdown: bool) -> String {
             .count();
         let _ = writeln!(
             out,
-            "\ninterrupted: {finished} cell(s) finished; the others did not run to the end"
+            "\ninterrupted: {} finished; the others did not run to the end",
+            count(finished, "cell")
         );
     }
     let skipped = report
@@ -168,7 +170,9 @@ fn human(report: &RingReport, markdown: bool) -> String {
     if skipped > 0 {
         let _ = writeln!(
             out,
-            "\n{skipped} cell(s) need nodes this machine does not have; the others ran"
+            "\n{} {} nodes this machine does not have; the others ran",
+            count(skipped, "cell"),
+            if skipped == 1 { "needs" } else { "need" }
         );
     }
     out
@@ -356,7 +360,7 @@ mod tests {
         );
         assert!(text.contains("two-stream:"), "{text}");
         assert!(text.contains("skipped"), "{text}");
-        assert!(text.contains("1 cell(s) need nodes"), "{text}");
+        assert!(text.contains("1 cell needs nodes"), "{text}");
         let csv = report.csv();
         assert!(
             csv.lines()
@@ -389,7 +393,7 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("interrupted: 0 cell(s) finished"), "{text}");
+        assert!(text.contains("interrupted: 0 cells finished"), "{text}");
         assert!(report.csv().contains(",interrupted,"), "{}", report.csv());
     }
 

@@ -8,6 +8,7 @@
 
 use std::fmt::Write as _;
 
+use numalab::units::count;
 use numalab::Topology;
 
 pub use super::escape_html as escape;
@@ -380,10 +381,10 @@ pub fn topology(topology: &Topology) -> String {
 
     let mut out = String::new();
     let title = format!(
-        "{} package(s), {} node(s), {} CPUs{}",
-        topology.packages,
-        topology.nodes.len(),
-        topology.cpus.len(),
+        "{}, {}, {}{}",
+        count(topology.packages, "package"),
+        count(topology.nodes.len(), "node"),
+        count(topology.cpus.len(), "CPU"),
         if arcs {
             ": firmware distances (SLIT) on the arcs"
         } else {

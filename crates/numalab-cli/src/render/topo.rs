@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use numalab::units::count;
 use numalab_bench::topo::TopoReport;
 
 use super::{Render, Style};
@@ -78,11 +79,11 @@ fn human(report: &TopoReport, markdown: bool) -> String {
     let summary = topo.summary();
     let _ = writeln!(
         out,
-        "{} package(s), {} cores, {} CPUs, {} NUMA node(s){}, {} of memory\n",
-        summary.packages,
-        topo.cores,
-        summary.cpus,
-        summary.nodes,
+        "{}, {}, {}, {}{}, {} of memory\n",
+        count(summary.packages, "package"),
+        count(topo.cores, "core"),
+        count(summary.cpus, "CPU"),
+        count(summary.nodes, "NUMA node"),
         if summary.memory_only_nodes > 0 {
             format!(" ({} without CPUs)", summary.memory_only_nodes)
         } else {
@@ -309,7 +310,7 @@ mod tests {
         assert!(report.memory_now.is_none() && report.kernel.is_none());
         let text = report.text(Style::Plain);
         assert!(
-            text.contains("2 package(s), 16 cores, 32 CPUs, 4 NUMA node(s)"),
+            text.contains("2 packages, 16 cores, 32 CPUs, 4 NUMA nodes"),
             "{text}"
         );
         assert!(text.contains("24-31"), "{text}");

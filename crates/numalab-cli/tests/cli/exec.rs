@@ -144,7 +144,10 @@ fn exec_refuses_nodes_that_do_not_exist() {
     assert!(err.contains("--membind=7"), "{err}");
     assert!(err.contains("node 7 does not exist"), "{err}");
     assert!(
-        err.contains(&format!("this machine has nodes {nodes}")),
+        err.contains(&format!(
+            "this machine has {} {nodes}",
+            if nodes.len() == 1 { "node" } else { "nodes" }
+        )),
         "{err}"
     );
 

@@ -58,7 +58,7 @@ fn fill_refuses_a_bind_its_nodes_cannot_hold() {
     let err = stderr(&out);
     assert!(err.contains("cannot fill 1 TiB under bind:0"), "{err}");
     assert!(
-        err.contains("requested on node(s) 0, which have") && err.contains("MiB) free"),
+        err.contains("requested on node 0, which has") && err.contains("MiB) free"),
         "{err}"
     );
     assert!(stdout(&out).is_empty());

@@ -344,7 +344,7 @@ fn planted_outliers_are_each_found_and_named_and_nothing_else() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("2 figure(s) of 2 host(s) flagged"),
+        stderr(&out).contains("2 figures of 2 hosts flagged"),
         "{}",
         stderr(&out)
     );

@@ -261,7 +261,7 @@ fn a_saved_report_with_a_ragged_distance_matrix_is_refused_not_a_panic() {
         (
             "short-row",
             serde_json::json!({"nodes": [0, 1], "values": [[10], [21, 10]]}),
-            "row 0 has 1 values for 2 nodes",
+            "row 0 has 1 value for 2 nodes",
         ),
         (
             "more-nodes",

@@ -270,7 +270,7 @@ fn ring_csv_and_bad_input() {
         (vec!["--volume", "12 parsecs"], "unknown unit"),
         (
             vec!["--streams", "2", "--memory-node", "0,0,0"],
-            "3 values for 2 stream(s)",
+            "3 values for 2 streams",
         ),
         (vec!["--writer-cpus", "99"], "CPU 99 does not exist"),
     ] {
@@ -516,7 +516,7 @@ fn ring_total_memory_of_all_streams_is_checked_before_any_ring_is_made() {
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("4 ring(s) need"), "{err}");
+    assert!(err.contains("4 rings need"), "{err}");
     assert!(err.contains("together"), "{err}");
     assert!(!err.contains("making the ring"), "{err}");
 }

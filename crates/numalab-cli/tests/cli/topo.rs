@@ -89,7 +89,7 @@ fn topo_shows_other_machines() {
     let out = numalab(&["topo", "--synthetic", "pack:2 numa:2 core:4 pu:2"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("4 NUMA node(s)"), "{text}");
+    assert!(text.contains("4 NUMA nodes"), "{text}");
     assert!(
         !text.contains("kernel:"),
         "kernel settings are this machine's, not the synthetic one's"

@@ -166,9 +166,9 @@ pub fn bind_refused(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let error = ran.stderr.trim().to_owned();
     out.check(
         "error",
-        format!("names node(s) {} and its free memory", plan.node),
+        format!("names node {} and its free memory", plan.node),
         &error,
-        error.contains(&format!("requested on node(s) {}, which have", plan.node))
+        error.contains(&format!("requested on node {}, which has", plan.node))
             && error.contains("MiB) free"),
     );
     out.check(

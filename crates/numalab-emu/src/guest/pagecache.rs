@@ -11,6 +11,7 @@ use std::fs;
 
 use anyhow::Result;
 use numalab::system::NodeMemory;
+use numalab::units::count;
 use numalab::{MemPolicy, NodeSet};
 use numalab_bench::fincore::FincoreReport;
 use numalab_bench::pagecache::PagecacheBench;
@@ -590,7 +591,7 @@ pub fn post(guest: &Guest, out: &mut Outcome) -> Result<()> {
         .collect();
     out.same("cells (readers@place)", expected.join(" "), shape.join(" "));
     for cell in &report.cells {
-        let name = format!("{} reader(s) on {}", cell.readers, cell.place);
+        let name = format!("{} on {}", count(cell.readers, "reader"), cell.place);
         let node = match cell.place.to_string().as_str() {
             "same" => cache,
             _ => other,
@@ -638,8 +639,8 @@ pub fn post(guest: &Guest, out: &mut Outcome) -> Result<()> {
         .iter()
         .map(|r| {
             format!(
-                "{} reader(s), node {}: SLIT {}",
-                r.readers,
+                "{}, node {}: SLIT {}",
+                count(r.readers, "reader"),
                 r.reader_node,
                 r.slit_ratio.map_or("none".into(), |s| format!("{s:.2}"))
             )
@@ -647,7 +648,7 @@ pub fn post(guest: &Guest, out: &mut Outcome) -> Result<()> {
         .collect();
     out.same(
         "remote/local rows",
-        format!("1 reader(s), node {other}: SLIT {}", slit(other)),
+        format!("1 reader, node {other}: SLIT {}", slit(other)),
         ratios.join("; "),
     );
     // The text table: each skipped cell points at a numbered reason.
@@ -663,11 +664,15 @@ pub fn post(guest: &Guest, out: &mut Outcome) -> Result<()> {
         .count();
     out.check(
         "text table: skipped cells and numbered reasons",
-        format!("{skipped} skipped cells, each marked in every table; a line \"(1) why\""),
         format!(
-            "exit {:?}; {} cells marked \"skipped (N)\"; {numbered} line(s) \"(1) …\"",
+            "{}, each marked in every table; a line \"(1) why\"",
+            count(skipped, "skipped cell")
+        ),
+        format!(
+            "exit {:?}; {} marked \"skipped (N)\"; {} \"(1) …\"",
             table.code,
-            table.stdout.matches("skipped (").count()
+            count(table.stdout.matches("skipped (").count(), "cell"),
+            count(numbered, "line")
         ),
         table.code == Some(0)
             && table.stdout.matches("skipped (").count() >= skipped

@@ -61,7 +61,10 @@ pub fn quick(guest: &Guest, out: &mut Outcome) -> Result<()> {
         );
         for cell in of_policy {
             let threads = cell.setting("threads.count").unwrap_or("?");
-            let what = format!("sweep: {policy}, {threads} thread(s)");
+            let what = format!(
+                "sweep: {policy}, {threads} {}",
+                if threads == "1" { "thread" } else { "threads" }
+            );
             let Some(result) = &cell.result else {
                 out.same(
                     format!("{what}: result"),

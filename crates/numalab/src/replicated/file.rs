@@ -236,8 +236,8 @@ impl Layout {
         // Address space only: slots take memory when copies are made.
         if at > 1 << 46 {
             return Err(FileCopyError::Options(format!(
-                "copies of this file on {} node(s) would need {} of address space (at most 64 TiB)",
-                node_ids.len(),
+                "copies of this file on {} would need {} of address space (at most 64 TiB)",
+                crate::units::count(node_ids.len(), "node"),
                 crate::units::format_size(at)
             )));
         }

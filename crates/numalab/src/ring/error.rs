@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::buffer::BufferError;
 use crate::policy::PolicyError;
-use crate::units::Size;
+use crate::units::{count, Size};
 
 use super::layout::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS};
 
@@ -41,7 +41,7 @@ pub enum SizeError {
         block_size: usize,
     },
     /// Fewer than 2 blocks, or more than [`MAX_BLOCKS`](super::MAX_BLOCKS).
-    #[error("{blocks} blocks; a ring has 2 to {MAX_BLOCKS}")]
+    #[error("{}; a ring has 2 to {MAX_BLOCKS}", count(*blocks, "block"))]
     Blocks {
         /// Blocks the sizes give.
         blocks: u64,
@@ -85,7 +85,7 @@ pub enum SizeError {
 /// let err = Ring::create(&RingOptions::new("a/b", 4 * 4096, 4096)).unwrap_err();
 /// assert!(matches!(err, RingError::InvalidName { .. }), "{err}");
 /// let err = Ring::create(&RingOptions::new("one-block", 4096, 4096)).unwrap_err();
-/// assert!(err.to_string().contains("1 blocks; a ring has 2 to"), "{err}");
+/// assert!(err.to_string().contains("1 block; a ring has 2 to"), "{err}");
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -153,8 +153,9 @@ pub enum RingError {
     /// Rings that do not fit together in the memory or the file system
     /// that would hold them ([`check_room`](super::check_room)).
     #[error(
-        "{rings} ring(s) need {} together ({} of data, {} of block descriptors, \
+        "{} {} {} together ({} of data, {} of block descriptors, \
          transfer-header slots and control) {place}, which has {} free",
+        count(*rings, "ring"), if *rings == 1 { "needs" } else { "need" },
         Size(*needed), Size(*data), Size(needed.saturating_sub(*data)), Size(*free)
     )]
     NoRoom {
@@ -164,7 +165,7 @@ pub enum RingError {
         needed: u64,
         /// Of which data blocks.
         data: u64,
-        /// Where: `on node(s) 0` or `in /dev/shm`.
+        /// Where: `on node 0`, `on nodes 0-1` or `in /dev/shm`.
         place: String,
         /// Bytes free there (with reclaimable page cache, for nodes).
         free: u64,
@@ -209,7 +210,8 @@ pub enum RingError {
     /// The writer died without ending the stream; everything it had
     /// committed has been read.
     #[error(
-        "the writer (pid {pid}) died without ending the stream; {blocks} blocks were read before"
+        "the writer (pid {pid}) died without ending the stream; {} {} read before",
+        count(*blocks, "block"), if *blocks == 1 { "was" } else { "were" }
     )]
     WriterDied {
         /// Its process id as recorded.

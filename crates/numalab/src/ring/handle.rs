@@ -323,7 +323,10 @@ pub fn check_room(rings: &[RingOptions]) -> Result<(), RingError> {
                     rings: count,
                     needed,
                     data,
-                    place: format!("on node(s) {nodes}"),
+                    place: format!(
+                        "on {} {nodes}",
+                        if nodes.len() == 1 { "node" } else { "nodes" }
+                    ),
                     free: free.saturating_add(reclaimable),
                 })
             }

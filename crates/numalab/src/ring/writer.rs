@@ -183,7 +183,10 @@ impl Writer {
             }
             if start.elapsed() >= timeout {
                 return Err(RingError::Timeout {
-                    what: format!("{count} reader(s) to join (have {active})"),
+                    what: format!(
+                        "{} to join (have {active})",
+                        crate::units::count(count, "reader")
+                    ),
                     waited: start.elapsed(),
                 });
             }

@@ -160,7 +160,7 @@ pub struct Cpu {
 /// use numalab::topology::Distances;
 /// let ragged = r#"{"nodes": [0, 1], "values": [[10], [21, 10]]}"#;
 /// let err = serde_json::from_str::<Distances>(ragged).unwrap_err();
-/// assert!(err.to_string().contains("row 0 has 1 values for 2 nodes"), "{err}");
+/// assert!(err.to_string().contains("row 0 has 1 value for 2 nodes"), "{err}");
 /// let more = r#"{"nodes": [0, 1, 2], "values": [[10, 21], [21, 10]]}"#;
 /// assert!(serde_json::from_str::<Distances>(more).is_err());
 /// let zero = r#"{"nodes": [0, 1], "values": [[0, 0], [0, 0]]}"#;
@@ -199,14 +199,16 @@ impl TryFrom<UncheckedDistances> for Distances {
         }
         if raw.values.len() != n {
             return Err(format!(
-                "a distance matrix with {} rows for {n} nodes",
-                raw.values.len()
+                "a distance matrix with {} for {}",
+                crate::units::count(raw.values.len(), "row"),
+                crate::units::count(n, "node")
             ));
         }
         if let Some((i, row)) = raw.values.iter().enumerate().find(|(_, r)| r.len() != n) {
             return Err(format!(
-                "distance matrix row {i} has {} values for {n} nodes",
-                row.len()
+                "distance matrix row {i} has {} for {}",
+                crate::units::count(row.len(), "value"),
+                crate::units::count(n, "node")
             ));
         }
         // ACPI's SLIT holds one byte a distance, and Linux never shows 0.

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use numalab::units::count;
 use numalab_bench::experiment::result::{Comparison, Figures, RunResult, SweepResult};
 use numalab_bench::experiment::{Experiment, PolicySpec, Warning};
 use numalab_bench::stats::Summary;
@@ -55,28 +56,31 @@ pub fn describe(exp: &Experiment, regions: usize) -> String {
             exp.memory.replication
         ),
         (true, Replication::Copies, Sync::Rwlock) => format!(
-            ", every write to all copies, under {} RW locks per copy",
-            a.lock_stripes
+            ", every write to all copies, under {} per copy",
+            count(a.lock_stripes, "RW lock")
         ),
         (true, Replication::Copies, Sync::None) => ", every write to all copies, no locks".into(),
         (false, _, Sync::None) => String::new(),
-        (false, _, Sync::Rwlock) => format!(", under {} RW locks per region", a.lock_stripes),
+        (false, _, Sync::Rwlock) => {
+            format!(", under {} per region", count(a.lock_stripes, "RW lock"))
+        }
     };
     format!(
-        "{} thread(s) ({}), {} x {} {} region(s), {}, {} {} ops, R:W {}, {}{}; {} repeat(s) after {} warm-up(s)",
-        exp.threads.count,
+        "{} ({}), {} x {} {} {}, {}, {} {} ops, R:W {}, {}{}; {} after {}",
+        count(exp.threads.count, "thread"),
         exp.threads.placement,
         regions,
         human_bytes(exp.memory.size.0),
         exp.memory.sharing,
+        if regions == 1 { "region" } else { "regions" },
         exp.memory.policy,
         a.pattern,
         human_bytes(a.op_size.0),
         a.mix(),
         amount,
         sync,
-        exp.run.repeats,
-        exp.run.warmup,
+        count(exp.run.repeats, "repeat"),
+        count(exp.run.warmup, "warm-up"),
     )
 }
 
@@ -88,12 +92,12 @@ fn environment_line(env: &numalab::system::Environment) -> String {
         None => "-".to_owned(),
     };
     format!(
-        "{} · Linux {} · {} · {} node(s), {} CPU(s) · numa_balancing {} · THP {}",
+        "{} · Linux {} · {} · {}, {} · numa_balancing {} · THP {}",
         env.host.hostname,
         env.host.kernel,
         env.host.cpu_model.as_deref().unwrap_or("unknown CPU"),
-        env.topology.nodes,
-        env.topology.cpus,
+        count(env.topology.nodes, "node"),
+        count(env.topology.cpus, "CPU"),
         balancing,
         env.kernel.thp_enabled.as_deref().unwrap_or("-"),
     )
@@ -303,9 +307,9 @@ pub fn sweep_report(s: &SweepResult, style: Style) -> String {
     let mut out = String::new();
     let axes: Vec<&str> = s.axes.iter().map(|(k, _)| k.as_str()).collect();
     out.push_str(&style.heading(&format!(
-        "{} sweep: {} cells over {}",
+        "{} sweep: {} over {}",
         s.experiment.name,
-        s.cells.len(),
+        count(s.cells.len(), "cell"),
         axes.join(" x ")
     )));
     out.push_str(&style.line(&environment_line(&s.environment)));
@@ -581,8 +585,8 @@ fn noise_floor(s: &SweepResult) -> Option<String> {
     if apart > 0 {
         let _ = write!(
             line,
-            "; in {apart} of {} row(s) local differed from itself beyond its interval: the machine drifted or is busy, so trust no difference near that size",
-            intervals.len()
+            "; in {apart} of {} local differed from itself beyond its interval: the machine drifted or is busy, so trust no difference near that size",
+            count(intervals.len(), "row")
         );
     }
     Some(line)
