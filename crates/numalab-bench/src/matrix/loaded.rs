@@ -26,6 +26,11 @@ pub const BLOCK: usize = 4096;
 /// first.
 pub const DELAYS: [u64; 10] = [4_000, 2_000, 1_000, 500, 250, 120, 60, 30, 10, 0];
 
+/// How many times a loaded point is taken while its generators read
+/// nothing during it (not scheduled on a busy machine) before it is kept
+/// as it is.
+pub const LOADED_ATTEMPTS: usize = 5;
+
 /// Delays of a `--quick` curve.
 pub const QUICK_DELAYS: [u64; 3] = [1_000, 60, 0];
 
@@ -173,24 +178,54 @@ pub fn measure(
                         break;
                     }
                     delay.store(point_delay.unwrap_or(PAUSED), Ordering::Relaxed);
-                    // Let the generators reach their pace.
-                    std::thread::sleep(Duration::from_millis(20));
-                    let read = || counters.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
-                    let (bytes0, t0): (u64, Instant) = (read(), Instant::now());
-                    let mut samples_ns = Vec::with_capacity(repeats);
-                    for _ in 0..repeats {
-                        let begin = Instant::now();
-                        // SAFETY: as above.
-                        p = unsafe { chase(p, steps) };
-                        samples_ns.push(begin.elapsed().as_nanos() as f64 / steps as f64);
+                    let each = || -> Vec<u64> {
+                        counters
+                            .iter()
+                            .map(|c| c.0.load(Ordering::Relaxed))
+                            .collect()
+                    };
+                    let read = || each().iter().sum::<u64>();
+                    // Under load the generators run when the scheduler lets
+                    // them, so their pace is waited for by their progress,
+                    // not by a time: every one has read two blocks since
+                    // the delay changed (the first may be finishing at the
+                    // old delay).
+                    if point_delay.is_some() {
+                        let before = each();
+                        while !stop.load(Ordering::Relaxed)
+                            && each()
+                                .iter()
+                                .zip(&before)
+                                .any(|(now, then)| now - then < 2 * BLOCK as u64)
+                        {
+                            std::thread::sleep(Duration::from_micros(500));
+                        }
                     }
-                    let (bytes1, t1): (u64, Instant) = (read(), Instant::now());
-                    let secs = (t1 - t0).as_secs_f64().max(1e-9);
-                    points.push(LoadPoint {
-                        delay: point_delay,
-                        samples_ns,
-                        load_gbps: (bytes1 - bytes0) as f64 / secs / 1e9,
-                    });
+                    // A loaded point whose generators were not scheduled
+                    // while the chase ran measured no load: taken again,
+                    // a few times at most.
+                    for attempt in 1..=LOADED_ATTEMPTS {
+                        let (bytes0, t0): (u64, Instant) = (read(), Instant::now());
+                        let mut samples_ns = Vec::with_capacity(repeats);
+                        for _ in 0..repeats {
+                            let begin = Instant::now();
+                            // SAFETY: as above.
+                            p = unsafe { chase(p, steps) };
+                            samples_ns.push(begin.elapsed().as_nanos() as f64 / steps as f64);
+                        }
+                        let (bytes1, t1): (u64, Instant) = (read(), Instant::now());
+                        let unloaded = point_delay.is_some() && bytes1 == bytes0;
+                        if unloaded && attempt < LOADED_ATTEMPTS && !stop.load(Ordering::Relaxed) {
+                            continue;
+                        }
+                        let secs = (t1 - t0).as_secs_f64().max(1e-9);
+                        points.push(LoadPoint {
+                            delay: point_delay,
+                            samples_ns,
+                            load_gbps: (bytes1 - bytes0) as f64 / secs / 1e9,
+                        });
+                        break;
+                    }
                 }
                 std::hint::black_box(p);
                 Ok(points)
@@ -271,13 +306,12 @@ mod tests {
             1 << 20,
             4 << 20,
             HugePages::None,
-            // A long delay, then none. Each sample is long enough that a
-            // generator on a busy machine (other builds on both CPUs) is
-            // scheduled within it: with 2 ms samples it sometimes was not,
-            // and the unloaded point read 0 GB/s.
+            // A long delay, then none. The point waits for the generators'
+            // progress, and is taken again while they read nothing during
+            // it, so a busy machine slows the test, not its answer.
             &[1_000_000, 0],
             2,
-            Duration::from_millis(25),
+            Duration::from_millis(5),
         )
         .unwrap();
         assert_eq!(run.points.len(), 3, "idle + two delays");
