@@ -83,6 +83,19 @@ pub fn plain(value: f64) -> String {
     }
 }
 
+/// A tick of an axis whose ticks are `step` apart, with as many decimals
+/// as the step needs and every tick the same (`0.0 0.2 … 1.0 1.2`, not
+/// `0 0.20 … 1 1.2`).
+///
+pub fn tick(value: f64, step: f64) -> String {
+    let decimals = if step > 0.0 && step.is_finite() {
+        (-step.log10().floor()).clamp(0.0, 6.0) as usize
+    } else {
+        0
+    };
+    format!("{value:.decimals$}")
+}
+
 /// Bytes as a tick label (`256 KiB`, `32 MiB`).
 pub fn bytes(value: f64) -> String {
     human_bytes(value.max(0.0) as u64)
@@ -165,7 +178,7 @@ pub fn line_chart(chart: &Chart) -> Option<String> {
             WIDTH - RIGHT,
             LEFT - 6.0,
             sy(y) + 4.0,
-            plain(y),
+            tick(y, y_step),
             py = sy(y)
         );
         y += y_step;
@@ -602,6 +615,15 @@ mod tests {
             .and_then(|w| w.parse().ok())
             .unwrap();
         assert!(width < 1500.0, "{width}");
+    }
+
+    #[test]
+    fn ticks_of_one_axis_share_their_decimals() {
+        assert_eq!(tick(1.0, 0.2), "1.0");
+        assert_eq!(tick(0.8, 0.2), "0.8");
+        assert_eq!(tick(0.05, 0.05), "0.05");
+        assert_eq!(tick(2500.0, 500.0), "2500");
+        assert_eq!(tick(3.0, f64::NAN), "3");
     }
 
     #[test]
