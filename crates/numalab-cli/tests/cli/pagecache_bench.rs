@@ -207,7 +207,7 @@ fn bad_input_is_one_sentence_before_anything_is_written() {
         ),
         (
             vec!["--cache-node".into(), "4096".into()],
-            "node 4096 has no memory",
+            "--cache-node 4096: node 4096 is out of range",
         ),
         (
             vec![
@@ -241,7 +241,10 @@ fn bad_input_is_one_sentence_before_anything_is_written() {
                 .collect(),
             "hours of waiting; at most 1.0 hours",
         ),
-        (vec!["--reader-node".into(), "4096".into()], "no node 4096"),
+        (
+            vec!["--reader-node".into(), "4096".into()],
+            "--reader-node 4096: node 4096 is out of range",
+        ),
         (
             vec!["--reader-node".into(), "far".into()],
             "same, other or a node",
