@@ -387,16 +387,18 @@ fn reading_through_copies_makes_them_on_the_readers_node_and_survives_writes() {
     let repeats = copies["repeats"].as_array().unwrap();
     let first = &repeats[0]["readers"][0];
     assert_eq!(first["bytes"], 8 << 20, "the whole file");
-    // Every 64 KiB chunk, read once, is copied once: never more than
-    // 128 copies in the first repeat. A chunk the writer writes while it
-    // is being read is served from the file that time (seen once on a
-    // fresh machine: 127 copies, writes meanwhile): at most one fewer
-    // per write.
+    // Every 64 KiB chunk, read once, is copied once: 128 copies in the
+    // first repeat. A write lands on a chunk while it is read at most
+    // once per write, and then either the chunk is served from the file
+    // that time (seen on a fresh machine: 127 copies) or its copy, found
+    // stale as it was made, is made again (seen beside stress-ng: 129
+    // with 28 writes): at most one fewer or one more per write. Copying
+    // per block or never would be far outside.
     let first_writes = repeats[0]["writes"].as_u64().unwrap();
     let made = first["copies_made"].as_u64().unwrap();
     assert!(
-        (128u64.saturating_sub(first_writes)..=128).contains(&made),
-        "8 MiB in 64 KiB copies, each made once, less at most one per write ({first_writes}): {first}"
+        (128u64.saturating_sub(first_writes)..=128 + first_writes).contains(&made),
+        "8 MiB in 64 KiB copies, each made once, give or take one per write ({first_writes}): {first}"
     );
     for repeat in &repeats[1..] {
         let reader = &repeat["readers"][0];
