@@ -797,24 +797,14 @@ mod tests {
             // Grouped: each cell's warnings are its run's own.
             let grouped = GRID.replace("[run]\n", "[run]\norder = \"grouped\"\n");
             let exp = Experiment::from_toml_str(&grouped, "grid.toml").unwrap();
-            let topology = Topology::system().unwrap();
-            let result = run_cells(
-                &exp,
-                &topology,
-                &Control::default(),
-                |_, _, _| {},
-                |cell, topology, plan, control| {
-                    let mut result = execute_plan(cell, topology, plan, control)?;
-                    result.warnings.retain(|w| w.kind != WarningKind::Noisy);
-                    if noisy.contains(&cell.access.op_size.0) {
-                        result
-                            .warnings
-                            .push(Warning::new(WarningKind::Noisy, "noisy: planted"));
-                    }
-                    Ok(result)
-                },
-            )
-            .unwrap();
+            let result = changed(&exp, |cell, result| {
+                result.warnings.retain(|w| w.kind != WarningKind::Noisy);
+                if noisy.contains(&cell.access.op_size.0) {
+                    result
+                        .warnings
+                        .push(Warning::new(WarningKind::Noisy, "noisy: planted"));
+                }
+            });
             let lines: Vec<&str> = result
                 .warnings
                 .iter()
@@ -1138,8 +1128,23 @@ mod tests {
         exp: &Experiment,
         mut set: impl FnMut(&Experiment, u32, &mut crate::experiment::result::Repeat),
     ) -> SweepResult {
-        let topology = Topology::system().unwrap();
         let mut runs = 0u32;
+        changed(exp, |cell, result| {
+            for repeat in &mut result.repeats {
+                set(cell, runs, repeat);
+                runs += 1;
+            }
+            result.figures = figures(&result.repeats);
+        })
+    }
+
+    /// `exp`'s sweep, each cell's run changed by `change(cell, run)` once
+    /// it ran.
+    fn changed(
+        exp: &Experiment,
+        mut change: impl FnMut(&Experiment, &mut RunResult),
+    ) -> SweepResult {
+        let topology = Topology::system().unwrap();
         run_cells(
             exp,
             &topology,
@@ -1147,11 +1152,7 @@ mod tests {
             |_, _, _| {},
             |cell, topology, plan, control| {
                 let mut result = execute_plan(cell, topology, plan, control)?;
-                for repeat in &mut result.repeats {
-                    set(cell, runs, repeat);
-                    runs += 1;
-                }
-                result.figures = figures(&result.repeats);
+                change(cell, &mut result);
                 Ok(result)
             },
         )
