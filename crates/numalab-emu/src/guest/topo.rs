@@ -277,9 +277,9 @@ pub fn tiers(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let line = topo_line("kernel: numa_balancing")?;
     out.check(
         "numalab topo with numa_balancing = 2",
-        "kernel: numa_balancing 2 (memory tiering: …",
+        "kernel: numa_balancing tiering (hot pages promoted …",
         &line,
-        line.starts_with("kernel: numa_balancing 2 (memory tiering"),
+        line.starts_with("kernel: numa_balancing tiering (hot pages promoted"),
     );
     Ok(())
 }
