@@ -44,13 +44,7 @@ fn host_names(report: &FleetReport, group: usize, most: usize) -> String {
 
 /// A figure with three significant digits or so.
 fn figure(value: f64) -> String {
-    if value >= 100.0 {
-        format!("{value:.0}")
-    } else if value >= 10.0 {
-        format!("{value:.1}")
-    } else {
-        format!("{value:.2}")
-    }
+    super::experiment::text::num(value)
 }
 
 fn cpus_per_node(group: &Group) -> String {

@@ -47,16 +47,9 @@ fn segment_note(s: &Settings) -> String {
     )
 }
 
-/// MB/s as GB/s with three significant digits or more.
+/// MB/s as GB/s with about three significant digits.
 fn gbps(mb_per_s: f64) -> String {
-    let gb = mb_per_s / 1e3;
-    if gb >= 100.0 {
-        format!("{gb:.0}")
-    } else if gb >= 10.0 {
-        format!("{gb:.1}")
-    } else {
-        format!("{gb:.2}")
-    }
+    super::experiment::text::num(mb_per_s / 1e3)
 }
 
 fn stream_cell(stream: &StreamResult) -> String {
