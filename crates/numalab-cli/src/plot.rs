@@ -459,7 +459,7 @@ fn draw_lines(root: &DrawingArea<DynBackend<'_>, Shift>, chart: &LineChart) -> R
             String::new()
         }
     };
-    let y_number = |y: &f64| crate::render::svg::plain(*y);
+    let y_number = |y: &f64| numalab::units::plain(*y);
     let mut mesh = ctx.configure_mesh();
     mesh.x_desc(&chart.x_label)
         .y_desc(&chart.y_label)

@@ -190,6 +190,26 @@ where
     format!("{n} {}", if is_one { one } else { many })
 }
 
+/// A figure as an axis label writes it: whole numbers and anything from
+/// 100 up without decimals, one decimal from 1, two below.
+///
+/// ```
+/// use numalab::units::plain;
+/// assert_eq!(plain(12.0), "12");
+/// assert_eq!(plain(123.4), "123");
+/// assert_eq!(plain(3.14159), "3.1");
+/// assert_eq!(plain(0.25), "0.25");
+/// ```
+pub fn plain(value: f64) -> String {
+    if value.abs() >= 100.0 || value == value.round() {
+        format!("{value:.0}")
+    } else if value.abs() >= 1.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
 /// The regular English plural of `noun` (see [`count`]).
 fn plural(noun: &str) -> String {
     let vowel = |c: char| "aeiouAEIOU".contains(c);

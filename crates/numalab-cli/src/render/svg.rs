@@ -9,6 +9,7 @@
 use std::fmt::Write as _;
 
 use numalab::units::count;
+pub use numalab::units::plain;
 use numalab::Topology;
 
 pub use super::escape_html as escape;
@@ -70,17 +71,6 @@ fn tick_step(span: f64) -> f64 {
         } else {
             10.0
         }
-}
-
-/// A number as a tick label: no trailing zeros.
-pub fn plain(value: f64) -> String {
-    if value.abs() >= 100.0 || value == value.round() {
-        format!("{value:.0}")
-    } else if value.abs() >= 1.0 {
-        format!("{value:.1}")
-    } else {
-        format!("{value:.2}")
-    }
 }
 
 /// A tick of an axis whose ticks are `step` apart, with as many decimals
