@@ -454,19 +454,31 @@ fn a_large_result_file_is_read_without_a_json_tree_of_it() {
 /// one at `wide` on `nodes` nodes (its threads on each).
 fn profile_of(dir: &Scratch, count: usize, wide: usize, nodes: u32) -> String {
     let saved = dir.path("sleep.json");
+    // A process that outlives the watch, so its first sample is kept
+    // however late a busy host lets numalab take it (a short command
+    // can end before the first sample is read).
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id().to_string();
     let out = numalab(&[
         "profile",
+        "--pid",
+        &pid,
         "--interval",
         "20ms",
+        "--duration",
+        "100ms",
         "-o",
         &saved,
-        "--",
-        "sleep",
-        "0.1",
     ]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
     assert!(out.status.success(), "{}", stderr(&out));
     let mut doc: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
     let first = doc["timeline"]["samples"][0].clone();
+    assert!(first.is_object(), "the watch kept no sample: {doc}");
     let mut samples = vec![first; count];
     samples[wide]["threads_by_node"] = (0..nodes)
         .map(|n| (n.to_string(), Value::from(1)))

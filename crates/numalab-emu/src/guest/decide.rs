@@ -33,11 +33,12 @@ use super::{Guest, Outcome};
 const TOUCHED_MIB: usize = 1;
 
 /// Its run time: [`BASE_MS`], plus a penalty times the share of its
-/// pages off the node it likes (1 s for `decides`, 2 s for `steady`,
-/// whose rule looks at each placement's slowest run). Under emulation
-/// starting the program takes about 0.1 s more, so a fast run takes a
-/// tenth of a slow one or less, and a run the busy host stalls for most
-/// of a second still falls on its own side.
+/// pages off the node it likes (1 s for `decides`, 3 s for `steady`,
+/// whose rule looks at each placement's slowest run against the level of
+/// first touch's slow runs). Under emulation starting the program takes
+/// about 0.1 s more, so a fast run takes a tenth of a slow one or less,
+/// and a run the busy host stalls for a second or two still falls on its
+/// own side.
 const BASE_MS: u64 = 50;
 
 /// `numalab-guest --placement-speed LIKES CPUS PENALTY_MS [OTHER_CPUS
@@ -390,7 +391,7 @@ pub fn steady(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let program = [
         likes_arg.as_str(),
         slow_arg.as_str(),
-        "2000",
+        "3000",
         fast_arg.as_str(),
         statefile,
     ];
