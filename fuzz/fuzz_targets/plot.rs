@@ -34,10 +34,6 @@ mod output {
         numalab::files::check_output(path)?;
         Ok(())
     }
-
-    pub fn human_bytes(bytes: u64) -> String {
-        numalab::units::format_size(bytes)
-    }
 }
 
 /// A directory of this process's on tmpfs, for the figures.

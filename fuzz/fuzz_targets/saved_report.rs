@@ -7,7 +7,6 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use numalab_bench::document::Document;
-use numalab_bench::fleet::Fingerprint;
 use numalab_bench::report::Report;
 
 fuzz_target!(|data: &[u8]| {
@@ -34,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
     for finding in &findings {
         drop(finding.to_string());
     }
-    let _ = Fingerprint::of(&report);
+    let _ = report.machine_fingerprint();
     let saved = Document::new(&report).to_json().expect("a report serialises");
     if let Err(err) = Document::<Report>::parse(&saved) {
         panic!("a report read from a file does not read back: {err}");

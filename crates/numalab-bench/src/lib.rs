@@ -9,6 +9,7 @@ pub mod experiment;
 pub mod fill;
 pub mod fincore;
 pub mod fleet;
+pub mod host;
 pub mod kernels;
 pub mod matrix;
 pub mod pagecache;

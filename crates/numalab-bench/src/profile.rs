@@ -109,17 +109,11 @@ impl HintFaults {
     }
 
     fn now() -> Option<HintFaults> {
-        let text = std::fs::read_to_string("/proc/vmstat").ok()?;
-        let value = |name: &str| {
-            text.lines().find_map(|l| {
-                let (key, value) = l.split_once(' ')?;
-                (key == name).then(|| value.trim().parse::<u64>().ok())?
-            })
-        };
+        let [faults, local, pages_migrated] = numalab::profile::balancing_counters()?;
         Some(HintFaults {
-            faults: value("numa_hint_faults")?,
-            local: value("numa_hint_faults_local")?,
-            pages_migrated: value("numa_pages_migrated")?,
+            faults,
+            local,
+            pages_migrated,
         })
     }
 
@@ -341,9 +335,7 @@ pub fn profile_pid(
     options: ProfileOptions,
     stop: impl Fn() -> bool,
 ) -> io::Result<ProfileReport> {
-    let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|n| n.trim().to_owned())
-        .unwrap_or_default();
+    let name = numalab::profile::process_name(pid);
     let process = numalab::profile::Process::of(pid)?;
     let before = HintFaults::now();
     let start = Instant::now();

@@ -1,6 +1,12 @@
-//! Values every command's flags share, parsed in one place: sizes.
+//! Values every command's flags share, parsed in one place: sizes, and
+//! the machine `--xml`/`--synthetic` name.
 //! (Node and CPU lists are the library's `NodeSet`/`CpuSet` syntax, resolved
 //! against the machine by `Topology`.)
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use numalab::Topology;
 
 /// A size flag (`--size 64M`, `--volume 20G`, `--block-size 4MiB`): numalab's
 /// units (binary; `1.5G`, `512MiB`, `4096`), at least one byte.
@@ -45,6 +51,17 @@ fn decimal_looking(text: &str, bytes: u64) -> Option<String> {
 pub fn size_usize(text: &str) -> Result<usize, String> {
     let bytes = size(text)?;
     usize::try_from(bytes).map_err(|_| format!("invalid size {text:?}: it is too large"))
+}
+
+/// The machine `--xml FILE` or `--synthetic DESCRIPTION` names (hwloc's
+/// forms, as `lstopo --input` takes them), else this one.
+pub fn topology(xml: Option<&PathBuf>, synthetic: Option<&str>) -> anyhow::Result<Topology> {
+    Ok(match (xml, synthetic) {
+        (Some(path), _) => Topology::from_xml_file(path)
+            .with_context(|| format!("reading topology from {}", path.display()))?,
+        (None, Some(desc)) => Topology::from_synthetic(desc)?,
+        (None, None) => Topology::system()?,
+    })
 }
 
 #[cfg(test)]

@@ -3,11 +3,13 @@
 
 mod args;
 mod cmd;
+mod exit;
 mod exp;
 mod output;
 mod placement;
 mod plot;
 mod render;
+mod saved;
 mod signals;
 
 use std::process::ExitCode;
@@ -64,7 +66,7 @@ fn parse() -> Cli {
             .is_some_and(|a| a == "exec" || a == "profile" || a == "advise");
         let code = match err.use_stderr() {
             false => 0,
-            true if exec => cmd::exec::EXIT_OWN_FAILURE,
+            true if exec => exit::EXIT_OWN_FAILURE,
             true => 2,
         };
         std::process::exit(code)
@@ -131,13 +133,9 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Report(args) => cmd::report::run(args).map_err(|e| (e, 1)),
         Command::Topo(args) => cmd::topo::run(args).map(|()| 0).map_err(|e| (e, 1)),
-        Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE)),
-        Command::Profile(args) => {
-            cmd::profile::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE))
-        }
-        Command::Advise(args) => {
-            cmd::advise::run(args).map_err(|e| (e, cmd::exec::EXIT_OWN_FAILURE))
-        }
+        Command::Exec(args) => cmd::exec::run(args).map_err(|e| (e, exit::EXIT_OWN_FAILURE)),
+        Command::Profile(args) => cmd::profile::run(args).map_err(|e| (e, exit::EXIT_OWN_FAILURE)),
+        Command::Advise(args) => cmd::advise::run(args).map_err(|e| (e, exit::EXIT_OWN_FAILURE)),
         Command::Matrix(args) => cmd::matrix::run(args).map_err(|e| (e, 1)),
         Command::Fill(args) => cmd::fill::run(args).map_err(|e| (e, 1)),
         Command::Fincore(args) => cmd::fincore::run(args).map_err(|e| (e, 1)),

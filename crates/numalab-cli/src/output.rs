@@ -348,22 +348,6 @@ pub fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
 }
 
-/// Bytes in the largest fitting binary unit: `4.0 GiB`, `480 MiB`.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 || unit == 0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 #[cfg(test)]
 mod tests {
 
@@ -421,13 +405,6 @@ mod tests {
             printable("a\x1b[2Jb\r\u{9b}c\x7f"),
             "a\\x1b[2Jb\\x0d\\x9bc\\x7f"
         );
-    }
-
-    #[test]
-    fn human_bytes_picks_a_unit() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(480 << 20), "480 MiB");
-        assert_eq!(human_bytes(5 << 29), "2.5 GiB");
     }
 
     use std::fs;

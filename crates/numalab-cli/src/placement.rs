@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use numalab::policy::parse_weights;
-use numalab::{CpuSet, MemPolicy, NodeSet, Support, Topology};
+use numalab::{CpuSet, MemPolicy, NodeSet, Role, Support, Topology};
 
 /// Memory policy and CPU binding options.
 #[derive(Debug, Clone, Default, Args)]
@@ -69,21 +69,11 @@ impl PlacementArgs {
     /// Checks every option against `topology` and the kernel.
     pub fn resolve(&self, topology: &Topology) -> Result<Placement> {
         let mut placement = Placement::default();
+        // `all` and `!N` mean the allowed nodes with memory.
         let nodes = |flag: &str, spec: &str| -> Result<NodeSet> {
-            let nodes = topology
-                .parse_nodes(spec)
-                .with_context(|| format!("--{flag}={spec}"))?;
-            let with_memory = topology.nodes_with_memory();
-            // `all` quietly means the nodes that can hold memory.
-            let nodes = if spec.trim() == "all" || spec.trim().starts_with('!') {
-                nodes.intersection(&with_memory)
-            } else {
-                nodes
-            };
             topology
-                .check_memory_nodes(&nodes)
-                .with_context(|| format!("--{flag}={spec}"))?;
-            Ok(nodes)
+                .resolve_nodes(spec, Role::Memory)
+                .with_context(|| format!("--{flag}={spec}"))
         };
         placement.policy = if let Some(spec) = &self.membind {
             Some(MemPolicy::Bind(nodes("membind", spec)?))
@@ -133,16 +123,9 @@ impl PlacementArgs {
         }
 
         placement.cpus = if let Some(spec) = &self.cpunodebind {
+            // `all` and `!N` mean the allowed nodes with CPUs.
             let set = topology
-                .parse_nodes(spec)
-                .with_context(|| format!("--cpunodebind={spec}"))?;
-            let set = if spec.trim() == "all" || spec.trim().starts_with('!') {
-                set.intersection(&topology.nodes_with_cpus())
-            } else {
-                set
-            };
-            topology
-                .check_cpu_nodes(&set)
+                .resolve_nodes(spec, Role::Cpus)
                 .with_context(|| format!("--cpunodebind={spec}"))?;
             Some(topology.cpus_of(&set).intersection(&topology.allowed_cpus))
         } else if let Some(spec) = &self.physcpubind {

@@ -68,9 +68,9 @@ impl Interrupts {
                     }
                     eprintln!(
                         "numalab: {} again: stopping at once, without writing results",
-                        name(signal)
+                        numalab::launch::signal_name(signal)
                     );
-                    signal_hook::low_level::exit(128 + signal);
+                    signal_hook::low_level::exit(crate::exit::after_signal(signal));
                 }
             })
             .context("starting the signal watcher")?;
@@ -88,23 +88,6 @@ impl Interrupts {
     /// 128 + the first signal that arrived: the exit status of a command
     /// it interrupted.
     pub fn exit_status(&self) -> Option<i32> {
-        self.arrived().map(|signal| 128 + signal)
-    }
-}
-
-/// The signal's name, as `kill -l` spells it.
-pub fn name(signal: i32) -> String {
-    signal_hook::low_level::signal_name(signal)
-        .map_or_else(|| format!("signal {signal}"), str::to_owned)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_signals_as_kill_does() {
-        assert_eq!(name(SIGTERM), "SIGTERM");
-        assert_eq!(name(SIGHUP), "SIGHUP");
+        self.arrived().map(crate::exit::after_signal)
     }
 }

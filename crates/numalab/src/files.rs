@@ -29,7 +29,7 @@
 use std::fs::{File, Metadata};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::sys::linux;
@@ -186,7 +186,7 @@ pub fn read_input_at(
     if !stat.regular && !fifo {
         return Err(InputError::NotAFile {
             path: path.to_owned(),
-            kind: crate::pagecache::kind_of(stat.mode),
+            kind: kind_of(stat.mode),
         });
     }
     let file = File::from(linux::reopen_read(named.as_fd(), false).map_err(open_err)?);
@@ -424,25 +424,24 @@ impl std::os::fd::AsFd for TreeDir {
     }
 }
 
-/// What a file type is called in errors; `None` for a regular file.
-pub(crate) fn kind_name(kind: std::fs::FileType) -> Option<&'static str> {
-    Some(if kind.is_file() {
-        return None;
-    } else if kind.is_symlink() {
-        "symbolic link"
-    } else if kind.is_dir() {
-        "directory"
-    } else if kind.is_char_device() {
-        "character device"
-    } else if kind.is_block_device() {
-        "block device"
-    } else if kind.is_fifo() {
-        "FIFO"
-    } else if kind.is_socket() {
-        "socket"
-    } else {
-        "special file"
-    })
+/// What a file of mode `mode` (its `st_mode`) is called in messages:
+/// `regular file`, `directory`, `FIFO`, `character device`, ….
+pub(crate) fn kind_of(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => "regular file",
+        libc::S_IFDIR => "directory",
+        libc::S_IFIFO => "FIFO",
+        libc::S_IFCHR => "character device",
+        libc::S_IFBLK => "block device",
+        libc::S_IFSOCK => "socket",
+        libc::S_IFLNK => "symbolic link",
+        _ => "special file",
+    }
+}
+
+/// [`kind_of`] anything but a regular file; `None` for one.
+pub(crate) fn special_kind(mode: u32) -> Option<&'static str> {
+    (mode & libc::S_IFMT != libc::S_IFREG).then(|| kind_of(mode))
 }
 
 /// Checks that `path` can be written by [`write_output`]: its directory
@@ -512,7 +511,7 @@ pub fn check_output(path: &Path) -> Result<OutputTarget, OutputError> {
         });
     }
     let existing = match std::fs::symlink_metadata(path) {
-        Ok(meta) => match kind_name(meta.file_type()) {
+        Ok(meta) => match special_kind(meta.mode()) {
             None => Some(meta),
             Some(kind) => {
                 return Err(OutputError::NotAFile {
@@ -741,6 +740,7 @@ fn human(limit: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileTypeExt;
 
     #[test]
     fn refuses_devices_and_directories_before_reading() {

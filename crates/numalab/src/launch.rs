@@ -64,6 +64,20 @@ impl Exit {
     }
 }
 
+/// A signal's name for messages, as `kill -l` spells it (`SIGTERM`), or
+/// `signal N` for one without a name.
+///
+/// ```
+/// use numalab::launch::signal_name;
+/// assert_eq!(signal_name(15), "SIGTERM");
+/// assert_eq!(signal_name(2), "SIGINT");
+/// assert_eq!(signal_name(1), "SIGHUP");
+/// assert_eq!(signal_name(40), "signal 40");
+/// ```
+pub fn signal_name(signal: i32) -> String {
+    linux::signal_name(signal).map_or_else(|| format!("signal {signal}"), str::to_owned)
+}
+
 /// How the memory of the command was observed.
 ///
 /// ```

@@ -188,25 +188,12 @@ impl From<io::Error> for PageCacheError {
     }
 }
 
-/// The kind of file a mode is, in words.
-pub(crate) fn kind_of(mode: u32) -> &'static str {
-    match mode & libc::S_IFMT {
-        libc::S_IFDIR => "directory",
-        libc::S_IFIFO => "FIFO",
-        libc::S_IFCHR => "character device",
-        libc::S_IFBLK => "block device",
-        libc::S_IFSOCK => "socket",
-        libc::S_IFLNK => "symbolic link",
-        _ => "special file",
-    }
-}
-
 /// `file`'s status, or why it has no cached pages to count: only a
 /// regular file does.
 fn regular(file: &File) -> Result<FileStat, PageCacheError> {
     let stat = linux::stat_fd(file)?;
     if !stat.regular {
-        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
+        return Err(PageCacheError::NotRegular(crate::files::kind_of(stat.mode)));
     }
     Ok(stat)
 }
@@ -256,7 +243,7 @@ pub fn open_for_cache_at(
     let named = linux::open_path_at(at, path, follow)?;
     let stat = linux::stat_fd(&named)?;
     if !stat.regular {
-        return Err(PageCacheError::NotRegular(kind_of(stat.mode)));
+        return Err(PageCacheError::NotRegular(crate::files::kind_of(stat.mode)));
     }
     Ok(File::from(linux::reopen_read(named.as_fd(), true)?))
 }

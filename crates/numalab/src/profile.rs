@@ -413,6 +413,35 @@ impl Process {
     }
 }
 
+/// Process `pid`'s command name, as `ps -o comm` shows it; empty when it
+/// cannot be read.
+///
+/// ```
+/// let name = numalab::profile::process_name(std::process::id() as i32);
+/// assert!(!name.is_empty() && name.len() <= 15);
+/// ```
+pub fn process_name(pid: i32) -> String {
+    procfs::process_name(pid).unwrap_or_default()
+}
+
+/// NUMA balancing's system-wide counters now (`/proc/vmstat`):
+/// `numa_hint_faults`, `numa_hint_faults_local`, `numa_pages_migrated`;
+/// `None` on a kernel that does not count them.
+///
+/// ```
+/// if let Some([faults, local, _moved]) = numalab::profile::balancing_counters() {
+///     assert!(local <= faults);
+/// }
+/// ```
+pub fn balancing_counters() -> Option<[u64; 3]> {
+    let values = procfs::vmstat(&[
+        "numa_hint_faults",
+        "numa_hint_faults_local",
+        "numa_pages_migrated",
+    ])?;
+    Some([values[0], values[1], values[2]])
+}
+
 /// Samples process `pid` (all its threads, and the processes it has
 /// started and that still run, found again at each sample) every
 /// `options.interval` until it ends, `options.duration` passes or

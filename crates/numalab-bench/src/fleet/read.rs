@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Cell, FleetError, Metric};
 use crate::document::Schema;
-use crate::fleet::{Fingerprint, TaskIdentity};
+use crate::host::{Fingerprint, TaskIdentity};
 use crate::report::Report;
 use crate::topo::TopoReport;
 

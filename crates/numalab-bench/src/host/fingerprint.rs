@@ -8,7 +8,6 @@ use numalab::topology::Distances;
 use numalab::units::Size;
 use serde::{Deserialize, Serialize};
 
-use crate::report::Report;
 use crate::topo::TopoReport;
 
 /// How far apart two nodes' memory may be and still count as the same: 2%
@@ -22,7 +21,7 @@ use crate::topo::TopoReport;
 /// are compared with this tolerance instead.
 ///
 /// ```
-/// use numalab_bench::fleet::fingerprint::same_memory;
+/// use numalab_bench::host::fingerprint::same_memory;
 /// let gib = 1u64 << 30;
 /// assert!(same_memory(256 * gib, 256 * gib - gib / 4)); // 0.1% less: same
 /// assert!(!same_memory(256 * gib, 240 * gib)); // a 16 GiB DIMM missing
@@ -32,7 +31,7 @@ pub const MEMORY_TOLERANCE: f64 = 0.02;
 /// Whether two memory sizes are the same within [`MEMORY_TOLERANCE`].
 ///
 /// ```
-/// use numalab_bench::fleet::fingerprint::same_memory;
+/// use numalab_bench::host::fingerprint::same_memory;
 /// let node = 96u64 << 30; // 6 DIMMs of 16 GiB
 /// assert!(same_memory(node, node - (64 << 20))); // 64 MiB more reserved
 /// assert!(!same_memory(node, node - (16 << 30))); // a DIMM missing
@@ -50,7 +49,7 @@ pub fn same_memory(a: u64, b: u64) -> bool {
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::fleet::Fingerprint;
+/// use numalab_bench::host::Fingerprint;
 /// use numalab_bench::topo::TopoReport;
 ///
 /// let two = TopoReport::gather(Topology::from_synthetic("pack:2 numa:1 core:4 pu:1")?);
@@ -88,7 +87,7 @@ pub struct Fingerprint {
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::fleet::Fingerprint;
+/// use numalab_bench::host::Fingerprint;
 /// use numalab_bench::topo::TopoReport;
 ///
 /// let machine = TopoReport::gather(Topology::from_synthetic("pack:2 numa:1 core:4 pu:2")?);
@@ -112,36 +111,6 @@ pub struct NodeShape {
 }
 
 impl Fingerprint {
-    /// The fingerprint of the machine `report` was measured on, computed
-    /// from its topology and environment (a report of any numalab version
-    /// has them), not copied from its `fingerprint` field.
-    ///
-    /// ```
-    /// use numalab_bench::document::Document;
-    /// use numalab_bench::fleet::Fingerprint;
-    /// use numalab_bench::report::Report;
-    ///
-    /// // Saved before reports carried a fingerprint.
-    /// let text = std::fs::read_to_string(concat!(
-    ///     env!("CARGO_MANIFEST_DIR"),
-    ///     "/../../tests/results/report-cxl.json"
-    /// ))?;
-    /// let report: Report = Document::parse(&text)?;
-    /// assert!(report.fingerprint.is_none() && report.task.is_empty());
-    /// let fingerprint = Fingerprint::of(&report);
-    /// assert_eq!((fingerprint.packages, fingerprint.nodes.len()), (2, 4));
-    /// assert!(fingerprint.hmat, "the CXL preset's firmware has HMAT");
-    /// assert_eq!(fingerprint.nodes[2].cpus, 0, "a memory-only node");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn of(report: &Report) -> Fingerprint {
-        Fingerprint::from_parts(
-            &report.topology,
-            report.matrix.environment.as_ref(),
-            report.matrix.settings.quick,
-        )
-    }
-
     /// The fingerprint of a report's machine: `topology` from its
     /// `topology`, `environment` from `matrix.environment`, `quick` from
     /// `matrix.settings.quick`. The kernel's settings come from the
@@ -358,7 +327,7 @@ fn gib(bytes: u64) -> String {
 /// read (any other value as its number).
 ///
 /// ```
-/// use numalab_bench::fleet::fingerprint::balancing_word;
+/// use numalab_bench::host::fingerprint::balancing_word;
 /// assert_eq!(balancing_word(Some(0)), "off");
 /// assert_eq!(balancing_word(Some(2)), "tiering");
 /// assert_eq!(balancing_word(None), "unknown");

@@ -65,7 +65,7 @@ pub const MAX_VALUE_BYTES: usize = 4096;
 /// launcher; a launcher none of whose variables is set is left out.
 ///
 /// ```
-/// use numalab_bench::fleet::TaskIdentity;
+/// use numalab_bench::host::TaskIdentity;
 ///
 /// let task = TaskIdentity::from_vars([
 ///     ("SLURM_JOB_ID", "4242"),

@@ -9,6 +9,7 @@
 //! measured; it measures the matrix and runs the sweep; [`Report::new`]
 //! puts the results together with their findings.
 
+mod cell;
 pub mod design;
 pub mod findings;
 pub mod scaling;
@@ -19,10 +20,11 @@ use crate::document::Schema;
 use crate::experiment::config::ConfigError;
 use crate::experiment::sweep::SweepError;
 use crate::experiment::SweepResult;
-use crate::fleet::{Fingerprint, TaskIdentity};
+use crate::host::{Fingerprint, TaskIdentity};
 use crate::matrix::{MatrixError, MatrixResult};
 use crate::topo::TopoReport;
 
+pub use cell::{Cell, Metric};
 pub use design::ReportPlan;
 pub use findings::{Finding, FindingKind};
 
@@ -51,7 +53,7 @@ pub struct Report {
     #[serde(default)]
     pub host: Option<String>,
     /// The machine's fingerprint, what `numalab fleet` groups hosts by.
-    /// Absent in older reports; [`Fingerprint::of`] computes it from
+    /// Absent in older reports; [`Report::machine_fingerprint`] computes it from
     /// `topology` and `matrix.environment` for any report.
     #[serde(default)]
     pub fingerprint: Option<Fingerprint>,
@@ -330,15 +332,43 @@ impl Report {
         check_cell_nodes(&nodes, "cache-to-cache", c2c.map(|c| (c.node_a, c.node_b)))
     }
 
+    /// The fingerprint of the machine this report was measured on,
+    /// computed from its topology and environment (a report of any
+    /// numalab version has them), not copied from its `fingerprint` field.
+    ///
+    /// ```
+    /// use numalab_bench::document::Document;
+    /// use numalab_bench::report::Report;
+    ///
+    /// // Saved before reports carried a fingerprint.
+    /// let text = std::fs::read_to_string(concat!(
+    ///     env!("CARGO_MANIFEST_DIR"),
+    ///     "/../../tests/results/report-cxl.json"
+    /// ))?;
+    /// let report: Report = Document::parse(&text)?;
+    /// assert!(report.fingerprint.is_none() && report.task.is_empty());
+    /// let fingerprint = report.machine_fingerprint();
+    /// assert_eq!((fingerprint.packages, fingerprint.nodes.len()), (2, 4));
+    /// assert!(fingerprint.hmat, "the CXL preset's firmware has HMAT");
+    /// assert_eq!(fingerprint.nodes[2].cpus, 0, "a memory-only node");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn machine_fingerprint(&self) -> Fingerprint {
+        Fingerprint::from_parts(
+            &self.topology,
+            self.matrix.environment.as_ref(),
+            self.matrix.settings.quick,
+        )
+    }
+
     /// A report read from a file, made ready to show: its sizes checked
     /// ([`check_sizes`](Self::check_sizes)), every figure of its matrix
     /// checked to be one a measurement gives
-    /// ([`Metric::plausible`](crate::fleet::Metric::plausible)), and its
+    /// ([`Metric::plausible`](Metric::plausible)), and its
     /// findings made again from its topology, matrix, sweep and scaling
     /// (the file's own are not shown: they need not say what its figures
     /// do). Why not, in one sentence.
     pub fn from_saved(mut self) -> Result<Report, String> {
-        use crate::fleet::{Cell, Metric};
         self.check_sizes()?;
         let matrix = &self.matrix;
         let cell = |metric, initiator, target| Cell {

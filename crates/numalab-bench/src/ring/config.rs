@@ -8,8 +8,6 @@ use numalab::ring::{Backpressure, RingOptions, MAX_BLOCKS, MAX_READERS};
 use numalab::HugePages;
 use serde::{Deserialize, Serialize};
 
-use super::plan::PlanError;
-
 /// Most streams `numalab ring` runs at once (`--streams`).
 pub const MAX_STREAMS: usize = 256;
 /// Most writer and reader processes `numalab ring` starts for one cell
@@ -24,6 +22,42 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 /// library's default, 4 KiB a block, would make a ring of small blocks
 /// mostly header room.)
 pub const HEADER_ROOM: usize = 64;
+
+/// A count, size or duration of a [`RingConfig`] outside its limit. Each
+/// names the option as the command line spells it.
+///
+/// ```
+/// use numalab_bench::ring::{ConfigError, RingConfig};
+///
+/// let mut config = RingConfig::new("numalab");
+/// config.streams = 0;
+/// assert!(matches!(config.check(), Err(ConfigError::NoStreams)));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No stream.
+    #[error("--streams=0: at least one stream is needed")]
+    NoStreams,
+    /// A count, size or duration outside its limit
+    /// ([`RingConfig::check`]).
+    #[error("--{flag}={value} {rule}")]
+    OutOfRange {
+        /// The option, as the command line spells it.
+        flag: &'static str,
+        /// Its value.
+        value: String,
+        /// The rule it breaks, with the limit.
+        rule: String,
+    },
+    /// Sizes the ring itself refuses.
+    #[error("--block-size, --blocks")]
+    Ring {
+        /// Why.
+        #[source]
+        source: numalab::ring::RingError,
+    },
+}
 
 /// `--timeout SECONDS` as a duration: more than 0, at most
 /// [`MAX_TIMEOUT`] (checked before the conversion, which cannot hold
@@ -41,10 +75,10 @@ pub const HEADER_ROOM: usize = 64;
 ///      numalab ring process waits for the other side"
 /// );
 /// assert!(timeout_from_secs(0.0).is_err() && timeout_from_secs(f64::NAN).is_err());
-/// # Ok::<(), numalab_bench::ring::PlanError>(())
+/// # Ok::<(), numalab_bench::ring::ConfigError>(())
 /// ```
-pub fn timeout_from_secs(secs: f64) -> Result<Duration, PlanError> {
-    let out = |rule: String| PlanError::OutOfRange {
+pub fn timeout_from_secs(secs: f64) -> Result<Duration, ConfigError> {
+    let out = |rule: String| ConfigError::OutOfRange {
         flag: "timeout",
         value: secs.to_string(),
         rule,
@@ -242,7 +276,7 @@ impl RingConfig {
     /// the command line spells it, its value and the limit.
     ///
     /// ```
-    /// use numalab_bench::ring::{PlanError, RingConfig};
+    /// use numalab_bench::ring::{ConfigError, RingConfig};
     ///
     /// let mut config = RingConfig::new("numalab");
     /// assert!(config.check().is_ok());
@@ -253,15 +287,15 @@ impl RingConfig {
     /// );
     /// config.streams = 1;
     /// config.timeout = std::time::Duration::from_secs(1 << 40);
-    /// assert!(matches!(config.check(), Err(PlanError::OutOfRange { flag: "timeout", .. })));
+    /// assert!(matches!(config.check(), Err(ConfigError::OutOfRange { flag: "timeout", .. })));
     /// ```
-    pub fn check(&self) -> Result<(), PlanError> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         let out = |flag: &'static str, value: String, rule: String| {
-            Err(PlanError::OutOfRange { flag, value, rule })
+            Err(ConfigError::OutOfRange { flag, value, rule })
         };
         if self.layout.is_none() {
             if self.streams == 0 {
-                return Err(PlanError::NoStreams);
+                return Err(ConfigError::NoStreams);
             }
             if self.streams > MAX_STREAMS {
                 return out(
@@ -327,6 +361,6 @@ impl RingConfig {
         // address can describe).
         self.ring_options("check", 0)
             .validate()
-            .map_err(|source| PlanError::Ring { source })
+            .map_err(|source| ConfigError::Ring { source })
     }
 }

@@ -23,11 +23,10 @@ mod result;
 pub mod run;
 pub mod worker;
 
-pub use config::{Layout, Mode, RingConfig};
+pub use config::{ConfigError, Layout, Mode, RingConfig};
 pub use plan::{CellPlan, PlanError, StreamPlan};
 pub use result::{
     CellResult, CellStatus, ProcessPlacement, RingList, RingReport, Settings, StreamResult,
-    WorkerReport,
 };
 pub use run::{run, RunError};
-pub use worker::{Role, WorkerConfig, WorkerError};
+pub use worker::{Role, WorkerConfig, WorkerError, WorkerReport};

@@ -6,7 +6,7 @@ use numalab::units::count;
 use numalab::{CpuSet, NodeSet, SpecError, Topology};
 use serde::{Deserialize, Serialize};
 
-use super::config::{Layout, RingConfig};
+use super::config::{ConfigError, Layout, RingConfig};
 
 /// Where one stream's parts run.
 ///
@@ -75,7 +75,7 @@ pub struct CellPlan {
 ///
 /// ```
 /// use numalab::{SpecError, Topology};
-/// use numalab_bench::ring::{plan, PlanError, RingConfig};
+/// use numalab_bench::ring::{plan, ConfigError, PlanError, RingConfig};
 ///
 /// let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
 /// let mut config = RingConfig::new("numalab");
@@ -87,33 +87,19 @@ pub struct CellPlan {
 ///     other => panic!("unexpected {other}"),
 /// }
 /// config.streams = 0;
-/// assert!(matches!(plan::cells(&config, &topology), Err(PlanError::NoStreams)));
+/// assert!(matches!(
+///     plan::cells(&config, &topology),
+///     Err(PlanError::Config(ConfigError::NoStreams))
+/// ));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PlanError {
-    /// No stream.
-    #[error("--streams=0: at least one stream is needed")]
-    NoStreams,
-    /// A count, size or duration outside its limit
-    /// ([`RingConfig::check`]).
-    #[error("--{flag}={value} {rule}")]
-    OutOfRange {
-        /// The option, as the command line spells it.
-        flag: &'static str,
-        /// Its value.
-        value: String,
-        /// The rule it breaks, with the limit.
-        rule: String,
-    },
-    /// Sizes the ring itself refuses.
-    #[error("--block-size, --blocks")]
-    Ring {
-        /// Why.
-        #[source]
-        source: numalab::ring::RingError,
-    },
+    /// A count, size or duration outside its limit, no stream at all,
+    /// or sizes the ring itself refuses ([`RingConfig::check`]).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// A node list with something that is not a node number.
     #[error("--{flag}={spec}: {value:?} is not a node number")]
     NotANode {
@@ -248,7 +234,7 @@ pub fn custom_streams(
 ) -> Result<Vec<StreamPlan>, PlanError> {
     let n = config.streams;
     if n == 0 {
-        return Err(PlanError::NoStreams);
+        return Err(ConfigError::NoStreams.into());
     }
     let default_memory = topology
         .nodes_with_memory()
@@ -490,7 +476,7 @@ mod tests {
         config.streams = 0;
         assert!(matches!(
             super::cells(&config, &topology),
-            Err(PlanError::NoStreams)
+            Err(PlanError::Config(ConfigError::NoStreams))
         ));
     }
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::Mode;
 use super::plan::StreamPlan;
-use super::worker::Role;
+use super::worker::WorkerReport;
 use crate::document::Schema;
 
 /// The `numalab.ring` document.
@@ -265,44 +265,6 @@ impl ProcessPlacement {
             ok: report.cpus_seen.is_subset(cpus) && !report.cpus_seen.is_empty(),
         }
     }
-}
-
-/// What a worker process prints when it is done (one JSON line).
-///
-/// ```
-/// use numalab_bench::ring::{ProcessPlacement, Role, WorkerReport};
-///
-/// let line = r#"{"role":"reader","pid":7,"bytes":64,"blocks":1,"start_ns":0,"end_ns":9,
-///   "cpu_seconds":0.0,"cpus_allowed":[0,1,2,3],"cpus_seen":[2],"nodes_seen":[0],"skipped_blocks":0}"#;
-/// let report: WorkerReport = serde_json::from_str(line).unwrap();
-/// assert_eq!(report.role, Role::Reader);
-/// assert!(ProcessPlacement::of(&report, &"2-3".parse().unwrap()).ok);
-/// assert!(!ProcessPlacement::of(&report, &"0".parse().unwrap()).ok);
-/// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkerReport {
-    /// `writer` or `reader`.
-    pub role: Role,
-    /// Process id.
-    pub pid: u32,
-    /// Payload bytes moved.
-    pub bytes: u64,
-    /// Blocks moved.
-    pub blocks: u64,
-    /// `CLOCK_MONOTONIC` at the first byte, nanoseconds.
-    pub start_ns: u64,
-    /// `CLOCK_MONOTONIC` after the last byte, nanoseconds.
-    pub end_ns: u64,
-    /// CPU time used, seconds.
-    pub cpu_seconds: f64,
-    /// The CPUs it was pinned to.
-    pub cpus_allowed: CpuSet,
-    /// CPUs it ran on.
-    pub cpus_seen: CpuSet,
-    /// Their nodes.
-    pub nodes_seen: NodeSet,
-    /// Blocks the ring skipped for it (lag mode).
-    pub skipped_blocks: u64,
 }
 
 /// The `numalab.ring-list` document: the ring segments on this machine.

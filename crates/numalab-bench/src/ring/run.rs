@@ -16,26 +16,27 @@ use numalab::ring::{self, Ring, RingError, RingOptions};
 use numalab::system::Environment;
 use numalab::{CpuSet, Topology};
 
-use super::config::RingConfig;
+use super::config::{ConfigError, RingConfig};
 use super::plan::{self, PlanError, StreamPlan};
-use super::result::{
-    CellResult, CellStatus, ProcessPlacement, RingReport, Settings, StreamResult, WorkerReport,
-};
-use super::worker::{Role, WorkerConfig};
+use super::result::{CellResult, CellStatus, ProcessPlacement, RingReport, Settings, StreamResult};
+use super::worker::{Role, WorkerConfig, WorkerReport};
 
 /// Why `numalab ring` stopped.
 ///
 /// ```
 /// use std::sync::atomic::AtomicUsize;
 /// use numalab::Topology;
-/// use numalab_bench::ring::{run, PlanError, RingConfig, RunError};
+/// use numalab_bench::ring::{run, ConfigError, PlanError, RingConfig, RunError};
 ///
 /// let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
 /// let mut config = RingConfig::new("numalab");
 /// config.streams = 0;
 /// // The plan is checked before any ring or process is made.
 /// let err = run(&config, &topology, &mut |_| {}, &AtomicUsize::new(0)).unwrap_err();
-/// assert!(matches!(err, RunError::Plan(PlanError::NoStreams)), "{err}");
+/// assert!(
+///     matches!(err, RunError::Plan(PlanError::Config(ConfigError::NoStreams))),
+///     "{err}"
+/// );
 /// assert_eq!(err.to_string(), "--streams=0: at least one stream is needed");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -114,17 +115,6 @@ fn with_sources(err: &RunError) -> String {
     text
 }
 
-/// The name of a signal that stops a run, for messages.
-pub fn signal_name(signal: i32) -> String {
-    match signal {
-        1 => "SIGHUP".into(),
-        2 => "SIGINT (Ctrl-C)".into(),
-        3 => "SIGQUIT".into(),
-        15 => "SIGTERM".into(),
-        other => format!("signal {other}"),
-    }
-}
-
 /// Runs every cell `config` asks for on this machine (`topology` is its
 /// topology). `progress` hears one line as each cell starts.
 ///
@@ -147,12 +137,12 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
     stop: &AtomicUsize,
 ) -> Result<RingReport, RunError> {
-    config.check()?;
+    config.check().map_err(PlanError::from)?;
     let cells = plan::cells(config, topology)?;
     let segment_bytes = config
         .ring_options("check", 0)
         .segment_size()
-        .map_err(|source| PlanError::Ring { source })?;
+        .map_err(|source| PlanError::from(ConfigError::Ring { source }))?;
     // Auto's rule for blocks that may stream, settled here, where the
     // run may use two CPUs to measure a writer and a reader together;
     // the workers, each pinned to its own CPUs, read it back from the
@@ -179,7 +169,10 @@ pub fn run(
             (Err(reason), _) => not_ran(CellStatus::Skipped, reason.clone()),
             (Ok(_), Some(signal)) => not_ran(
                 CellStatus::Interrupted,
-                format!("not run: {} stopped the run", signal_name(signal)),
+                format!(
+                    "not run: {} stopped the run",
+                    numalab::launch::signal_name(signal)
+                ),
             ),
             (Ok(streams), None) => {
                 progress(&format!("running {} cell: {}", cell.table, cell.name));
@@ -199,7 +192,7 @@ pub fn run(
                             CellStatus::Interrupted,
                             format!(
                                 "{} stopped it; its workers were ended and its rings removed",
-                                signal_name(signal)
+                                numalab::launch::signal_name(signal)
                             ),
                         )
                     }

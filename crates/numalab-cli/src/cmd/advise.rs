@@ -14,12 +14,11 @@ use numalab::{Support, Topology};
 use numalab_bench::advise::{
     advise, candidates, weights_from_bandwidth, AdviseConfig, AdviseError, Candidate,
 };
-use numalab_bench::document::Document;
 use numalab_bench::exec::ExecError;
 use numalab_bench::experiment::values::Seconds;
 use numalab_bench::matrix::{self, MatrixConfig, MatrixResult, Measurements, NodeSelection, Shape};
 
-use super::exec::cannot_run;
+use crate::exit::{after_signal, cannot_run};
 use crate::output::OutputArgs;
 use crate::render;
 
@@ -158,7 +157,7 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
         }
         Err(AdviseError::Exec(ExecError::Launch(LaunchError::Interrupted { signal }))) => {
             eprintln!("numalab advise: signal {signal} arrived before the command started; it was not run");
-            return Ok(128 + signal);
+            return Ok(after_signal(signal));
         }
         Err(AdviseError::FailsByDefault { exit, code }) => {
             eprintln!(
@@ -178,13 +177,13 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
     if let Some(code) = report.failed_by_default {
         return Ok(code);
     }
-    Ok(report.interrupted.map_or(0, |signal| 128 + signal))
+    Ok(report.interrupted.map_or(0, after_signal))
 }
 
 fn read_matrix(path: &std::path::Path) -> Result<MatrixResult> {
-    let text = numalab::files::read_text_limited(path, MAX_MATRIX_BYTES, "matrix results")
+    let bytes = numalab::files::read_input_limited(path, MAX_MATRIX_BYTES, "matrix results")
         .with_context(|| format!("--matrix {}", path.display()))?;
-    let result: MatrixResult = Document::parse(&text).with_context(|| {
+    let result: MatrixResult = crate::saved::parse_saved(bytes, path).with_context(|| {
         format!(
             "--matrix {}: not a numalab matrix --json result",
             path.display()

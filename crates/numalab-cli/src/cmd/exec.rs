@@ -51,29 +51,6 @@ pub struct ExecArgs {
     pub command: Vec<OsString>,
 }
 
-/// Says that `program` could not be run by `numalab COMMAND`; the exit
-/// status a shell gives then: 127 when it does not exist, 126 otherwise.
-pub fn cannot_run(command: &str, program: &std::ffi::OsStr, source: &std::io::Error) -> i32 {
-    // Said as a shell (and advise, which looks first) says it: "not
-    // found in PATH", "not an executable file", not the raw errno.
-    let why = match numalab::launch::find_program(program) {
-        Err(found) => found.to_string(),
-        Ok(_) => source.to_string(),
-    };
-    eprintln!(
-        "numalab {command}: cannot run {}: {why}",
-        crate::output::printable_field(&program.to_string_lossy())
-    );
-    if source.kind() == std::io::ErrorKind::NotFound {
-        127
-    } else {
-        126
-    }
-}
-
-/// Exit status when numalab itself fails, as `env` and `timeout` use.
-pub const EXIT_OWN_FAILURE: i32 = 125;
-
 /// Runs `numalab exec`; returns the exit status to leave with.
 pub fn run(args: &ExecArgs) -> Result<i32> {
     // Before the command runs: its exit status is not lost to a bad -o.
@@ -103,10 +80,10 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
             eprintln!(
                 "numalab exec: signal {signal} arrived before the command started; it was not run"
             );
-            return Ok(128 + signal);
+            return Ok(crate::exit::after_signal(signal));
         }
         Err(ExecError::Launch(LaunchError::Spawn { program, source })) => {
-            return Ok(cannot_run("exec", &program, &source));
+            return Ok(crate::exit::cannot_run("exec", &program, &source));
         }
         Err(err) => return Err(err.into()),
     };
@@ -120,7 +97,7 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
     // Interrupted by a signal sent to numalab: 128 + it, as a shell says
     // of a command a signal ended, whatever the command made of it.
     Ok(match report.run.relayed {
-        Some(signal) => 128 + signal,
+        Some(signal) => crate::exit::after_signal(signal),
         None => report.run.exit.shell_code(),
     })
 }

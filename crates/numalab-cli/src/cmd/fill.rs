@@ -74,7 +74,7 @@ pub fn run(args: &FillArgs) -> Result<i32> {
     let report = report?;
     render::emit(&report, &args.output)?;
     Ok(waited
-        .map(|signal| 128 + signal)
+        .map(crate::exit::after_signal)
         .or_else(|| interrupts.exit_status())
         .unwrap_or(0))
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use numalab_bench::fincore::{fincore_with, FincoreOptions, Unreadable, MAX_THREADS};
+use numalab_bench::fincore::{fincore_with, FincoreOptions, MAX_THREADS};
 
 use crate::output::OutputArgs;
 use crate::render;
@@ -64,31 +64,9 @@ pub fn run(args: &FincoreArgs) -> Result<i32> {
     }
     options.summarize = args.summarize;
     let report = fincore_with(&args.paths, options)?;
-    if !nothing_counted(&args.output, report.files.is_empty(), &report.failed) {
+    if !render::fincore::nothing_counted(&args.output, report.files.is_empty(), &report.failed) {
         render::emit(&report, &args.output)?;
     }
-    say_failures(&args.output, &report.failed);
+    render::fincore::say_failures(&args.output, &report.failed);
     Ok(i32::from(!report.failed.is_empty()))
-}
-
-/// Whether every path given failed and the result is a table on the
-/// terminal: then only the errors are said, as util-linux fincore does,
-/// not an empty table above them. JSON, CSV and `-o` still get the
-/// document, which names the failures.
-pub fn nothing_counted(output: &OutputArgs, no_files: bool, failed: &[Unreadable]) -> bool {
-    no_files && !failed.is_empty() && output.table_on_stdout()
-}
-
-/// Paths that could not be counted or changed, on standard error, as
-/// fincore's; `emit` already repeats them there for every output but a
-/// table on standard output.
-pub fn say_failures(output: &OutputArgs, failed: &[Unreadable]) {
-    if output.table_on_stdout() {
-        for failed in failed {
-            eprintln!(
-                "numalab: {}",
-                crate::render::fincore::unreadable_line(failed)
-            );
-        }
-    }
 }

@@ -14,9 +14,9 @@ use numalab_bench::fleet::{
 };
 use numalab_bench::report::Report;
 
-use super::report::parse_saved;
 use crate::output::{self, OutputArgs};
 use crate::render::{self, fleet::html_page, fleet::sbatch_script, page};
+use crate::saved::parse_saved;
 
 /// Merge the reports of many hosts (one `numalab report --json --out-dir
 /// DIR` per host, e.g. under Slurm): group the hosts by machine
@@ -295,40 +295,4 @@ fn say_left_out(left_out: &[LeftOut]) {
             output::printable_field(&left.to_string())
         );
     }
-}
-
-/// The file `numalab report --out-dir DIR` writes: `DIR/HOSTNAME.json`.
-/// Refused before anything is measured: a DIR that does not exist or is
-/// not a directory, a host name that cannot be a file name, a link or
-/// anything but a regular file at the path.
-pub fn host_file(dir: &Path) -> Result<PathBuf> {
-    match std::fs::metadata(dir) {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            bail!(
-                "--out-dir {}: the directory does not exist; create it first (mkdir -p)",
-                dir.display()
-            )
-        }
-        Err(err) => bail!("--out-dir {}: {err}", dir.display()),
-        Ok(m) if !m.is_dir() => bail!(
-            "--out-dir {}: not a directory; name the directory the reports go to",
-            dir.display()
-        ),
-        Ok(_) => {}
-    }
-    let host = numalab::system::Host::current().hostname;
-    if host.is_empty()
-        || host == "."
-        || host == ".."
-        || host.len() > 255
-        || host.contains(['/', '\0'])
-    {
-        bail!(
-            "--out-dir: this host's name {:?} cannot name a file; write with -o FILE instead",
-            host
-        );
-    }
-    let path = dir.join(format!("{host}.json"));
-    output::check_target(&path)?;
-    Ok(path)
 }

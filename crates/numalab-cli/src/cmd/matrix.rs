@@ -15,8 +15,9 @@ use numalab_bench::matrix::{
     NodeSelection, PlanReport, Shape,
 };
 
-use crate::output::{human_bytes, OutputArgs};
+use crate::output::OutputArgs;
 use crate::render;
+use numalab::units::format_size;
 
 // The rendering's former paths, still used by `numalab report`.
 
@@ -139,7 +140,7 @@ pub struct MatrixArgs {
 /// Ctrl-C, SIGTERM or SIGHUP stopped it, after writing what was measured).
 pub fn run(args: &MatrixArgs) -> Result<i32> {
     args.output.check()?;
-    let topology = super::topo::load(args.xml.as_ref(), args.synthetic.as_deref())?;
+    let topology = crate::args::topology(args.xml.as_ref(), args.synthetic.as_deref())?;
     let shape = shape_of(&topology, args)?;
     let config = config_of(args);
     if args.plan {
@@ -311,7 +312,7 @@ fn flag_error(args: &MatrixArgs, err: MatrixError) -> anyhow::Error {
         MatrixError::TooManyThreads { threads, .. } => Some(format!("--threads {threads}")),
         MatrixError::TooLarge { .. } | MatrixError::TooSmall { .. } => args
             .size
-            .map(|s| format!("--size {}", human_bytes(s as u64))),
+            .map(|s| format!("--size {}", format_size(s as u64))),
         MatrixError::HugePagesUnavailable { .. } => {
             args.huge_pages.map(|p| format!("--huge-pages {p}"))
         }

@@ -21,6 +21,10 @@
 //! `numalab_bench::document::Schema`, so the emulated-NUMA suite and
 //! `numalab plot` read it back as that type. A command module holds no
 //! measurement logic and no formatting; an engine module prints nothing.
+//!
+//! A command module imports no other: what two commands share lives
+//! beside `cmd/` (`crate::exit`, `crate::saved`, `crate::args`,
+//! `crate::render`); tests/modules.rs keeps it so.
 
 pub mod advise;
 pub mod exec;

@@ -1,6 +1,6 @@
 //! `numalab pagecache load|drop`: put a file's page cache on a node, or
 //! drop it, and show where its pages are before and after
-//! ([`numalab_bench::fincore::change_cache`]); `numalab pagecache bench`:
+//! ([`numalab_bench::pagecache::change_cache`]); `numalab pagecache bench`:
 //! the mailing-list post's concurrent readers of a cached file
 //! ([`numalab_bench::pagecache`]). Tables in `render/pagecache.rs`.
 
@@ -13,10 +13,10 @@ use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
 use numalab::Topology;
 use numalab_bench::experiment::values::Seconds;
-use numalab_bench::fincore::{change_cache, change_cache_with, CacheAction, ChangeError};
 use numalab_bench::pagecache::{
     self as bench, BenchConfig, CopyConfig, FileSource, Method, ReaderPlace,
 };
+use numalab_bench::pagecache::{change_cache, change_cache_with, CacheAction, ChangeError};
 
 use crate::output::OutputArgs;
 use crate::render;
@@ -205,10 +205,10 @@ pub fn run(args: &PagecacheArgs) -> Result<i32> {
         }
         _ => change_cache(files, CacheAction::Drop)?,
     };
-    if !super::fincore::nothing_counted(output, change.files.is_empty(), &change.failed) {
+    if !render::fincore::nothing_counted(output, change.files.is_empty(), &change.failed) {
         render::emit(&change, output)?;
     }
-    super::fincore::say_failures(output, &change.failed);
+    render::fincore::say_failures(output, &change.failed);
     Ok(i32::from(!change.failed.is_empty()))
 }
 
@@ -271,7 +271,7 @@ fn run_bench(args: &BenchArgs) -> Result<i32> {
         eprintln!("numalab: interrupted: the cells that finished were written");
         return Ok(interrupts
             .exit_status()
-            .unwrap_or(128 + signal_hook::consts::SIGINT));
+            .unwrap_or(crate::exit::after_signal(signal_hook::consts::SIGINT)));
     }
     Ok(0)
 }

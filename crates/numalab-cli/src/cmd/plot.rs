@@ -38,10 +38,6 @@ pub struct PlotArgs {
     pub output: Option<PathBuf>,
 }
 
-/// The largest result file `numalab plot` reads: a sweep of a few hundred
-/// cells with every thread's figures is a few megabytes.
-pub const MAX_RESULT_BYTES: u64 = 256 << 20;
-
 /// Runs `numalab plot`.
 pub fn run(args: &PlotArgs) -> Result<()> {
     let path = &args.results;
@@ -51,8 +47,11 @@ pub fn run(args: &PlotArgs) -> Result<()> {
         .unwrap_or_else(|| path.with_extension(""));
     // The input first: `numalab plot /dev/zero` is refused for what it
     // reads, not for the figures it would write beside it.
-    let text_in =
-        numalab::files::read_text_limited(path, MAX_RESULT_BYTES, "result files numalab plots")?;
+    let text_in = numalab::files::read_text_limited(
+        path,
+        crate::saved::MAX_RESULT_BYTES,
+        "result files numalab plots",
+    )?;
     crate::plot::check_stem(&stem)?;
     // Only the envelope first: the rest of the file is read once, into
     // the result its schema names, never held as a tree of JSON values

@@ -13,7 +13,7 @@ use numalab::profile::ProfileOptions;
 use numalab_bench::experiment::values::Seconds;
 use numalab_bench::profile::{profile_command, profile_pid, EmitMachine, ProfileReport};
 
-use super::exec::{cannot_run, EXIT_OWN_FAILURE};
+use crate::exit::{after_signal, cannot_run, EXIT_OWN_FAILURE};
 use crate::output::{self, OutputArgs};
 use crate::render;
 use crate::signals::Interrupts;
@@ -139,7 +139,7 @@ fn run_command(args: &ProfileArgs, options: ProfileOptions) -> Result<i32> {
         Ok(report) => report,
         Err(LaunchError::Interrupted { signal }) => {
             eprintln!("numalab profile: signal {signal} arrived before the command started; it was not run");
-            return Ok(128 + signal);
+            return Ok(after_signal(signal));
         }
         Err(LaunchError::Spawn { program, source }) => {
             return Ok(cannot_run("profile", &program, &source));

@@ -9,19 +9,18 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use numalab::Topology;
-use numalab_bench::document::{Document, Schema};
 use numalab_bench::experiment::Control;
 use numalab_bench::profile::ProfileReport;
 use numalab_bench::report::{Report, ReportPlan};
 use numalab_bench::topo::TopoReport;
 
-use super::plot::MAX_RESULT_BYTES;
 use crate::exp::ProgressDisplay;
 use crate::output::{self, OutputArgs};
 use crate::render::{self, page::html_page};
+use crate::saved::{read_saved, MAX_RESULT_BYTES};
 
 /// Report on this machine: topology, node-to-node latency and bandwidth
 /// beside the firmware's values, what memory placement costs a workload,
@@ -81,45 +80,6 @@ pub struct ReportArgs {
     pub out_dir: Option<PathBuf>,
 }
 
-/// Reads a saved document of schema `T` of at most `limit` bytes, naming
-/// the file in every error: a report or profile read back
-/// ([`MAX_RESULT_BYTES`]), a fleet's host file.
-pub(crate) fn read_saved<T: Schema + serde::de::DeserializeOwned>(
-    path: &Path,
-    limit: u64,
-    what: &'static str,
-) -> Result<T> {
-    let bytes = numalab::files::read_input_limited(path, limit, what)?;
-    parse_saved(bytes, path)
-}
-
-/// [`read_saved`] of bytes already read from `path`.
-pub(crate) fn parse_saved<T: Schema + serde::de::DeserializeOwned>(
-    bytes: Vec<u8>,
-    path: &Path,
-) -> Result<T> {
-    let text = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not UTF-8 text (invalid byte at offset {})",
-            path.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })?;
-    let start = text
-        .trim_start()
-        .get(..15)
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if start.starts_with("<!doctype html") || start.starts_with("<html") {
-        anyhow::bail!(
-            "{} is an HTML page, not a saved result: give the file written with --json (numalab report --json -o r.json), from which --from makes the page again",
-            path.display()
-        );
-    }
-    Document::<T>::parse(&text)
-        .with_context(|| format!("reading {} as {}", path.display(), T::NAME))
-}
-
 /// Opens `page` in a browser without waiting for it; says so when none
 /// is found.
 fn open_in_browser(page: &Path) {
@@ -159,7 +119,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     // `--out-dir DIR` is `--json -o DIR/HOSTNAME.json`.
     let mut args = args.clone();
     if let Some(dir) = args.out_dir.take() {
-        (args.output, args.json) = (Some(crate::cmd::fleet::host_file(&dir)?), true);
+        (args.output, args.json) = (Some(crate::saved::host_file(&dir)?), true);
     }
     let args = &args;
     let html = args

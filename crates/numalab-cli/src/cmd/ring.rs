@@ -226,11 +226,11 @@ pub fn run(args: &RingArgs) -> Result<i32> {
         eprintln!(
             "numalab: interrupted by {}: {} finished and {} written; \
              the workers were ended and the run's ring segments removed",
-            engine::run::signal_name(signal),
+            numalab::launch::signal_name(signal),
             numalab::units::count(finished, "cell"),
             if finished == 1 { "was" } else { "were" }
         );
-        return Ok(128 + signal);
+        return Ok(crate::exit::after_signal(signal));
     }
     if let Some(failed) = report.failed_cell() {
         bail!(
@@ -357,7 +357,7 @@ fn end_with_the_ring(name: &str) -> Result<()> {
                         _ => break,
                     }
                 }
-                std::process::exit(128 + signal);
+                std::process::exit(crate::exit::after_signal(signal));
             }
         })
         .context("starting the worker's signal thread")?;

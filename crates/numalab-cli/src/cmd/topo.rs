@@ -3,9 +3,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
-use numalab::topology::Topology;
 
 use numalab_bench::topo::TopoReport;
 
@@ -33,19 +32,9 @@ pub struct TopoArgs {
     pub output: OutputArgs,
 }
 
-/// Loads the topology the arguments name.
-pub fn load(xml: Option<&PathBuf>, synthetic: Option<&str>) -> Result<Topology> {
-    Ok(match (xml, synthetic) {
-        (Some(path), _) => Topology::from_xml_file(path)
-            .with_context(|| format!("reading topology from {}", path.display()))?,
-        (None, Some(desc)) => Topology::from_synthetic(desc)?,
-        (None, None) => Topology::system()?,
-    })
-}
-
 /// Gathers the report.
 pub fn report(args: &TopoArgs) -> Result<TopoReport> {
-    let topology = load(args.xml.as_ref(), args.synthetic.as_deref())?;
+    let topology = crate::args::topology(args.xml.as_ref(), args.synthetic.as_deref())?;
     Ok(TopoReport::gather(topology))
 }
 

@@ -11,8 +11,8 @@ use numalab_bench::experiment::result::{Compared, RunResult, SweepResult};
 use numalab_bench::matrix::{self, Figure, MatrixResult};
 use numalab_bench::profile::ProfileReport;
 
-use crate::output::human_bytes;
 use crate::plot::{line_chart, Drawing, Heatmap, LineChart, Series};
+use numalab::units::format_size;
 
 /// The axis to put on x: `threads.count` when swept, else the first axis
 /// whose values are all numbers; `None` when no axis is numeric.
@@ -265,7 +265,7 @@ pub fn matrix_drawings(result: &MatrixResult) -> Vec<(String, Drawing)> {
         let map = heat(
             format!(
                 "idle latency, ns ({} working set)",
-                human_bytes(result.settings.latency_bytes as u64)
+                format_size(result.settings.latency_bytes as u64)
             ),
             "ns",
             values,

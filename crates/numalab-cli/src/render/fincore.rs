@@ -6,7 +6,7 @@ use numalab::units::{count, Size};
 use numalab_bench::fincore::{FincoreReport, Unreadable};
 
 use super::{Render, Style};
-use crate::output::{self, Csv};
+use crate::output::{self, Csv, OutputArgs};
 
 impl Render for FincoreReport {
     fn text(&self, style: Style) -> String {
@@ -178,4 +178,22 @@ fn csv(report: &FincoreReport) -> String {
         csv.row(row);
     }
     csv.finish()
+}
+/// Whether every path given failed and the result is a table on the
+/// terminal: then only the errors are said, as util-linux fincore does,
+/// not an empty table above them. JSON, CSV and `-o` still get the
+/// document, which names the failures.
+pub fn nothing_counted(output: &OutputArgs, no_files: bool, failed: &[Unreadable]) -> bool {
+    no_files && !failed.is_empty() && output.table_on_stdout()
+}
+
+/// Paths that could not be counted or changed, on standard error, as
+/// fincore's; `emit` already repeats them there for every output but a
+/// table on standard output.
+pub fn say_failures(output: &OutputArgs, failed: &[Unreadable]) {
+    if output.table_on_stdout() {
+        for failed in failed {
+            eprintln!("numalab: {}", unreadable_line(failed));
+        }
+    }
 }

@@ -152,7 +152,7 @@ fn text(report: &FleetReport, style: Style) -> String {
             if f.hmat { "yes" } else { "no" }.to_string(),
             unknown(&f.kernel),
             unknown(&f.thp),
-            numalab_bench::fleet::fingerprint::balancing_word(f.numa_balancing).into_owned(),
+            numalab_bench::host::fingerprint::balancing_word(f.numa_balancing).into_owned(),
         ]);
     }
     out.push_str(&style.render(&table));
@@ -422,7 +422,7 @@ pub fn html_page(report: &FleetReport, pages: &BTreeMap<String, String>) -> Stri
             if f.hmat { "yes" } else { "no" },
             unknown(&f.kernel),
             unknown(&f.thp),
-            numalab_bench::fleet::fingerprint::balancing_word(f.numa_balancing).into_owned(),
+            numalab_bench::host::fingerprint::balancing_word(f.numa_balancing).into_owned(),
             group.compared_with.map_or(String::new(), |g| format!(
                 "group {g}: {}",
                 escape(&group.differences.join("; "))

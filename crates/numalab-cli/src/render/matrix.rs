@@ -8,7 +8,8 @@ use numalab::units::count;
 use numalab_bench::matrix::{self, Figure, FirmwareCell, MatrixResult, PlanReport, Shape};
 
 use super::{Render, Style};
-use crate::output::{self, human_bytes, Csv};
+use crate::output::{self, Csv};
+use numalab::units::format_size;
 
 impl Render for MatrixResult {
     fn text(&self, style: Style) -> String {
@@ -161,10 +162,10 @@ pub fn human(result: &MatrixResult, markdown: bool) -> String {
     let m = s.measurements;
     let mut sets = Vec::new();
     if m.latency || m.loaded {
-        sets.push(format!("chase {}", human_bytes(s.latency_bytes as u64)));
+        sets.push(format!("chase {}", format_size(s.latency_bytes as u64)));
     }
     if m.bandwidth || m.loaded {
-        sets.push(format!("streams {}", human_bytes(s.bandwidth_bytes as u64)));
+        sets.push(format!("streams {}", format_size(s.bandwidth_bytes as u64)));
     }
     let _ = writeln!(
         out,
@@ -187,7 +188,7 @@ pub fn human(result: &MatrixResult, markdown: bool) -> String {
         let points = sweep
             .points
             .iter()
-            .map(|p| format!("{} {:.0}", human_bytes(p.bytes as u64), p.ns))
+            .map(|p| format!("{} {:.0}", format_size(p.bytes as u64), p.ns))
             .collect::<Vec<_>>()
             .join(", ");
         let _ = writeln!(
@@ -197,7 +198,7 @@ pub fn human(result: &MatrixResult, markdown: bool) -> String {
             sweep.node,
             sweep
                 .knee_bytes
-                .map_or("none found".into(), |k| human_bytes(k as u64))
+                .map_or("none found".into(), |k| format_size(k as u64))
         );
     }
     let mut firmware_shown = false;
@@ -351,7 +352,7 @@ pub fn human(result: &MatrixResult, markdown: bool) -> String {
         let _ = writeln!(
             out,
             "\nbandwidth in detail (GB/s; {} working set per cell; copy counts bytes read + written)",
-            human_bytes(s.bandwidth_bytes as u64)
+            format_size(s.bandwidth_bytes as u64)
         );
         out.push_str(&output::render(&table));
     }

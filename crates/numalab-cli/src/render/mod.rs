@@ -56,7 +56,7 @@ pub fn escape_html(text: &str) -> String {
 /// `kernel.numa_balancing` in words: off, on, or the memory-tiering mode
 /// (2: hot pages on a slower tier promoted to a faster one).
 pub fn numa_balancing(state: Option<u32>) -> String {
-    use numalab_bench::fleet::fingerprint::balancing_word;
+    use numalab_bench::host::fingerprint::balancing_word;
     // The word every command uses (fleet's column too), with what the
     // tiering modes do.
     match state {

@@ -21,8 +21,8 @@ use numalab_bench::report::Report;
 use super::figures;
 use super::svg::{self, escape, Chart, Line};
 use super::{Render, Style};
-use crate::output::human_bytes;
 use crate::plot::{Drawing, LineChart};
+use numalab::units::format_size;
 
 /// Tables longer than this can be sorted by a click on a column heading.
 pub const SORTABLE_ROWS: usize = 8;
@@ -196,7 +196,7 @@ fn summary_line(report: &Report) -> String {
             String::new()
         },
         count(summary.cpus, "CPU"),
-        human_bytes(summary.memory_bytes)
+        format_size(summary.memory_bytes)
     )
 }
 
@@ -236,11 +236,11 @@ fn cost_figures(report: &Report) -> Result<Vec<Figure>> {
         let marks: Vec<(f64, String)> = topology
             .cache_sizes
             .iter()
-            .map(|(level, bytes)| (*bytes as f64, format!("L{level} {}", human_bytes(*bytes))))
+            .map(|(level, bytes)| (*bytes as f64, format!("L{level} {}", format_size(*bytes))))
             .chain(
                 sweep
                     .knee_bytes
-                    .map(|k| (k as f64, format!("knee {}", human_bytes(k as u64)))),
+                    .map(|k| (k as f64, format!("knee {}", format_size(k as u64)))),
             )
             .collect();
         let chart = Chart {

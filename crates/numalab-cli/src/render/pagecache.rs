@@ -4,8 +4,8 @@
 
 use numalab::pagecache::FileCache;
 use numalab::units::{count, Size};
-use numalab_bench::fincore::{CacheAction, CacheChange};
 use numalab_bench::pagecache::{BenchCell, PagecacheBench, ReaderPlace};
+use numalab_bench::pagecache::{CacheAction, CacheChange};
 use numalab_bench::ring::CellStatus;
 
 use super::experiment::text::{num, time};
@@ -610,7 +610,7 @@ fn bench_csv(report: &PagecacheBench) -> String {
 mod tests {
     use super::*;
     use numalab::pagecache::FileCache;
-    use numalab_bench::fincore::ChangedFile;
+    use numalab_bench::pagecache::ChangedFile;
 
     #[test]
     fn a_load_that_did_not_stay_cached_is_said() {

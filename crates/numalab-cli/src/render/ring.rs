@@ -9,7 +9,8 @@ use numalab::units::count;
 use numalab_bench::ring::{CellResult, CellStatus, RingList, RingReport, Settings, StreamResult};
 
 use super::{Render, Style};
-use crate::output::{self, human_bytes, Csv};
+use crate::output::{self, Csv};
+use numalab::units::format_size;
 
 impl Render for RingReport {
     fn text(&self, style: Style) -> String {
@@ -42,8 +43,8 @@ fn segment_note(s: &Settings) -> String {
     }
     format!(
         " (a {} segment per ring: {} more than the data)",
-        human_bytes(s.segment_bytes),
-        human_bytes(overhead)
+        format_size(s.segment_bytes),
+        format_size(overhead)
     )
 }
 
@@ -66,9 +67,9 @@ fn human(report: &RingReport, markdown: bool) -> String {
     let _ = writeln!(
         out,
         "numalab ring: {} per stream, {} blocks of {}{}, {}{}, {} per stream",
-        human_bytes(s.volume_bytes),
+        format_size(s.volume_bytes),
         s.blocks,
-        human_bytes(s.block_size),
+        format_size(s.block_size),
         segment_note(s),
         s.mode.as_str(),
         if s.verify {
@@ -284,13 +285,13 @@ fn list_text(list: &RingList, _style: Style) -> String {
                     .map(|r| format!("{}:{} lag {}", r.pid, r.state, r.lag_blocks))
                     .collect::<Vec<_>>()
                     .join(", "),
-                human_bytes(s.writer.bytes),
+                format_size(s.writer.bytes),
             ),
             None => Default::default(),
         };
         table.add_row(vec![
             e.name.clone(),
-            human_bytes(e.size),
+            format_size(e.size),
             state_of(e).into(),
             writer,
             readers,

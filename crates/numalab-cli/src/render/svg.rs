@@ -13,7 +13,7 @@ pub use numalab::units::plain;
 use numalab::Topology;
 
 pub use super::escape_html as escape;
-use crate::output::human_bytes;
+use numalab::units::format_size;
 
 /// One line of a [`line_chart`].
 #[derive(Debug, Clone, PartialEq)]
@@ -88,7 +88,7 @@ pub fn tick(value: f64, step: f64) -> String {
 
 /// Bytes as a tick label (`256 KiB`, `32 MiB`).
 pub fn bytes(value: f64) -> String {
-    human_bytes(value.max(0.0) as u64)
+    format_size(value.max(0.0) as u64)
 }
 
 fn open_svg(out: &mut String, width: f64, height: f64, title: &str) {
@@ -472,7 +472,7 @@ pub fn topology(topology: &Topology) -> String {
             .last_level_caches
             .iter()
             .filter(|c| c.nodes.contains(node.id))
-            .map(|c| format!("L{} {}", c.level, human_bytes(c.size_bytes)))
+            .map(|c| format!("L{} {}", c.level, format_size(c.size_bytes)))
             .collect();
         let caches = summarize(&caches);
         let devices: Vec<String> = topology
@@ -494,7 +494,7 @@ pub fn topology(topology: &Topology) -> String {
             format!("CPUs {}", node.cpus)
         };
         let mut lines = vec![
-            human_bytes(node.memory_bytes),
+            format_size(node.memory_bytes),
             kind,
             caches.unwrap_or_default(),
         ];

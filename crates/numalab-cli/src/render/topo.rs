@@ -7,7 +7,8 @@ use numalab::units::count;
 use numalab_bench::topo::TopoReport;
 
 use super::{Render, Style};
-use crate::output::{self, human_bytes, Csv};
+use crate::output::{self, Csv};
+use numalab::units::format_size;
 
 impl Render for TopoReport {
     fn text(&self, style: Style) -> String {
@@ -89,7 +90,7 @@ fn human(report: &TopoReport, markdown: bool) -> String {
         } else {
             String::new()
         },
-        human_bytes(summary.memory_bytes)
+        format_size(summary.memory_bytes)
     );
 
     // Nodes.
@@ -186,7 +187,7 @@ fn human(report: &TopoReport, markdown: bool) -> String {
     let levels = topo
         .cache_sizes
         .iter()
-        .map(|(level, size)| format!("L{level} {}", human_bytes(*size)))
+        .map(|(level, size)| format!("L{level} {}", format_size(*size)))
         .collect::<Vec<_>>()
         .join(", ");
     let _ = writeln!(
@@ -203,7 +204,7 @@ fn human(report: &TopoReport, markdown: bool) -> String {
             out,
             "  L{} {} shared by CPUs {} (node {})",
             cache.level,
-            human_bytes(cache.size_bytes),
+            format_size(cache.size_bytes),
             cache.cpus,
             cache.nodes
         );

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -263,8 +263,8 @@ unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: addr/len are a mapping this value owns.
-        unsafe { libc::munmap(self.addr.cast(), self.len) };
+        // SAFETY: addr/len are a mapping this value owns, used no more.
+        let _ = unsafe { linux::unmap(self.addr, self.len) };
     }
 }
 
@@ -414,7 +414,7 @@ impl ReplicatedFile {
     pub fn new(file: File, options: FileCopyOptions) -> Result<ReplicatedFile, FileCopyError> {
         let stat = linux::stat_fd(&file)?;
         if !stat.regular {
-            return Err(PageCacheError::NotRegular(crate::pagecache::kind_of(stat.mode)).into());
+            return Err(PageCacheError::NotRegular(crate::files::kind_of(stat.mode)).into());
         }
         if stat.size == 0 {
             return Err(FileCopyError::Empty);
@@ -1058,23 +1058,22 @@ impl FileReader<'_> {
             // SAFETY: the slot has `chunk` bytes inside the mapping and
             // this reader holds it (tag BUSY).
             let n = unsafe {
-                libc::pread(
-                    file.file.as_raw_fd(),
-                    slot.add(got).cast(),
+                linux::pread_into(
+                    file.file.as_fd(),
+                    slot.add(got),
                     len - got,
-                    (chunk * file.chunk + got as u64) as libc::off_t,
+                    chunk * file.chunk + got as u64,
                 )
             };
             match n {
-                0 => break,
-                n if n < 0 => {
-                    let err = io::Error::last_os_error();
+                Ok(0) => break,
+                Err(err) => {
                     if err.kind() != io::ErrorKind::Interrupted {
                         failed = Some(err);
                         break;
                     }
                 }
-                n => got += n as usize,
+                Ok(n) => got += n,
             }
         }
         // The copy's bytes before its tag; a write since `g` was read

@@ -643,7 +643,8 @@ impl ReplicatedPages {
         let mut file =
             std::fs::File::from(crate::sys::linux::open_input(path, true).map_err(file_error)?);
         let meta = file.metadata().map_err(file_error)?;
-        if let Some(kind) = crate::files::kind_name(meta.file_type()) {
+        if let Some(kind) = crate::files::special_kind(std::os::unix::fs::MetadataExt::mode(&meta))
+        {
             return Err(file_error(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("a {kind}, not a regular file"),

@@ -8,7 +8,7 @@ use crate::buffer::BufferError;
 use crate::policy::PolicyError;
 use crate::units::{count, Size};
 
-use super::layout::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS};
+use super::limits::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS};
 
 /// Which size rule of a ring [`RingOptions`](super::RingOptions) break;
 /// each variant carries the value that breaks it, so a caller can name

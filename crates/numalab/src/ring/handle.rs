@@ -9,10 +9,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::error::{RingError, SizeError};
-use super::layout::{
-    Geometry, FLAG_HUGE_2M, FLAG_LAG_DEFAULT, FLAG_LOCKED, FLAG_THP, MAX_BLOCKS, MAX_META_SIZE,
-    MAX_READERS,
-};
+use super::layout::{Geometry, FLAG_HUGE_2M, FLAG_LAG_DEFAULT, FLAG_LOCKED, FLAG_THP};
+use super::limits::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS};
 use super::monitor::RingStats;
 use super::reader::Reader;
 use super::segment::{check_name, CreateSpec, Segment, SHM_DIR};

@@ -21,6 +21,7 @@ use std::mem::{align_of, size_of};
 
 use super::atomic::{AtomicU32, AtomicU64};
 use super::error::RingError;
+use super::limits::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS};
 use super::protocol::{ReaderCtl, WriterCtl};
 
 /// `"NUMARING"`, little-endian.
@@ -29,13 +30,6 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"NUMARING");
 /// `state` word carries a flag once it has finished joining, which the
 /// writer's `wait_for_readers` waits for.
 pub(crate) const LAYOUT_VERSION: u32 = 2;
-
-/// Most readers a ring can have.
-pub const MAX_READERS: u32 = 64;
-/// Most blocks a ring can have.
-pub const MAX_BLOCKS: u64 = 1 << 20;
-/// Largest transfer header, in bytes.
-pub const MAX_META_SIZE: u32 = 1 << 20;
 
 /// Byte of the segment file the writer locks (open-file-description lock).
 pub(crate) const LOCK_WRITER: u64 = 0;

@@ -100,6 +100,8 @@ mod error;
 #[cfg(not(loom))]
 mod layout;
 #[cfg(not(loom))]
+mod limits;
+#[cfg(not(loom))]
 mod meta;
 #[cfg(not(loom))]
 mod monitor;
@@ -119,7 +121,8 @@ pub use self::{
         STREAMING_FROM,
     },
     error::{RingError, SizeError},
-    layout::{validate_header, HEADER_SIZE, MAX_BLOCKS, MAX_META_SIZE, MAX_READERS},
+    layout::{validate_header, HEADER_SIZE},
+    limits::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS},
     meta::{Transfer, TransferHeader},
     monitor::{
         list, remove, remove_abandoned, ReaderStats, RingMonitor, RingStats, SegmentEntry,

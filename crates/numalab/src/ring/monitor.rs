@@ -346,7 +346,7 @@ impl Inspection {
         };
         let not_a_segment = |path: &PathBuf, mode: u32| RingError::NotASegment {
             path: path.clone(),
-            kind: segment::file_kind(mode),
+            kind: crate::files::kind_of(mode),
         };
         // Anything but a regular file is never opened.
         if let Some(meta) = &lstat {

@@ -68,20 +68,6 @@ pub(crate) fn find(name: &str) -> Result<PathBuf, RingError> {
     })
 }
 
-/// What kind of file an `st_mode` says, for messages.
-pub(crate) fn file_kind(mode: u32) -> &'static str {
-    match mode & libc::S_IFMT {
-        libc::S_IFREG => "regular file",
-        libc::S_IFIFO => "FIFO",
-        libc::S_IFDIR => "directory",
-        libc::S_IFSOCK => "socket",
-        libc::S_IFCHR => "character device",
-        libc::S_IFBLK => "block device",
-        libc::S_IFLNK => "symbolic link",
-        _ => "special file",
-    }
-}
-
 /// Reads the fixed header of the open segment file `fd` (`file_len` bytes
 /// long): all [`Header`]'s bytes, or a `Corrupt` error when the file is
 /// shorter.
@@ -328,7 +314,7 @@ impl Segment {
         if !st.regular {
             return Err(RingError::NotASegment {
                 path,
-                kind: file_kind(st.mode),
+                kind: crate::files::kind_of(st.mode),
             });
         }
         let not_owned = |reason: String| RingError::NotOwned {

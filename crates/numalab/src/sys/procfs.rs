@@ -128,6 +128,29 @@ pub fn node_meminfo(node: u32) -> io::Result<NodeMemInfo> {
     ))?))
 }
 
+/// The `/proc/vmstat` counters named, in the order given; `None` when the
+/// file cannot be read or one is missing (a kernel without NUMA
+/// balancing has no `numa_hint_faults`).
+pub fn vmstat(names: &[&str]) -> Option<Vec<u64>> {
+    let text = read_bounded("/proc/vmstat", 1 << 20).ok()?;
+    names
+        .iter()
+        .map(|name| {
+            text.lines().find_map(|line| {
+                let (key, value) = line.split_once(' ')?;
+                (key == *name).then(|| value.trim().parse::<u64>().ok())?
+            })
+        })
+        .collect()
+}
+
+/// Process `pid`'s command name (`/proc/PID/comm`, at most 16 bytes).
+pub fn process_name(pid: i32) -> io::Result<String> {
+    Ok(read_bounded(&format!("/proc/{pid}/comm"), 64)?
+        .trim()
+        .to_owned())
+}
+
 /// Pages the kernel's memory tiering has moved off and onto `node` since
 /// boot, from its `vmstat`: demoted to a slower tier by reclaim
 /// (`pgdemote_kswapd` + `pgdemote_direct` + `pgdemote_khugepaged`) and

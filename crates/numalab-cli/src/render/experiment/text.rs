@@ -10,8 +10,8 @@ use numalab_bench::experiment::result::{Comparison, Figures, RunResult, SweepRes
 use numalab_bench::experiment::{Experiment, PolicySpec, Warning};
 use numalab_bench::stats::Summary;
 
-use crate::output::human_bytes;
 pub use crate::render::Style;
+use numalab::units::format_size;
 
 /// Seconds with a unit that keeps three or four digits: `845 µs`,
 /// `12.3 ms`, `1.234 s`.
@@ -70,12 +70,12 @@ pub fn describe(exp: &Experiment, regions: usize) -> String {
         count(exp.threads.count, "thread"),
         exp.threads.placement,
         regions,
-        human_bytes(exp.memory.size.0),
+        format_size(exp.memory.size.0),
         exp.memory.sharing,
         if regions == 1 { "region" } else { "regions" },
         exp.memory.policy,
         a.pattern,
-        human_bytes(a.op_size.0),
+        format_size(a.op_size.0),
         a.mix(),
         amount,
         sync,
@@ -234,7 +234,7 @@ pub fn run_report(r: &RunResult, style: Style) -> String {
         if c.replicas.is_empty() {
             regions.add_row(vec![
                 c.region.to_string(),
-                human_bytes(c.bytes),
+                format_size(c.bytes),
                 c.thread_nodes.to_string(),
                 c.requested.to_string(),
                 c.policy.to_string(),
@@ -246,7 +246,7 @@ pub fn run_report(r: &RunResult, style: Style) -> String {
         for copy in &c.replicas {
             regions.add_row(vec![
                 format!("{} copy {}", c.region, copy.replica),
-                human_bytes(c.bytes),
+                format_size(c.bytes),
                 if copy.thread_nodes.is_empty() {
                     "-".to_owned()
                 } else {

@@ -1,0 +1,46 @@
+//! `numalab pagecache bench`: the cluster mailing-list post's experiment,
+//! generalised. A file's page cache is placed on one node; 1…N readers,
+//! each pinned to a CPU of that node or of another, read the whole file
+//! (`read(2)` at a block size, as `dd bs=8192` did, or through `mmap`),
+//! started in groups with an offset; the figure is the time until the
+//! last reader finished, beside each reader's and the readers' combined
+//! GB/s, the remote/local ratio beside SLIT/10 and the measured read
+//! bandwidth's ratio, and where the cache was before and after each cell.
+//!
+//! The run is planned first ([`plan`]): every count, size, node and CPU
+//! is checked, and each cell either has its CPUs or a reason it cannot
+//! run here, before a byte is written or read. A file numalab creates is
+//! unnamed ([`numalab::files::scratch_file`]): nothing is left behind,
+//! however the run ends.
+//!
+//! ```
+//! use numalab::Topology;
+//! use numalab_bench::pagecache::{plan, run, BenchConfig, FileSource};
+//! use std::sync::atomic::AtomicBool;
+//!
+//! let topology = Topology::system()?;
+//! let config = BenchConfig {
+//!     file: FileSource::Create { dir: std::env::temp_dir(), size: 8 << 20 },
+//!     repeats: 1,
+//!     compare_matrix: false,
+//!     ..BenchConfig::default()
+//! };
+//! let plan = plan(&config, &topology)?;
+//! let report = run(&plan, &topology, &mut |_| {}, &AtomicBool::new(false))?;
+//! let cell = &report.cells[0];
+//! assert_eq!(cell.repeats[0].readers[0].bytes, 8 << 20);
+//! assert!(cell.time_to_last_s.unwrap() > 0.0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod change;
+mod config;
+mod plan;
+mod result;
+mod run;
+
+pub use change::*;
+pub use config::*;
+pub use plan::*;
+pub use result::*;
+pub use run::*;
