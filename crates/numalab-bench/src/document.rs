@@ -9,9 +9,12 @@
 //! suite, `numalab plot` and `numalab fleet` read results this way, never
 //! by looking up string keys.
 
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use numalab::files::InputError;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A result that is written as a JSON document of its own.
 ///
@@ -136,6 +139,56 @@ pub enum DocumentError {
     },
 }
 
+/// Why a saved document could not be read back from its file
+/// ([`Document::read`]); each names the file.
+///
+/// ```
+/// use numalab_bench::document::{Document, ReadError};
+/// use numalab_bench::topo::TopoReport;
+///
+/// let path = std::env::temp_dir().join(format!("numalab-doc-read-{}.html", std::process::id()));
+/// std::fs::write(&path, "<!DOCTYPE html><html></html>")?;
+/// let err = Document::<TopoReport>::read(&path, 1 << 20, "saved results").unwrap_err();
+/// std::fs::remove_file(&path)?;
+/// assert!(matches!(err, ReadError::Html { .. }), "{err}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The file cannot be read, is not a regular file, or is larger than
+    /// the limit.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// Not UTF-8 text.
+    #[error("{} is not UTF-8 text (invalid byte at offset {offset})", path.display())]
+    NotText {
+        /// The file.
+        path: PathBuf,
+        /// The first byte that is not.
+        offset: usize,
+    },
+    /// An HTML page (a report's page, say), not a saved document.
+    #[error("{} is an HTML page, not a saved {schema} document", path.display())]
+    Html {
+        /// The file.
+        path: PathBuf,
+        /// The schema expected.
+        schema: &'static str,
+    },
+    /// Not a document of the schema and version expected.
+    #[error("reading {} as {schema}", path.display())]
+    Document {
+        /// The file.
+        path: PathBuf,
+        /// The schema expected.
+        schema: &'static str,
+        /// Why not.
+        #[source]
+        source: DocumentError,
+    },
+}
+
 impl<T: Schema> Document<T> {
     /// Wraps `body`, stamped with this numalab's version and the time now.
     pub fn new(body: T) -> Document<T> {
@@ -203,6 +256,40 @@ impl<T: Schema + DeserializeOwned> Document<T> {
             .map_err(json)?
             .check::<T>()?;
         serde_json::from_str(text).map_err(json)
+    }
+
+    /// Reads the saved document at `path` back into `T`: at most `limit`
+    /// bytes (`what` names the kind of file in the error), refusing what
+    /// is not a regular file as every input numalab reads, then
+    /// [`parse`](Self::parse). The one way a saved result is read back
+    /// from a file.
+    pub fn read(path: &Path, limit: u64, what: &'static str) -> Result<T, ReadError> {
+        let bytes = numalab::files::read_input_limited(path, limit, what)?;
+        Self::from_bytes(bytes, path)
+    }
+
+    /// [`read`](Self::read) of bytes already read, boundedly, from `path`.
+    pub fn from_bytes(bytes: Vec<u8>, path: &Path) -> Result<T, ReadError> {
+        let text = String::from_utf8(bytes).map_err(|e| ReadError::NotText {
+            path: path.to_owned(),
+            offset: e.utf8_error().valid_up_to(),
+        })?;
+        let start = text
+            .trim_start()
+            .get(..15)
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if start.starts_with("<!doctype html") || start.starts_with("<html") {
+            return Err(ReadError::Html {
+                path: path.to_owned(),
+                schema: T::NAME,
+            });
+        }
+        Self::parse(&text).map_err(|source| ReadError::Document {
+            path: path.to_owned(),
+            schema: T::NAME,
+            source,
+        })
     }
 
     /// As [`parse`](Self::parse), for a document already read as JSON.

@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
-use numalab_bench::document::{Document, Schema};
+use anyhow::{bail, Result};
+use numalab_bench::document::{Document, ReadError, Schema};
 
 use crate::output;
 
@@ -15,16 +15,15 @@ use crate::output;
 /// megabytes.
 pub const MAX_RESULT_BYTES: u64 = 256 << 20;
 
-/// Reads a saved document of schema `T` of at most `limit` bytes, naming
-/// the file in every error: a report or profile read back
-/// ([`MAX_RESULT_BYTES`]), a fleet's host file.
+/// Reads a saved document of schema `T` of at most `limit` bytes
+/// ([`Document::read`]), naming the file in every error: a report or
+/// profile read back ([`MAX_RESULT_BYTES`]), a fleet's host file.
 pub fn read_saved<T: Schema + serde::de::DeserializeOwned>(
     path: &Path,
     limit: u64,
     what: &'static str,
 ) -> Result<T> {
-    let bytes = numalab::files::read_input_limited(path, limit, what)?;
-    parse_saved(bytes, path)
+    Document::<T>::read(path, limit, what).map_err(with_hint)
 }
 
 /// [`read_saved`] of bytes already read from `path`.
@@ -32,26 +31,18 @@ pub fn parse_saved<T: Schema + serde::de::DeserializeOwned>(
     bytes: Vec<u8>,
     path: &Path,
 ) -> Result<T> {
-    let text = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not UTF-8 text (invalid byte at offset {})",
-            path.display(),
-            e.utf8_error().valid_up_to()
-        )
-    })?;
-    let start = text
-        .trim_start()
-        .get(..15)
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if start.starts_with("<!doctype html") || start.starts_with("<html") {
-        anyhow::bail!(
+    Document::<T>::from_bytes(bytes, path).map_err(with_hint)
+}
+
+/// The error, with what to give instead when it was a report's page.
+fn with_hint(err: ReadError) -> anyhow::Error {
+    match err {
+        ReadError::Html { path, .. } => anyhow::anyhow!(
             "{} is an HTML page, not a saved result: give the file written with --json (numalab report --json -o r.json), from which --from makes the page again",
             path.display()
-        );
+        ),
+        other => other.into(),
     }
-    Document::<T>::parse(&text)
-        .with_context(|| format!("reading {} as {}", path.display(), T::NAME))
 }
 
 /// The file `numalab report --out-dir DIR` writes: `DIR/HOSTNAME.json`.
