@@ -13,6 +13,11 @@
 //! unnamed ([`numalab::files::scratch_file`]): nothing is left behind,
 //! however the run ends.
 //!
+//! The files: `config.rs` (what to measure and the limits it is checked
+//! against), `plan.rs`, `result.rs` (the `numalab.pagecache-bench`
+//! document), `run.rs`; and `change.rs`, the engine of `numalab
+//! pagecache load` and `drop` ([`change_cache`]).
+//!
 //! ```
 //! use numalab::Topology;
 //! use numalab_bench::pagecache::{plan, run, BenchConfig, FileSource};

@@ -11,15 +11,13 @@
 //! [`segment`] the ring's shared-memory files, locks and futexes, and
 //! [`output`] writing output files safely.
 
-use std::ffi::c_void;
-use std::ffi::CString;
+use std::ffi::{c_void, CString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr;
-use std::sync::atomic::AtomicU32;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
 mod output;
