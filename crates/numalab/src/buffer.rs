@@ -101,8 +101,8 @@ pub enum BufferError {
     Policy(#[from] PolicyError),
     /// The nodes the policy binds to do not have the memory free.
     #[error("{requested} bytes ({}) requested on {} {nodes}, which {} {free} bytes ({}) free{}",
-        mib(*requested as u64), nodes_word(nodes), if nodes.len() == 1 { "has" } else { "have" }, mib(*free),
-        if *reclaimable > 0 { format!(" and {} of reclaimable page cache", mib(*reclaimable)) } else { String::new() })]
+        crate::units::mib(*requested as u64), nodes_word(nodes), if nodes.len() == 1 { "has" } else { "have" }, crate::units::mib(*free),
+        if *reclaimable > 0 { format!(" and {} of reclaimable page cache", crate::units::mib(*reclaimable)) } else { String::new() })]
     InsufficientMemory {
         /// The nodes bound to.
         nodes: NodeSet,
@@ -143,10 +143,6 @@ fn nodes_word(set: &NodeSet) -> &'static str {
     } else {
         "nodes"
     }
-}
-
-fn mib(bytes: impl Into<u64>) -> String {
-    format!("{:.1} MiB", bytes.into() as f64 / (1u64 << 20) as f64)
 }
 
 /// How a [`NodeBuffer`] is made.

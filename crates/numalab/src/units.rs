@@ -114,6 +114,17 @@ pub fn format_size(bytes: u64) -> String {
     Size(bytes).to_string()
 }
 
+/// Bytes in MiB with one decimal (`4096.0 MiB`, `0.5 MiB`): for
+/// messages that set two sizes side by side, which then read in one unit.
+///
+/// ```
+/// assert_eq!(numalab::units::mib(1 << 32), "4096.0 MiB");
+/// assert_eq!(numalab::units::mib(512 << 10), "0.5 MiB");
+/// ```
+pub fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
 /// A size in bytes that prints in binary units (see [`format_size`]).
 ///
 /// ```

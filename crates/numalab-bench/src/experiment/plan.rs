@@ -191,8 +191,8 @@ pub enum PlanError {
     },
     /// The regions need more memory than the nodes have free.
     #[error("the plan needs {} on {place}, which has {} free{}; lower memory.size or threads.count, or choose other nodes",
-        mib(*needed), mib(*free),
-        if *reclaimable > 0 { format!(" (and {} of reclaimable page cache)", mib(*reclaimable)) } else { String::new() })]
+        numalab::units::mib(*needed), numalab::units::mib(*free),
+        if *reclaimable > 0 { format!(" (and {} of reclaimable page cache)", numalab::units::mib(*reclaimable)) } else { String::new() })]
     Memory {
         /// "node 1" or "nodes 0-3".
         place: String,
@@ -220,10 +220,6 @@ pub enum PlanError {
     /// [`Experiment::from_toml_str`], which checks them first).
     #[error(transparent)]
     Config(#[from] super::config::ConfigError),
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 /// A node's memory available to the plan.
