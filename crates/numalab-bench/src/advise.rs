@@ -1463,12 +1463,7 @@ mod tests {
         ]);
         compare(&mut ten, 0.95);
         let r = ten.recommendation.unwrap();
-        assert_eq!(r.name, "preferred:1", "{}", r.evidence);
-        assert!(
-            r.evidence.contains("recommended for being steady"),
-            "{}",
-            r.evidence
-        );
+        assert_steady(&r, "preferred:1");
         assert!(
             r.evidence.contains("luck alone would give 2.8%"),
             "{}",
@@ -1481,6 +1476,16 @@ mod tests {
         let r = both.recommendation.unwrap();
         assert_eq!(r.name, "first-touch");
         assert_eq!(r.bimodal, None);
+    }
+
+    /// `name` recommended for being steady.
+    fn assert_steady(r: &Recommendation, name: &str) {
+        assert_eq!(r.name, name, "{}", r.evidence);
+        assert!(
+            r.evidence.contains("recommended for being steady"),
+            "{}",
+            r.evidence
+        );
     }
 
     #[test]
@@ -1496,13 +1501,7 @@ mod tests {
         assert_eq!((split.slow_from, split.slow_median), (1.308, 2.2565));
         let mut six = report(vec![result("first-touch", &ft), result("bind:1", &bind)]);
         compare(&mut six, 0.95);
-        let r = six.recommendation.unwrap();
-        assert_eq!(r.name, "bind:1", "{}", r.evidence);
-        assert!(
-            r.evidence.contains("recommended for being steady"),
-            "{}",
-            r.evidence
-        );
+        assert_steady(&six.recommendation.unwrap(), "bind:1");
         // A bind as slow as first touch's slow mode is still no cure.
         let slow_once = [0.241, 0.252, 2.1, 0.233, 0.262, 0.244];
         let mut no = report(vec![
