@@ -229,7 +229,9 @@ static RELAYING: AtomicBool = AtomicBool::new(false);
 /// // one). TERM both times: HUP, INT and QUIT may be ignored from the
 /// // start (nohup, a background job), and an ignored signal is not
 /// // caught.
-/// let script = "trap 'kill -TERM $PPID' TERM; kill -TERM $PPID; while :; do sleep 1; done";
+/// // At most a minute: a shell left behind can never hold the test.
+/// let script = "trap 'kill -TERM $PPID' TERM; kill -TERM $PPID; \
+///               i=0; while [ $i -lt 60 ]; do sleep 1; i=$((i + 1)); done";
 /// let report = Launch::new("sh", ["-c", script]).run()?;
 /// assert_eq!(report.relayed, Some(15));
 /// assert_eq!(report.exit, Exit::Signal(9));
