@@ -31,7 +31,8 @@
 //! ```
 
 use numalab::Topology;
-use numalab_bench::experiment::{run_sweep, Control, Experiment, SweepResult};
+use numalab_bench::control::Control;
+use numalab_bench::experiment::{run_sweep, Experiment, SweepResult};
 use numalab_bench::stats::{Difference, Verdict};
 
 /// 4 KiB pages against huge pages for random reads over 1 GiB.
@@ -137,8 +138,7 @@ fn check(topology: &Topology, sweeps: u32, what: &str, text: &str, most: u32, ex
     for i in 1..=sweeps {
         let mut one = exp.clone();
         one.access.seed = u64::from(i);
-        let result =
-            run_sweep(&one, topology, &Control::default(), |_, _, _| {}).expect("the sweep runs");
+        let result = run_sweep(&one, topology, &Control::default()).expect("the sweep runs");
         let Some(d) = second_against_first(&result) else {
             println!("sweep {i:2}: a cell has fewer than two repeats");
             continue;

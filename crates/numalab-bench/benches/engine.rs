@@ -24,7 +24,8 @@
 use std::time::Instant;
 
 use numalab::{BufferOptions, HugePages, MemPolicy, NodeBuffer, NodeSet, Topology};
-use numalab_bench::experiment::{execute, Control, Experiment};
+use numalab_bench::control::Control;
+use numalab_bench::experiment::{execute, Experiment};
 use numalab_bench::kernels::{build_chase, chase, Rng};
 use numalab_bench::stats::quantile;
 use numalab_bench::workers::run_pinned;

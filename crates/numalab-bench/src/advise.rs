@@ -26,12 +26,15 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use numalab::launch::{Exit, LaunchError};
-use numalab::{CpuSet, MemPolicy, NodeSet, Topology};
+use numalab::{CpuSet, MemPolicy, NodeSet, Support, Topology};
 use serde::{Deserialize, Serialize};
 
+use crate::control::Control;
 use crate::document::Schema;
 use crate::exec::{exec, ExecConfig, ExecError};
-use crate::matrix::BandwidthMatrix;
+use crate::matrix::{
+    BandwidthMatrix, MatrixConfig, MatrixError, Measurements, NodeSelection, Shape,
+};
 use crate::stats::{self, Difference, Summary, Verdict};
 
 /// One placement to try.
@@ -258,6 +261,200 @@ pub fn candidates(
         list.push(Candidate::weighted(weights.clone(), source));
     }
     list
+}
+
+/// The placements besides first touch, as `--placements` names them.
+///
+/// ```
+/// use numalab_bench::advise::{Candidate, Kind};
+/// assert_eq!("weighted".parse::<Kind>(), Ok(Kind::Weighted));
+/// assert_eq!(Kind::of(&Candidate::bind(1, "2-3".parse()?)), Some(Kind::Bind));
+/// assert_eq!(Kind::of(&Candidate::first_touch()), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Interleave over every node with memory.
+    Interleave,
+    /// CPUs and memory of one node.
+    Bind,
+    /// Memory from one node first.
+    Preferred,
+    /// Weighted interleave, weights from read bandwidth.
+    Weighted,
+}
+
+impl Kind {
+    /// Every kind, as `--placements` lists them.
+    pub const ALL: [Kind; 4] = [
+        Kind::Interleave,
+        Kind::Bind,
+        Kind::Preferred,
+        Kind::Weighted,
+    ];
+
+    /// The name `--placements` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Interleave => "interleave",
+            Kind::Bind => "bind",
+            Kind::Preferred => "preferred",
+            Kind::Weighted => "weighted",
+        }
+    }
+
+    /// The kind of `candidate`; `None` for first touch.
+    pub fn of(candidate: &Candidate) -> Option<Kind> {
+        match candidate.policy.as_ref()? {
+            MemPolicy::Interleave(_) => Some(Kind::Interleave),
+            MemPolicy::Bind(_) => Some(Kind::Bind),
+            MemPolicy::Preferred(_) => Some(Kind::Preferred),
+            MemPolicy::WeightedInterleave(_) => Some(Kind::Weighted),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Kind, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == text)
+            .ok_or_else(|| {
+                format!("{text}: not a kind of placement (interleave, bind, preferred, weighted)")
+            })
+    }
+}
+
+/// What [`advise`] runs: the candidates, first touch first, and the
+/// placements left out with why. A list of candidates is a plan that
+/// leaves nothing out.
+///
+/// ```
+/// use numalab_bench::advise::{AdvisePlan, Candidate};
+/// let plan = AdvisePlan::from(vec![Candidate::first_touch()]);
+/// assert_eq!(plan.candidates[0].name, "first-touch");
+/// assert!(plan.not_tried.is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdvisePlan {
+    /// The candidates, first touch first.
+    pub candidates: Vec<Candidate>,
+    /// Placements not tried, and why (weighted interleave without root).
+    pub not_tried: Vec<String>,
+}
+
+impl From<Vec<Candidate>> for AdvisePlan {
+    /// Exactly these candidates, nothing left out.
+    fn from(candidates: Vec<Candidate>) -> AdvisePlan {
+        AdvisePlan {
+            candidates,
+            not_tried: Vec::new(),
+        }
+    }
+}
+
+/// Plans the candidates on `topology`: first touch and every kind of
+/// `kinds` (every kind when empty). Weighted interleave needs the kernel's
+/// `MPOL_WEIGHTED_INTERLEAVE` (Linux 6.9) and root (its weights are the
+/// kernel's, set for the run); its weights come from `saved`'s read
+/// bandwidths, else from a quick bandwidth-only matrix measured now (said
+/// through `control`). A kind that cannot be tried is named in
+/// `not_tried` with why.
+///
+/// ```
+/// use numalab::Topology;
+/// use numalab_bench::advise::{plan, Kind};
+/// use numalab_bench::control::Control;
+/// let two = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let only = plan(&two, &[Kind::Bind], None, &Control::new())?;
+/// let names: Vec<&str> = only.candidates.iter().map(|c| c.name.as_str()).collect();
+/// assert_eq!(names, ["first-touch", "bind:0", "bind:1"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn plan(
+    topology: &Topology,
+    kinds: &[Kind],
+    saved: Option<&BandwidthMatrix>,
+    control: &Control,
+) -> Result<AdvisePlan, AdviseError> {
+    let wanted = |kind: Kind| kinds.is_empty() || kinds.contains(&kind);
+    let mut not_tried = Vec::new();
+    let weights = if topology.nodes_with_memory().len() >= 2 && wanted(Kind::Weighted) {
+        weights(topology, saved, control, &mut not_tried)?
+    } else {
+        None
+    };
+    let candidates = candidates(
+        topology,
+        weights.as_ref().map(|(w, source)| (w, source.as_str())),
+    )
+    .into_iter()
+    .filter(|c| Kind::of(c).is_none_or(wanted))
+    .collect();
+    Ok(AdvisePlan {
+        candidates,
+        not_tried,
+    })
+}
+
+/// Weighted interleave's weights (node to weight) and where they came from.
+type Weights = (BTreeMap<u32, u8>, String);
+
+/// The weighted-interleave weights and where they came from, or why there
+/// are none (into `not_tried`).
+fn weights(
+    topology: &Topology,
+    saved: Option<&BandwidthMatrix>,
+    control: &Control,
+    not_tried: &mut Vec<String>,
+) -> Result<Option<Weights>, AdviseError> {
+    if !Support::probe().weighted_interleave {
+        not_tried.push(
+            "weighted interleave: this kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 or later)"
+                .into(),
+        );
+        return Ok(None);
+    }
+    if !numalab::system::is_root() {
+        not_tried.push(
+            "weighted interleave: setting the kernel's weights for the run needs root".into(),
+        );
+        return Ok(None);
+    }
+    let (bandwidth, source) = match saved {
+        Some(bandwidth) => (
+            Some(bandwidth.clone()),
+            "read bandwidth from --matrix".to_owned(),
+        ),
+        None => {
+            control.say("measuring the read bandwidth of every node for the weighted-interleave weights (numalab matrix --quick, bandwidth only)");
+            let shape = Shape::of(topology, &NodeSelection::default())?;
+            let config = MatrixConfig {
+                measurements: Measurements {
+                    latency: false,
+                    bandwidth: true,
+                    loaded: false,
+                    c2c: false,
+                },
+                ..MatrixConfig::quick()
+            };
+            // The weights' measurement is not advising yet: it does not
+            // stop for the signals the command's runs pass on.
+            let result = crate::matrix::run::run(topology, &shape, &config, &Control::new())?;
+            (
+                result.bandwidth,
+                "read bandwidth measured just now".to_owned(),
+            )
+        }
+    };
+    let weights = bandwidth.as_ref().and_then(weights_from_bandwidth);
+    if weights.is_none() {
+        not_tried.push("weighted interleave: the nodes' read bandwidths give every node the same weight, which is plain interleave".into());
+    }
+    Ok(weights.map(|w| (w, source)))
 }
 
 /// The nodes with memory this process may use (its cpuset's mems): a
@@ -748,6 +945,9 @@ pub enum AdviseError {
         /// The exit status to leave with.
         code: i32,
     },
+    /// The quick matrix measuring the weighted-interleave weights failed.
+    #[error(transparent)]
+    Matrix(#[from] MatrixError),
     /// Its first run, under first touch, took longer than its limit.
     #[error("the command did not end within {} under first touch (its first run), so it was ended and nothing was compared; give a longer --timeout (or a shorter workload)", seconds_text(*limit))]
     TimesOutByDefault {
@@ -775,17 +975,21 @@ impl std::fmt::Display for ExitText {
     }
 }
 
-/// Runs `config.command` under every candidate of `candidates` (first
-/// touch first) on `topology`, `config.warmup` + `config.runs` times each,
+/// Runs `config.command` under every candidate of `plan` (first touch
+/// first; [`plan`], or a list of candidates) on `topology`, `config.warmup` + `config.runs` times each,
 /// and compares them. `progress` hears of each run as it ends. A signal
 /// sent to numalab (passed on to the command) ends advising after that
 /// run: the report keeps what was measured and names the signal.
 pub fn advise(
     topology: &Topology,
     config: &AdviseConfig,
-    candidates: Vec<Candidate>,
+    plan: impl Into<AdvisePlan>,
     progress: &mut dyn FnMut(&Candidate, &AdviseRun),
 ) -> Result<AdviseReport, AdviseError> {
+    let AdvisePlan {
+        candidates,
+        not_tried,
+    } = plan.into();
     if config.runs < 2 {
         return Err(AdviseError::TooFewRuns(config.runs));
     }
@@ -813,7 +1017,7 @@ pub fn advise(
         cannot_matter: None,
         notes: Vec::new(),
         interrupted: None,
-        not_tried: Vec::new(),
+        not_tried,
         failed_by_default: None,
     };
     if memory_nodes.len() < 2 {

@@ -3,6 +3,7 @@
 //! engine (`numalab run` / `numalab sweep`) built on them.
 
 pub mod advise;
+pub mod control;
 pub mod document;
 pub mod exec;
 pub mod experiment;

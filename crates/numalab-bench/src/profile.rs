@@ -15,6 +15,7 @@ use numalab::profile::{watch, ProfileOptions, ProfileSample, Timeline, WrittenPa
 use numalab::units::count;
 use serde::{Deserialize, Serialize};
 
+use crate::control::Control;
 use crate::document::Schema;
 use crate::experiment::counters::{ProcessCounters, MEMORY};
 
@@ -329,11 +330,11 @@ pub fn profile_command(
 }
 
 /// Watches process `pid` until it ends, `options.duration` passes or
-/// `stop()` says so.
+/// `control` is stopped (Ctrl-C); the samples so far are kept.
 pub fn profile_pid(
     pid: i32,
     options: ProfileOptions,
-    stop: impl Fn() -> bool,
+    control: &Control,
 ) -> io::Result<ProfileReport> {
     let name = numalab::profile::process_name(pid);
     let process = numalab::profile::Process::of(pid)?;
@@ -342,7 +343,7 @@ pub fn profile_pid(
     let mut threads = numalab::profile::threads(pid);
     threads.truncate(MAX_THREADS);
     let counters = ProcessCounters::open(&threads, &MEMORY);
-    let timeline = watch(pid, options, stop)?;
+    let timeline = watch(pid, options, || control.is_stopped())?;
     let (memory_events, events_source) = memory_events(Some(counters), "while it was watched");
     let elapsed_s = start.elapsed().as_secs_f64();
     let ended = !process.running();

@@ -12,18 +12,18 @@
 //! runs ([`numalab::launch::SignalRelay`]).
 //!
 //! ```text
-//! let control = Control::default();
-//! let interrupts = Interrupts::catch(&control.stop)?;
+//! let control = Control::new();
+//! let interrupts = Interrupts::catch(&control)?;
 //! let result = measure(&control)?; // stops early if a signal arrives
 //! render::emit(&result, &args.output)?;
 //! Ok(interrupts.exit_status().unwrap_or(0))
 //! ```
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::Arc;
+use std::io::IsTerminal;
 
 use anyhow::{Context, Result};
 use numalab::InterleaveWeights;
+use numalab_bench::control::Control;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -33,33 +33,22 @@ pub const STOPPING: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
 /// The signals caught for a command, and the first that arrived.
 #[derive(Debug, Clone)]
 pub struct Interrupts {
-    arrived: Arc<AtomicI32>,
+    control: Control,
 }
 
 impl Interrupts {
-    /// Catches SIGINT, SIGTERM and SIGHUP from now on: the first sets
-    /// `stop`, a second ends numalab at once with 128 + it.
-    pub fn catch(stop: &Arc<AtomicBool>) -> Result<Interrupts> {
-        let stop = Arc::clone(stop);
-        Self::catch_with(move |_| stop.store(true, Ordering::SeqCst))
-    }
-
-    /// Catches SIGINT, SIGTERM and SIGHUP from now on: the first is given
-    /// to `on_first` (its number), a second ends numalab at once with
-    /// 128 + it.
-    pub fn catch_with(on_first: impl Fn(i32) + Send + 'static) -> Result<Interrupts> {
-        let arrived = Arc::new(AtomicI32::new(0));
+    /// Catches SIGINT, SIGTERM and SIGHUP from now on: the first stops
+    /// `control` (which keeps its number), a second ends numalab at once
+    /// with 128 + it.
+    pub fn catch(control: &Control) -> Result<Interrupts> {
         let mut signals = Signals::new(STOPPING).context("catching SIGINT, SIGTERM and SIGHUP")?;
-        let first = Arc::clone(&arrived);
+        let first = control.clone();
         std::thread::Builder::new()
             .name("numalab-signals".into())
             .spawn(move || {
                 for signal in signals.forever() {
-                    if first
-                        .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
-                        .is_ok()
-                    {
-                        on_first(signal);
+                    if first.signal().is_none() {
+                        first.stop_by(signal);
                         continue;
                     }
                     // The second: the work did not stop soon enough.
@@ -74,20 +63,31 @@ impl Interrupts {
                 }
             })
             .context("starting the signal watcher")?;
-        Ok(Interrupts { arrived })
+        Ok(Interrupts {
+            control: control.clone(),
+        })
     }
 
     /// The first signal that arrived, if any.
     pub fn arrived(&self) -> Option<i32> {
-        match self.arrived.load(Ordering::SeqCst) {
-            0 => None,
-            signal => Some(signal),
-        }
+        self.control.signal()
     }
 
     /// 128 + the first signal that arrived: the exit status of a command
     /// it interrupted.
     pub fn exit_status(&self) -> Option<i32> {
         self.arrived().map(crate::exit::after_signal)
+    }
+}
+
+/// A control for a measuring command: its progress lines go to standard
+/// error, after `prefix`, when that is a terminal (and nowhere in a pipe or
+/// a log, where they would only be noise).
+pub fn control_for_terminal(prefix: &'static str) -> Control {
+    let control = Control::new();
+    if std::io::stderr().is_terminal() {
+        control.with_messages(move |line| eprintln!("{prefix}{line}"))
+    } else {
+        control
     }
 }

@@ -4,8 +4,7 @@
 //! [`RunResult`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use numalab::affinity::BindError;
@@ -32,6 +31,7 @@ use super::result::{
 };
 use super::rwlock::StripeLock;
 use super::values::{PolicySpec, Sync};
+use crate::control::Control;
 use crate::kernels::Rng;
 use crate::stats::NOISY_CV;
 use crate::workers::{run_pinned, WorkerError};
@@ -40,7 +40,8 @@ use crate::workers::{run_pinned, WorkerError};
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::experiment::{execute, Control, ExecuteError, Experiment, PlanError};
+/// use numalab_bench::control::Control;
+/// use numalab_bench::experiment::{execute, ExecuteError, Experiment, PlanError};
 /// // More threads than this machine has CPUs, without threads.oversubscribe.
 /// let exp = Experiment::from_toml_str("[threads]\ncount = 4000\n[memory]\nsize = \"1MiB\"", "x")?;
 /// match execute(&exp, &Topology::system()?, &Control::default()) {
@@ -101,60 +102,6 @@ impl From<WorkerError> for ExecuteError {
             WorkerError::Bind(err) => ExecuteError::Bind(err),
             other => ExecuteError::Workers(other),
         }
-    }
-}
-
-/// Progress of a run, for a progress bar (updated by the workers once per
-/// chunk of operations).
-///
-/// ```
-/// use std::sync::atomic::Ordering::Relaxed;
-/// use numalab::Topology;
-/// use numalab_bench::experiment::{execute, Control, Experiment};
-/// let exp = Experiment::from_toml_str(
-///     "[memory]\nsize = \"1MiB\"\n[access]\nops = 10_000\n[run]\nrepeats = 2\nwarmup = 1\ncounters = false",
-///     "x")?;
-/// let control = Control::default();
-/// execute(&exp, &Topology::system()?, &control)?;
-/// // Another thread (a progress bar) can read these while the run goes on.
-/// let progress = &control.progress;
-/// assert_eq!((progress.runs_done.load(Relaxed), progress.runs_total.load(Relaxed)), (3, 3));
-/// assert_eq!(progress.ops_total.load(Relaxed), 30_000, "warm-up included");
-/// assert_eq!(progress.ops_done.load(Relaxed), 30_000);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Default)]
-pub struct Progress {
-    /// Operations done, all runs so far.
-    pub ops_done: AtomicU64,
-    /// Operations expected over all runs (0 when the runs are timed).
-    pub ops_total: AtomicU64,
-    /// Runs finished (warm-ups and repeats).
-    pub runs_done: AtomicU32,
-    /// Runs planned.
-    pub runs_total: AtomicU32,
-}
-
-/// How the caller steers a run: a stop flag (Ctrl-C sets it; the workers
-/// look at it between chunks) and the progress counters.
-///
-/// ```
-/// use numalab_bench::experiment::Control;
-/// let control = Control::default();
-/// control.stop.store(true, std::sync::atomic::Ordering::Relaxed); // as Ctrl-C does
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct Control {
-    /// Set to stop: the current run ends after its chunk, no other starts,
-    /// and the result is marked interrupted.
-    pub stop: Arc<AtomicBool>,
-    /// Updated while running.
-    pub progress: Arc<Progress>,
-}
-
-impl Control {
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
     }
 }
 
@@ -303,7 +250,7 @@ pub fn execute_plan(
     let mut repeats = Vec::new();
     let mut run = 0;
     while run < runs {
-        if control.stopped() {
+        if control.is_stopped() {
             break;
         }
         let mut is_warmup = run < warmup;
@@ -335,7 +282,7 @@ pub fn execute_plan(
         }
         run += 1;
     }
-    let interrupted = control.stopped();
+    let interrupted = control.is_stopped();
     if interrupted {
         warnings.push(interrupted_warning(&repeats, exp.run.repeats));
     }
@@ -898,7 +845,7 @@ fn one_run(
                 duration: access.duration.map(|d| d.0),
                 locked: access.sync == Sync::Rwlock && library.is_none(),
                 clock,
-                stop: &control.stop,
+                stop: control.stop_flag(),
                 progress: &control.progress.ops_done,
             };
             state.counters.start();
@@ -1434,7 +1381,7 @@ mod tests {
     fn a_stop_before_the_start_runs_nothing() {
         let exp = Experiment::from_toml_str("[memory]\nsize = \"1MiB\"", "t").unwrap();
         let control = Control::default();
-        control.stop.store(true, Ordering::Relaxed);
+        control.stop();
         let result = execute(&exp, &Topology::system().unwrap(), &control).unwrap();
         assert!(result.interrupted);
         assert!(result.repeats.is_empty() && result.figures.is_none());

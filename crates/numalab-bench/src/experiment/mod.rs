@@ -33,7 +33,7 @@ pub mod warning;
 
 pub use clock::Clock;
 pub use config::{ConfigError, Experiment, Key, KEYS};
-pub use execute::{execute, execute_plan, Control, ExecuteError, Progress};
+pub use execute::{execute, execute_plan, ExecuteError};
 pub use plan::{Plan, PlanError, RegionPlan, ThreadPlan};
 pub use result::{RunResult, SweepResult};
 pub use sweep::run_sweep;

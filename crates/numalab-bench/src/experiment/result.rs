@@ -150,7 +150,8 @@ impl Percentiles {
 ///
 /// ```
 /// # use numalab::Topology;
-/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # use numalab_bench::control::Control;
+/// # use numalab_bench::experiment::{execute, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
@@ -193,7 +194,8 @@ pub struct ThreadRun {
 ///
 /// ```
 /// # use numalab::Topology;
-/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # use numalab_bench::control::Control;
+/// # use numalab_bench::experiment::{execute, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
@@ -242,7 +244,8 @@ pub struct Repeat {
 ///
 /// ```
 /// # use numalab::Topology;
-/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # use numalab_bench::control::Control;
+/// # use numalab_bench::experiment::{execute, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
@@ -280,7 +283,8 @@ pub struct Figures {
 ///
 /// ```
 /// # use numalab::Topology;
-/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # use numalab_bench::control::Control;
+/// # use numalab_bench::experiment::{execute, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
@@ -325,7 +329,8 @@ pub struct ThreadFigures {
 ///
 /// ```
 /// # use numalab::Topology;
-/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # use numalab_bench::control::Control;
+/// # use numalab_bench::experiment::{execute, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
@@ -375,7 +380,8 @@ pub struct RegionCheck {
 ///
 /// ```
 /// # use numalab::Topology;
-/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # use numalab_bench::control::Control;
+/// # use numalab_bench::experiment::{execute, Experiment};
 /// let exp = Experiment::from_toml_str(r#"
 ///     [memory]
 ///     size = "2MiB"
@@ -417,7 +423,8 @@ pub struct ReplicaCheck {
 ///
 /// ```
 /// # use numalab::Topology;
-/// # use numalab_bench::experiment::{execute, Control, Experiment};
+/// # use numalab_bench::control::Control;
+/// # use numalab_bench::experiment::{execute, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
@@ -452,7 +459,8 @@ pub struct EngineCost {
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::experiment::{execute, Control, Experiment};
+/// use numalab_bench::control::Control;
+/// use numalab_bench::experiment::{execute, Experiment};
 /// let exp = Experiment::from_toml_str(
 ///     "[memory]\nsize = \"1MiB\"\n[access]\nops = 10_000\n[run]\nrepeats = 1\nwarmup = 0", "x")?;
 /// let result = execute(&exp, &Topology::system()?, &Control::default())?;
@@ -475,7 +483,8 @@ pub struct CounterInfo {
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::experiment::{execute, Control, Experiment, RunResult};
+/// use numalab_bench::control::Control;
+/// use numalab_bench::experiment::{execute, Experiment, RunResult};
 /// let exp = Experiment::from_toml_str(
 ///     "[memory]\nsize = \"1MiB\"\n[access]\nops = 10_000\n[run]\nrepeats = 2\ncounters = false",
 ///     "x")?;
@@ -660,7 +669,8 @@ pub fn thread_figures(
 ///
 /// ```
 /// # use numalab::Topology;
-/// # use numalab_bench::experiment::{run_sweep, Control, Experiment};
+/// # use numalab_bench::control::Control;
+/// # use numalab_bench::experiment::{run_sweep, Experiment};
 /// # let exp = Experiment::from_toml_str(r#"
 /// #     [memory]
 /// #     size = "1MiB"
@@ -674,7 +684,7 @@ pub fn thread_figures(
 /// #     "memory.policy" = ["local", "interleave"]
 /// # "#, "x")?;
 /// // A tiny sweep of `memory.policy` over local and interleave.
-/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default(), |_, _, _| {})?;
+/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default())?;
 /// let cell = &sweep.cells[1];
 /// assert_eq!(cell.setting("memory.policy"), Some("interleave"));
 /// assert!(cell.error.is_none());
@@ -714,7 +724,8 @@ impl SweepCell {
 ///
 /// ```
 /// # use numalab::Topology;
-/// # use numalab_bench::experiment::{run_sweep, Control, Experiment};
+/// # use numalab_bench::control::Control;
+/// # use numalab_bench::experiment::{run_sweep, Experiment};
 /// # let exp = Experiment::from_toml_str(r#"
 /// #     [memory]
 /// #     size = "1MiB"
@@ -728,7 +739,7 @@ impl SweepCell {
 /// #     "memory.policy" = ["local", "interleave"]
 /// # "#, "x")?;
 /// // A tiny sweep of `memory.policy` over local and interleave.
-/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default(), |_, _, _| {})?;
+/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default())?;
 /// let line = &sweep.comparison[0];
 /// assert_eq!(line.policy.to_string(), "interleave");
 /// assert!(line.settings.is_empty(), "no other axis");
@@ -775,7 +786,8 @@ pub const CONFIDENCE: f64 = 0.95;
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::experiment::{run_sweep, Control, Experiment};
+/// use numalab_bench::control::Control;
+/// use numalab_bench::experiment::{run_sweep, Experiment};
 /// let exp = Experiment::from_toml_str(r#"
 ///     [memory]
 ///     size = "1MiB"
@@ -788,7 +800,7 @@ pub const CONFIDENCE: f64 = 0.95;
 ///     [sweep]
 ///     "memory.policy" = ["local", "interleave"]
 /// "#, "x")?;
-/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default(), |_, _, _| {})?;
+/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default())?;
 /// assert_eq!(sweep.schema, "numalab.sweep");
 /// assert_eq!(sweep.axes, [("memory.policy".to_owned(), vec!["local".to_owned(), "interleave".to_owned()])]);
 /// assert_eq!(sweep.cells.len(), 2);
@@ -1009,7 +1021,8 @@ fn intervals(
 /// ```
 /// use numalab::Topology;
 /// use numalab_bench::experiment::result::Stopped;
-/// use numalab_bench::experiment::{run_sweep, Control, Experiment};
+/// use numalab_bench::control::Control;
+/// use numalab_bench::experiment::{run_sweep, Experiment};
 /// // Identical cells (both policies are local on a one-node machine,
 /// // and a sweep of one repeat a look has no interval to decide by):
 /// // every look is taken.
@@ -1026,7 +1039,7 @@ fn intervals(
 ///     [sweep]
 ///     "memory.policy" = ["local", "interleave"]
 /// "#, "x")?;
-/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default(), |_, _, _| {})?;
+/// let sweep = run_sweep(&exp, &Topology::system()?, &Control::default())?;
 /// let looks = sweep.looks.expect("up to two looks");
 /// assert_eq!((looks.planned, looks.every), (2, 1));
 /// assert_eq!((looks.taken, looks.stopped), (2, Stopped::MostRepeats));

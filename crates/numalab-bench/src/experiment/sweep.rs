@@ -6,10 +6,12 @@ use numalab::system::Environment;
 use numalab::units::count;
 use numalab::Topology;
 
+use crate::control::Control;
+
 use super::config::{ConfigError, Experiment, RunOrder};
 use super::execute::{
     execute_plan, floor_warning, interrupted_warning, length_key, lengthening, noise_warning,
-    Control, ExecuteError,
+    ExecuteError,
 };
 use super::floor::Lengthened;
 use super::plan::{Plan, PlanError};
@@ -164,8 +166,9 @@ fn with_controls(
     Ok(out)
 }
 
-/// Runs every cell of `exp`'s grid in order; `on_cell(i, n, settings)` is
-/// called before each. Ctrl-C (the control's stop flag) ends the sweep
+/// Runs every cell of `exp`'s grid in order, each named in the control's
+/// progress label as it starts ("cell 2/6 (threads.count=2, …)").
+/// Ctrl-C (a stop asked through `control`) ends the sweep
 /// after the current cell, whose result is kept, marked interrupted. A
 /// cell that fails while running (every cell is planned before the first
 /// runs, so this is the machine changing under the sweep, such as memory
@@ -175,9 +178,13 @@ pub fn run_sweep(
     exp: &Experiment,
     topology: &Topology,
     control: &Control,
-    on_cell: impl FnMut(usize, usize, &str),
 ) -> Result<SweepResult, SweepError> {
-    run_cells(exp, topology, control, on_cell, execute_plan)
+    let label = |i: usize, n: usize, cell: &str| {
+        control
+            .progress
+            .set_label(format!("cell {}/{n} ({cell})", i + 1));
+    };
+    run_cells(exp, topology, control, label, execute_plan)
 }
 
 /// [`run_sweep`] with the way a cell runs passed in.
@@ -274,7 +281,7 @@ fn run_grouped(
             }
             cell.access.ops = Some(plan.total_ops());
         }
-        if control.stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if control.is_stopped() {
             interrupted = true;
             cells.push(SweepCell {
                 settings,
@@ -385,7 +392,7 @@ fn run_interleaved(
             if round >= repeats || errors[i].is_some() {
                 continue;
             }
-            if control.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if control.is_stopped() {
                 interrupted = true;
                 break 'rounds;
             }
@@ -1028,9 +1035,7 @@ mod tests {
                 started += 1;
                 if started == 4 {
                     // Ctrl-C during the second round's first run.
-                    control
-                        .stop
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    control.stop();
                 }
             },
             execute_plan,
@@ -1107,7 +1112,7 @@ mod tests {
         // One value per axis: nothing to compare.
         let single = grid.replace("[1, 2]", "[1]").replace("[64, 128]", "[64]");
         let exp = Experiment::from_toml_str(&single, "first.toml").unwrap();
-        let result = run_sweep(&exp, &topology, &Control::default(), |_, _, _| {}).unwrap();
+        let result = run_sweep(&exp, &topology, &Control::default()).unwrap();
         assert!(result.differences.is_empty());
         assert!(serde_json::to_value(&result)
             .unwrap()
@@ -1263,7 +1268,7 @@ mod tests {
                 interleave
             ]
         );
-        let result = run_sweep(&exp, &topology, &Control::default(), |_, _, _| {}).unwrap();
+        let result = run_sweep(&exp, &topology, &Control::default()).unwrap();
         assert_eq!(result.cells.iter().filter(|c| c.control).count(), 2);
         // Per row: interleave against local, and local against itself.
         let controls: Vec<_> = result.comparison.iter().filter(|c| c.control).collect();

@@ -126,6 +126,24 @@ impl Schema for FleetReport {
     const VERSION: u32 = 1;
 }
 
+impl FleetReport {
+    /// The hosts that stand out: a figure of theirs flagged, or, when
+    /// there is more than one group, in a group too small to judge (one or
+    /// two hosts unlike the rest). Flagged hosts first, then by group.
+    pub fn standing_out(&self) -> Vec<&HostEntry> {
+        let unjudged = |group: usize| {
+            self.groups.len() > 1 && self.groups.iter().any(|g| g.id == group && !g.judged)
+        };
+        let mut hosts: Vec<&HostEntry> = self
+            .hosts
+            .iter()
+            .filter(|h| h.outliers > 0 || unjudged(h.group))
+            .collect();
+        hosts.sort_by_key(|h| (h.outliers == 0, h.group));
+        hosts
+    }
+}
+
 /// Hosts of one fingerprint.
 ///
 /// ```

@@ -13,10 +13,12 @@
 //! - [`run`](mod@run): the whole measurement, checked before anything is
 //!   allocated, every cell placement-audited and repeated, into a
 //!   [`MatrixResult`];
-//! - [`plan`]: what `--plan` shows without measuring.
+//! - [`plan`]: what `--plan` shows without measuring;
+//! - [`hwloc`]: the figures as hwloc's memory attributes (`--hwloc-xml`).
 
 pub mod bandwidth;
 pub mod c2c;
+pub mod hwloc;
 pub mod latency;
 pub mod llc;
 pub mod loaded;

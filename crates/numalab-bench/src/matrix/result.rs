@@ -68,6 +68,7 @@ impl Figure {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -76,7 +77,7 @@ impl Figure {
 /// let measurements = Measurements { latency: true, bandwidth: false, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// let settings = &result.settings;
 /// assert_eq!(settings.measurements, measurements);
 /// assert_eq!((settings.latency_bytes, settings.repeats, settings.quick), (1 << 20, 3, true));
@@ -116,6 +117,7 @@ pub struct Settings {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -124,7 +126,7 @@ pub struct Settings {
 /// let measurements = Measurements { latency: true, bandwidth: false, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// let summary = result.placement_summary;
 /// assert_eq!(summary.checked, result.audits().len());
 /// assert_eq!(summary.all_match, summary.checked == summary.matching);
@@ -144,6 +146,7 @@ pub struct PlacementSummary {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -152,7 +155,7 @@ pub struct PlacementSummary {
 /// let measurements = Measurements { latency: true, bandwidth: false, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// let matrix = result.latency.as_ref().unwrap();
 /// // One cell per (initiator, target): 1 x 1 here.
 /// assert_eq!(matrix.cells.len(), shape.initiators.len() * shape.targets.len());
@@ -169,6 +172,7 @@ pub struct LatencyMatrix {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -177,7 +181,7 @@ pub struct LatencyMatrix {
 /// let measurements = Measurements { latency: true, bandwidth: false, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// let cell = &result.latency.as_ref().unwrap().cells[0];
 /// assert_eq!((cell.initiator, cell.target, cell.size_bytes), (node, node, 1 << 20));
 /// assert_eq!(cell.latency_ns.samples.len(), 3);
@@ -247,6 +251,7 @@ pub struct BasePages {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -255,7 +260,7 @@ pub struct BasePages {
 /// let measurements = Measurements { latency: false, bandwidth: true, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), threads: Some(1), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// let matrix = result.bandwidth.as_ref().unwrap();
 /// assert_eq!(matrix.cells.len(), shape.initiators.len() * shape.targets.len());
 /// assert!(result.latency.is_none());
@@ -271,6 +276,7 @@ pub struct BandwidthMatrix {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -279,7 +285,7 @@ pub struct BandwidthMatrix {
 /// let measurements = Measurements { latency: false, bandwidth: true, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), threads: Some(1), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// let cell = &result.bandwidth.as_ref().unwrap().cells[0];
 /// assert_eq!((cell.initiator, cell.target, cell.cpus.len()), (node, node, 1));
 /// for gbps in [&cell.read_gbps, &cell.write_gbps, &cell.copy_gbps] {
@@ -318,6 +324,7 @@ pub struct BandwidthCell {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -326,7 +333,7 @@ pub struct BandwidthCell {
 /// let measurements = Measurements { latency: false, bandwidth: false, loaded: true, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// let curve = &result.loaded.as_ref().unwrap()[0];
 /// assert_eq!((curve.initiator, curve.target), (node, node));
 /// assert!(!curve.load_cpus.contains(&curve.chase_cpu));
@@ -359,6 +366,7 @@ pub struct LoadedCurve {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -367,7 +375,7 @@ pub struct LoadedCurve {
 /// let measurements = Measurements { latency: false, bandwidth: false, loaded: true, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// let points = &result.loaded.as_ref().unwrap()[0].points;
 /// // Idle, then from the longest delay to none.
 /// let delays: Vec<Option<u64>> = points.iter().map(|p| p.delay).collect();
@@ -390,6 +398,7 @@ pub struct LoadedPoint {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -398,7 +407,7 @@ pub struct LoadedPoint {
 /// let measurements = Measurements { latency: false, bandwidth: false, c2c: true, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// let c2c = result.c2c.as_ref().unwrap();
 /// assert_eq!(c2c.nodes, [node]);
 /// // A pair of cores on the node, or a note saying why there is none.
@@ -419,6 +428,7 @@ pub struct C2cMatrix {
 ///
 /// ```
 /// # use numalab::{HugePages, NodeSet, Topology};
+/// # use numalab_bench::control::Control;
 /// # use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection, Shape};
 /// # let topo = Topology::system()?;
 /// # let node = numalab::affinity::current().node;
@@ -427,7 +437,7 @@ pub struct C2cMatrix {
 /// let measurements = Measurements { latency: false, bandwidth: false, c2c: true, ..Measurements::default() };
 /// let config = MatrixConfig { measurements, size: Some(1 << 20), huge_pages: Some(HugePages::None),
 ///     ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |_| {})?;
+/// let result = run(&topo, &shape, &config, &Control::new())?;
 /// for cell in &result.c2c.as_ref().unwrap().cells {
 ///     assert_eq!((cell.node_a, cell.node_b), (node, node));
 ///     assert_ne!(cell.cpu_a, cell.cpu_b);
@@ -559,13 +569,15 @@ impl<'de> Deserialize<'de> for MatrixWarning {
 ///
 /// ```
 /// use numalab::{NodeSet, Topology};
+/// use numalab_bench::control::Control;
 /// use numalab_bench::matrix::{run::run, MatrixConfig, NodeSelection, Shape};
 /// let topo = Topology::system()?;
 /// let node = NodeSet::single(numalab::affinity::current().node);
 /// let one = NodeSelection { cpu_nodes: Some(node.clone()), mem_nodes: Some(node), ..Default::default() };
 /// let shape = Shape::of(&topo, &one)?;
 /// let config = MatrixConfig { size: Some(1 << 20), ..MatrixConfig::quick() };
-/// let result = run(&topo, &shape, &config, &mut |line| eprintln!("{line}"))?;
+/// let control = Control::new().with_messages(|line| eprintln!("{line}"));
+/// let result = run(&topo, &shape, &config, &control)?;
 /// let cell = &result.latency.as_ref().unwrap().cells[0];
 /// println!("{:.1} ns, pages: {}", cell.latency_ns.median(), cell.placement);
 /// assert!(result.placement_summary.all_match, "{:?}", result.warnings);

@@ -3,7 +3,6 @@
 //! then measure each cell, audit its placement and summarise its repeats.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use numalab::system::{Environment, KernelSettings, NodeMemory};
@@ -15,6 +14,7 @@ use super::latency::{self, ChaseTiming};
 use super::result::*;
 use super::shape::{firmware_cells, spread_cpus, usable_cpus, Firmware, Shape};
 use super::{c2c, human, llc, loaded, MatrixError};
+use crate::control::Control;
 use crate::kernels::Isa;
 
 /// Which measurements to make.
@@ -322,28 +322,18 @@ fn huge_pages_for(node: u32, bytes: usize) -> (HugePages, Option<String>) {
     }
 }
 
-/// Measures everything `config` asks for on this machine. `progress` is
-/// told what is being measured, one short line at a time.
+/// Measures everything `config` asks for on this machine, saying what is
+/// being measured through `control`, one short line at a time. A stop
+/// asked through `control` (Ctrl-C) finishes the cell being measured,
+/// starts no other, and the result holds the cells measured so far,
+/// marked `interrupted`.
 pub fn run(
     topology: &Topology,
     shape: &Shape,
     config: &MatrixConfig,
-    progress: &mut dyn FnMut(&str),
+    control: &Control,
 ) -> Result<MatrixResult, MatrixError> {
-    run_until(topology, shape, config, progress, &AtomicBool::new(false))
-}
-
-/// As [`run`], stopping when `stop` is set (Ctrl-C): the cell being
-/// measured is finished, no other starts, and the result holds the cells
-/// measured so far, marked `interrupted`.
-pub fn run_until(
-    topology: &Topology,
-    shape: &Shape,
-    config: &MatrixConfig,
-    progress: &mut dyn FnMut(&str),
-    stop: &AtomicBool,
-) -> Result<MatrixResult, MatrixError> {
-    let stopped = || stop.load(Ordering::Relaxed);
+    let stopped = || control.is_stopped();
     if !topology.is_this_system() {
         return Err(MatrixError::NotThisMachine {
             origin: topology.source.to_string(),
@@ -396,7 +386,7 @@ pub fn run_until(
                 .last()
                 .copied()
                 .unwrap_or(MIN_SIZE);
-            progress(&format!(
+            control.say(&format!(
                 "sizing the working set: latency from {} to {} on CPU {first_cpu}, node {home}",
                 human(256 << 10),
                 human(largest as u64)
@@ -535,7 +525,7 @@ pub fn run_until(
                 break;
             }
             let cpu = usable_cpus(topology, i)[0];
-            progress(&format!(
+            control.say(&format!(
                 "idle latency {i}->{t} ({}/{}): chasing {} from CPU {cpu}",
                 k + 1,
                 cells.len(),
@@ -610,7 +600,7 @@ pub fn run_until(
             let threads = config.threads.unwrap_or(usable_cpus(topology, i).len());
             let cpus = spread_cpus(topology, i, threads);
             let bytes = bandwidth_bytes(stream, cpus.len());
-            progress(&format!(
+            control.say(&format!(
                 "bandwidth {i}->{t} ({}/{}): {} on {} {}",
                 k + 1,
                 cells.len(),
@@ -684,7 +674,7 @@ pub fn run_until(
                 )));
                 continue;
             };
-            progress(&format!(
+            control.say(&format!(
                 "loaded latency {i}->{target}: chase on CPU {chase_cpu}, load from {}",
                 numalab::units::count(load_cpus.len(), "CPU")
             ));
@@ -751,7 +741,7 @@ pub fn run_until(
                     ));
                     continue;
                 };
-                progress(&format!(
+                control.say(&format!(
                     "cache-to-cache {a}<->{b}: CPU {cpu_a} and CPU {cpu_b}"
                 ));
                 // The line lives on the first core's node when it has memory.

@@ -20,8 +20,8 @@
 //!
 //! ```
 //! use numalab::Topology;
+//! use numalab_bench::control::Control;
 //! use numalab_bench::pagecache::{plan, run, BenchConfig, FileSource};
-//! use std::sync::atomic::AtomicBool;
 //!
 //! let topology = Topology::system()?;
 //! let config = BenchConfig {
@@ -31,7 +31,7 @@
 //!     ..BenchConfig::default()
 //! };
 //! let plan = plan(&config, &topology)?;
-//! let report = run(&plan, &topology, &mut |_| {}, &AtomicBool::new(false))?;
+//! let report = run(&plan, &topology, &Control::new())?;
 //! let cell = &report.cells[0];
 //! assert_eq!(cell.repeats[0].readers[0].bytes, 8 << 20);
 //! assert!(cell.time_to_last_s.unwrap() > 0.0);

@@ -286,8 +286,8 @@ pub struct RemoteRatio {
 ///
 /// ```
 /// use numalab_bench::document::Document;
+/// use numalab_bench::control::Control;
 /// use numalab_bench::pagecache::{plan, run, BenchConfig, FileSource, PagecacheBench};
-/// use std::sync::atomic::AtomicBool;
 /// let topology = numalab::Topology::system()?;
 /// let config = BenchConfig {
 ///     file: FileSource::Create { dir: std::env::temp_dir(), size: 1 << 20 },
@@ -295,7 +295,7 @@ pub struct RemoteRatio {
 ///     compare_matrix: false,
 ///     ..BenchConfig::default()
 /// };
-/// let report = run(&plan(&config, &topology)?, &topology, &mut |_| {}, &AtomicBool::new(false))?;
+/// let report = run(&plan(&config, &topology)?, &topology, &Control::new())?;
 /// let text = Document::new(&report).to_json()?;
 /// let back: PagecacheBench = Document::parse(&text)?;
 /// assert_eq!(back.settings.size, 1 << 20);

@@ -18,6 +18,7 @@ use super::result::{
     BenchCell, BenchRepeat, BenchSettings, CopiesGain, CopyAudit, CopySettings, PagecacheBench,
     ReaderRun, RemoteRatio,
 };
+use crate::control::Control;
 use crate::matrix::bandwidth::{self, Kernel, StreamTiming};
 use crate::matrix::shape::spread_cpus;
 use crate::ring::CellStatus;
@@ -25,14 +26,15 @@ use crate::stats::Summary;
 use crate::workers::run_pinned;
 
 /// Runs the plan: makes (or places) the file's cache, then each cell's
-/// repeats; `stop` (Ctrl-C) ends the run at the next block, the
-/// unfinished cells marked interrupted.
+/// repeats, saying what it does through `control`; a stop asked through
+/// `control` (Ctrl-C) ends the run at the next block, the unfinished
+/// cells marked interrupted.
 pub fn run(
     plan: &Plan,
     topology: &Topology,
-    progress: &mut dyn FnMut(&str),
-    stop: &AtomicBool,
+    control: &Control,
 ) -> Result<PagecacheBench, BenchError> {
+    let stop = control.stop_flag();
     let config = &plan.config;
     let (label, file, created) = match (&plan.given, &config.file) {
         (Some((path, file)), _) => {
@@ -43,7 +45,7 @@ pub fn run(
             (path.display().to_string(), file, false)
         }
         (None, FileSource::Create { dir, size }) => {
-            progress(&format!(
+            control.say(&format!(
                 "writing {} to an unnamed file in {} on node {}",
                 numalab::units::format_size(*size),
                 dir.display(),
@@ -104,7 +106,7 @@ pub fn run(
             cells.push(cell);
             continue;
         }
-        progress(&format!(
+        control.say(&format!(
             "{} on {} (node {}){}",
             count(planned.readers, "reader"),
             planned.place,

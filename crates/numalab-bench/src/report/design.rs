@@ -6,11 +6,13 @@
 
 use numalab::Topology;
 
-use super::ReportError;
+use super::{scaling, Report, ReportError};
+use crate::control::Control;
 use crate::experiment::config::ConfigError;
 use crate::experiment::sweep::{plan_sweep, run_sweep};
-use crate::experiment::{Control, Experiment, SweepResult};
-use crate::matrix::{self, MatrixConfig, MatrixResult, NodeSelection, Shape};
+use crate::experiment::Experiment;
+use crate::matrix::{self, MatrixConfig, NodeSelection, Shape};
+use crate::topo::TopoReport;
 
 /// The workload of the policy sweep: the slide deck's simulator with
 /// cache-line-sized random operations, 2 reads to 1 write, over regions
@@ -127,38 +129,51 @@ impl ReportPlan {
             sweep,
         })
     }
+}
 
-    /// Measures latency and bandwidth between the nodes, reporting each
-    /// step to `progress`.
-    pub fn measure_matrix(
-        &self,
-        topology: &Topology,
-        progress: &mut dyn FnMut(&str),
-    ) -> Result<MatrixResult, ReportError> {
-        Ok(matrix::run::run(
-            topology,
-            &self.shape,
-            &self.matrix,
-            progress,
-        )?)
+/// Measures what `plan` decided, in the order a reader meets it: latency
+/// and bandwidth between the nodes, read bandwidth by thread count, then
+/// the policy sweep; each step is said through `control`. A stop asked
+/// through `control` (Ctrl-C) ends the step in progress and is an error: a
+/// report is never written from half its measurements.
+///
+/// ```no_run
+/// use numalab::Topology;
+/// use numalab_bench::control::Control;
+/// use numalab_bench::report::{self, ReportPlan};
+///
+/// let topology = Topology::system()?;
+/// let plan = ReportPlan::new(&topology, true)?;
+/// let report = report::run(&plan, &topology, &Control::new())?;
+/// assert!(!report.findings.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run(
+    plan: &ReportPlan,
+    topology: &Topology,
+    control: &Control,
+) -> Result<Report, ReportError> {
+    let interrupted = || control.is_stopped().then_some(ReportError::Interrupted);
+    control.say("measuring latency and bandwidth between nodes");
+    let matrix = matrix::run::run(topology, &plan.shape, &plan.matrix, control)?;
+    if let Some(err) = interrupted() {
+        return Err(err);
     }
 
-    /// Runs the policy sweep; `on_cell(i, n, cell)` is called as each of
-    /// its `n` cells starts. A sweep stopped by `control` is an error: a
-    /// report is never written from half a sweep.
-    pub fn run_sweep(
-        &self,
-        topology: &Topology,
-        control: &Control,
-        on_cell: impl FnMut(usize, usize, &str),
-    ) -> Result<SweepResult, ReportError> {
-        let mut sweep = run_sweep(&self.sweep, topology, control, on_cell)?;
-        sweep.created = crate::document::now_rfc3339();
-        if sweep.interrupted {
-            return Err(ReportError::Interrupted);
-        }
-        Ok(sweep)
+    control.say("measuring read bandwidth by thread count");
+    let scaling = scaling::measure(topology, &matrix, control)?;
+    if let Some(err) = interrupted() {
+        return Err(err);
     }
+
+    control.say("running the policy sweep");
+    let mut sweep = run_sweep(&plan.sweep, topology, control)?;
+    sweep.created = crate::document::now_rfc3339();
+    if sweep.interrupted {
+        return Err(ReportError::Interrupted);
+    }
+    let machine = TopoReport::gather(topology.clone());
+    Ok(Report::new(machine, matrix, sweep).with_scaling(scaling))
 }
 
 #[cfg(test)]

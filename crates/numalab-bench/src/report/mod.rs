@@ -6,8 +6,8 @@
 //! memory), and what it all means ([`Finding`]s).
 //!
 //! [`design::ReportPlan`] decides and checks everything before anything is
-//! measured; it measures the matrix and runs the sweep; [`Report::new`]
-//! puts the results together with their findings.
+//! measured; [`run`] measures the matrix, the thread scaling and the sweep;
+//! [`Report::new`] puts the results together with their findings.
 
 mod cell;
 pub mod design;
@@ -25,7 +25,7 @@ use crate::matrix::{MatrixError, MatrixResult};
 use crate::topo::TopoReport;
 
 pub use cell::{Cell, Metric};
-pub use design::ReportPlan;
+pub use design::{run, ReportPlan};
 pub use findings::{Finding, FindingKind};
 
 /// The `numalab.report` document: the machine, the matrix, the policy
@@ -33,15 +33,12 @@ pub use findings::{Finding, FindingKind};
 ///
 /// ```no_run
 /// use numalab::Topology;
-/// use numalab_bench::experiment::Control;
-/// use numalab_bench::report::{Report, ReportPlan};
-/// use numalab_bench::topo::TopoReport;
+/// use numalab_bench::control::Control;
+/// use numalab_bench::report::{self, ReportPlan};
 ///
 /// let topology = Topology::system()?;
 /// let plan = ReportPlan::new(&topology, true)?;
-/// let matrix = plan.measure_matrix(&topology, &mut |_| {})?;
-/// let sweep = plan.run_sweep(&topology, &Control::default(), |_, _, _| {})?;
-/// let report = Report::new(TopoReport::gather(topology), matrix, sweep);
+/// let report = report::run(&plan, &topology, &Control::new())?;
 /// assert!(!report.findings.is_empty());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

@@ -10,6 +10,7 @@
 use numalab::{HugePages, Topology};
 use serde::{Deserialize, Serialize};
 
+use crate::control::Control;
 use crate::matrix::bandwidth::{self, Kernel, StreamTiming};
 use crate::matrix::latency::Pages;
 use crate::matrix::shape::spread_cpus;
@@ -88,11 +89,12 @@ pub fn thread_counts(cpus: usize) -> Vec<usize> {
 /// Measures read bandwidth by thread count on the matrix's first CPU node
 /// reading its reference (local) memory; `None` when that node has one
 /// usable CPU (one point is no curve) or the matrix measured no
-/// bandwidth. `stopped` is asked between thread counts.
+/// bandwidth. A stop asked through `control` is seen between thread
+/// counts.
 pub fn measure(
     topology: &Topology,
     matrix: &MatrixResult,
-    stopped: &dyn Fn() -> bool,
+    control: &Control,
 ) -> Result<Option<ThreadScaling>, MatrixError> {
     let Some(&initiator) = matrix.shape.initiators.first() else {
         return Ok(None);
@@ -118,7 +120,7 @@ pub fn measure(
     let pages: HugePages = cell.pages.requested;
     let mut points = Vec::new();
     for threads in thread_counts(all.len()) {
-        if stopped() {
+        if control.is_stopped() {
             break;
         }
         let cpus = spread_cpus(topology, initiator, threads);

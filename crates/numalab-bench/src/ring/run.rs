@@ -7,7 +7,6 @@ use std::error::Error as _;
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -20,19 +19,20 @@ use super::config::{ConfigError, RingConfig};
 use super::plan::{self, PlanError, StreamPlan};
 use super::result::{CellResult, CellStatus, ProcessPlacement, RingReport, Settings, StreamResult};
 use super::worker::{Role, WorkerConfig, WorkerReport};
+use crate::control::Control;
 
 /// Why `numalab ring` stopped.
 ///
 /// ```
-/// use std::sync::atomic::AtomicUsize;
 /// use numalab::Topology;
+/// use numalab_bench::control::Control;
 /// use numalab_bench::ring::{run, ConfigError, PlanError, RingConfig, RunError};
 ///
 /// let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
 /// let mut config = RingConfig::new("numalab");
 /// config.streams = 0;
 /// // The plan is checked before any ring or process is made.
-/// let err = run(&config, &topology, &mut |_| {}, &AtomicUsize::new(0)).unwrap_err();
+/// let err = run(&config, &topology, &Control::new()).unwrap_err();
 /// assert!(
 ///     matches!(err, RunError::Plan(PlanError::Config(ConfigError::NoStreams))),
 ///     "{err}"
@@ -116,11 +116,11 @@ fn with_sources(err: &RunError) -> String {
 }
 
 /// Runs every cell `config` asks for on this machine (`topology` is its
-/// topology). `progress` hears one line as each cell starts.
+/// topology). `control` hears one line as each cell starts.
 ///
-/// `stop` is how the caller asks the run to end: a signal handler stores
-/// the number of the signal that arrived (Ctrl-C's `SIGINT`, `SIGTERM`,
-/// `SIGHUP`); 0 means go on. The run then ends its workers, removes its
+/// `control` is how the caller asks the run to end: a signal handler calls
+/// [`Control::stop_by`] with the signal that arrived (Ctrl-C's `SIGINT`,
+/// `SIGTERM`, `SIGHUP`), or the caller [`Control::stop`]. The run then ends its workers, removes its
 /// segments, and returns the report with the cells that finished and the
 /// others marked `interrupted` ([`RingReport::interrupted`]). A worker
 /// ended by Ctrl-C (the terminal sends it to the whole job) stops the run
@@ -134,8 +134,7 @@ fn with_sources(err: &RunError) -> String {
 pub fn run(
     config: &RingConfig,
     topology: &Topology,
-    progress: &mut dyn FnMut(&str),
-    stop: &AtomicUsize,
+    control: &Control,
 ) -> Result<RingReport, RunError> {
     config.check().map_err(PlanError::from)?;
     let cells = plan::cells(config, topology)?;
@@ -163,20 +162,17 @@ pub fn run(
             placement_ok: false,
         };
         if stopped_by.is_none() {
-            stopped_by = Some(stop.load(Ordering::SeqCst) as i32).filter(|&s| s != 0);
+            stopped_by = StoppedBy::asked(control);
         }
         let result = match (&cell.streams, stopped_by) {
             (Err(reason), _) => not_ran(CellStatus::Skipped, reason.clone()),
-            (Ok(_), Some(signal)) => not_ran(
+            (Ok(_), Some(by)) => not_ran(
                 CellStatus::Interrupted,
-                format!(
-                    "not run: {} stopped the run",
-                    numalab::launch::signal_name(signal)
-                ),
+                format!("not run: {by} stopped the run"),
             ),
             (Ok(streams), None) => {
-                progress(&format!("running {} cell: {}", cell.table, cell.name));
-                match run_cell(config, streams, stop) {
+                control.say(&format!("running {} cell: {}", cell.table, cell.name));
+                match run_cell(config, streams, control) {
                     Ok(CellRun::Done(streams)) => CellResult {
                         table: cell.table.into(),
                         name: cell.name.clone(),
@@ -186,13 +182,12 @@ pub fn run(
                         placement_ok: streams.iter().all(|s| s.placement_ok),
                         streams,
                     },
-                    Ok(CellRun::Stopped(signal)) => {
-                        stopped_by = Some(signal);
+                    Ok(CellRun::Stopped(by)) => {
+                        stopped_by = Some(by);
                         not_ran(
                             CellStatus::Interrupted,
                             format!(
-                                "{} stopped it; its workers were ended and its rings removed",
-                                numalab::launch::signal_name(signal)
+                                "{by} stopped it; its workers were ended and its rings removed"
                             ),
                         )
                     }
@@ -226,8 +221,37 @@ pub fn run(
 enum CellRun {
     /// Every worker finished.
     Done(Vec<StreamResult>),
-    /// A signal (its number) stopped it.
-    Stopped(i32),
+    /// The caller or a signal stopped it.
+    Stopped(StoppedBy),
+}
+
+/// What stopped a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoppedBy {
+    /// A signal (its number), given to the control or seen ending a worker.
+    Signal(i32),
+    /// The caller, without a signal.
+    Caller,
+}
+
+impl StoppedBy {
+    /// What stopped the run through `control`, if anything did.
+    fn asked(control: &Control) -> Option<StoppedBy> {
+        control.is_stopped().then(|| {
+            control
+                .signal()
+                .map_or(StoppedBy::Caller, StoppedBy::Signal)
+        })
+    }
+}
+
+impl std::fmt::Display for StoppedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoppedBy::Signal(signal) => f.write_str(&numalab::launch::signal_name(*signal)),
+            StoppedBy::Caller => f.write_str("the caller"),
+        }
+    }
 }
 
 /// A worker process, its output read by two threads so that it never
@@ -323,9 +347,9 @@ fn start_worker(
     })
 }
 
-/// Waits for every worker; when `stop` is set, kills them. `Some(signal)`
-/// when a signal stopped the cell.
-fn wait_all(workers: &mut Workers, stop: &AtomicUsize) -> Result<Option<i32>, RunError> {
+/// Waits for every worker; when `control` is stopped, kills them. What
+/// stopped the cell, if anything did.
+fn wait_all(workers: &mut Workers, control: &Control) -> Result<Option<StoppedBy>, RunError> {
     let mut stopped = None;
     loop {
         let mut running = 0;
@@ -342,7 +366,7 @@ fn wait_all(workers: &mut Workers, stop: &AtomicUsize) -> Result<Option<i32>, Ru
             }
         }
         if stopped.is_none() {
-            stopped = Some(stop.load(Ordering::SeqCst) as i32).filter(|&s| s != 0);
+            stopped = StoppedBy::asked(control);
             if stopped.is_some() {
                 for worker in workers.0.iter_mut().filter(|w| w.status.is_none()) {
                     let _ = worker.child.kill();
@@ -363,13 +387,14 @@ fn wait_all(workers: &mut Workers, stop: &AtomicUsize) -> Result<Option<i32>, Ru
             .iter()
             .filter_map(|w| w.status.and_then(|s| s.signal()))
             .find(|&signal| signal == 2 || signal == 3)
+            .map(StoppedBy::Signal)
     }))
 }
 
 fn run_cell(
     config: &RingConfig,
     streams: &[StreamPlan],
-    stop: &AtomicUsize,
+    control: &Control,
 ) -> Result<CellRun, RunError> {
     let names: Vec<String> = (0..streams.len())
         .map(|i| format!("run-{}-{i}", std::process::id()))
@@ -412,10 +437,10 @@ fn run_cell(
         let worker = start_worker(config, Role::Writer, ring.name(), &stream.writer_cpus, what)?;
         workers.0.push(worker);
     }
-    if let Some(signal) = wait_all(&mut workers, stop)? {
+    if let Some(by) = wait_all(&mut workers, control)? {
         // `workers` has reaped them all; dropping `rings` removes the
         // segments.
-        return Ok(CellRun::Stopped(signal));
+        return Ok(CellRun::Stopped(by));
     }
     // Collect every report; the first failure is the error.
     let mut reports = Vec::new();
@@ -498,4 +523,39 @@ fn run_cell(
     }
     drop(rings);
     Ok(CellRun::Done(results))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reasons of the cells `run` did not run when stopped first.
+    fn stopped_first(control: &Control) -> Vec<String> {
+        let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1").unwrap();
+        let report = run(&RingConfig::new("numalab"), &topology, control).unwrap();
+        assert!(report.interrupted);
+        let reasons: Vec<String> = report
+            .cells
+            .iter()
+            .filter(|c| c.status == CellStatus::Interrupted)
+            .filter_map(|c| c.reason.clone())
+            .collect();
+        assert!(!reasons.is_empty(), "{:?}", report.cells);
+        assert!(report.cells.iter().all(|c| c.status != CellStatus::Ran));
+        reasons
+    }
+
+    #[test]
+    fn a_stop_runs_no_cell_and_names_what_asked_for_it() {
+        let control = Control::new();
+        control.stop_by(15);
+        for reason in stopped_first(&control) {
+            assert_eq!(reason, "not run: SIGTERM stopped the run");
+        }
+        let control = Control::new();
+        control.stop();
+        for reason in stopped_first(&control) {
+            assert_eq!(reason, "not run: the caller stopped the run");
+        }
+    }
 }

@@ -2,7 +2,6 @@
 //! here and recommend one on the evidence ([`numalab_bench::advise`]); its
 //! tables are in `render/advise.rs`.
 
-use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -10,13 +9,12 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use numalab::launch::LaunchError;
-use numalab::{Support, Topology};
-use numalab_bench::advise::{
-    advise, candidates, weights_from_bandwidth, AdviseConfig, AdviseError, Candidate,
-};
+use numalab::Topology;
+use numalab_bench::advise::{self, AdviseConfig, AdviseError, Candidate, Kind};
+use numalab_bench::control::Control;
 use numalab_bench::exec::ExecError;
 use numalab_bench::experiment::values::Seconds;
-use numalab_bench::matrix::{self, MatrixConfig, MatrixResult, Measurements, NodeSelection, Shape};
+use numalab_bench::matrix::MatrixResult;
 
 use crate::exit::{after_signal, cannot_run};
 use crate::output::OutputArgs;
@@ -61,9 +59,8 @@ pub struct AdviseArgs {
 
     /// Which placements besides first touch: interleave, bind, preferred,
     /// weighted (comma-separated) [default: all]
-    #[arg(long, value_name = "KINDS", value_delimiter = ',',
-          value_parser = ["interleave", "bind", "preferred", "weighted"])]
-    pub placements: Vec<String>,
+    #[arg(long, value_name = "KINDS", value_delimiter = ',', value_parser = kinds())]
+    pub placements: Vec<Kind>,
 
     /// Weighted-interleave weights from this `numalab matrix --json`
     /// result's read bandwidths, instead of measuring them first
@@ -88,6 +85,13 @@ pub struct AdviseArgs {
     pub command: Vec<OsString>,
 }
 
+/// `--placements`' kinds, listed as its possible values.
+fn kinds() -> impl clap::builder::TypedValueParser<Value = Kind> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Kind::ALL.map(Kind::name))
+        .try_map(|name| name.parse::<Kind>())
+}
+
 /// The largest matrix result read with --matrix.
 const MAX_MATRIX_BYTES: u64 = 64 << 20;
 
@@ -99,8 +103,6 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
         return Ok(cannot_run("advise", &args.command[0], &source));
     }
     let topology = Topology::system()?;
-    let wanted =
-        |kind: &str| args.placements.is_empty() || args.placements.iter().any(|k| k == kind);
     let saved = match &args.matrix {
         Some(path) => Some(read_matrix(path)?),
         None => None,
@@ -112,25 +114,15 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
         timeout: args.timeout.map(|t| t.0),
         ..AdviseConfig::new(args.command.clone())
     };
-    let mut not_tried = Vec::new();
-    let weights = if topology.nodes_with_memory().len() >= 2 && wanted("weighted") {
-        weights(&topology, saved.as_ref(), &mut not_tried)?
-    } else {
-        None
-    };
-    let list: Vec<Candidate> = candidates(
+    let control = Control::new().with_messages(|line| eprintln!("numalab advise: {line}"));
+    let plan = advise::plan(
         &topology,
-        weights.as_ref().map(|(w, source)| (w, source.as_str())),
-    )
-    .into_iter()
-    .filter(|c| match c.name.split(':').next().unwrap_or_default() {
-        "first-touch" => true,
-        "weighted-interleave" => wanted("weighted"),
-        kind => wanted(kind),
-    })
-    .collect();
+        &args.placements,
+        saved.as_ref().and_then(|m| m.bandwidth.as_ref()),
+        &control,
+    )?;
     let tty = std::io::stderr().is_terminal();
-    let total = (config.warmup + config.runs) * list.len();
+    let total = (config.warmup + config.runs) * plan.candidates.len();
     let mut done = 0;
     let mut progress = |candidate: &Candidate, run: &numalab_bench::advise::AdviseRun| {
         done += 1;
@@ -146,11 +138,11 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
             eprintln!("{line}");
         }
     };
-    let result = advise(&topology, &config, list, &mut progress);
+    let result = advise::advise(&topology, &config, plan, &mut progress);
     if tty && total > 0 {
         eprintln!();
     }
-    let mut report = match result {
+    let report = match result {
         Ok(report) => report,
         Err(AdviseError::Exec(ExecError::Launch(LaunchError::Spawn { program, source }))) => {
             return Ok(cannot_run("advise", &program, &source));
@@ -172,7 +164,6 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
         }
         Err(err) => return Err(err.into()),
     };
-    report.not_tried = not_tried;
     render::emit(&report, &args.output)?;
     if let Some(code) = report.failed_by_default {
         return Ok(code);
@@ -196,55 +187,4 @@ fn read_matrix(path: &std::path::Path) -> Result<MatrixResult> {
         );
     }
     Ok(result)
-}
-
-/// The weighted-interleave weights, or why there are none (into
-/// `not_tried`).
-fn weights(
-    topology: &Topology,
-    saved: Option<&MatrixResult>,
-    not_tried: &mut Vec<String>,
-) -> Result<Option<(BTreeMap<u32, u8>, String)>> {
-    if !Support::probe().weighted_interleave {
-        not_tried.push(
-            "weighted interleave: this kernel lacks MPOL_WEIGHTED_INTERLEAVE (Linux 6.9 or later)"
-                .into(),
-        );
-        return Ok(None);
-    }
-    if !numalab::system::is_root() {
-        not_tried.push(
-            "weighted interleave: setting the kernel's weights for the run needs root".into(),
-        );
-        return Ok(None);
-    }
-    let (bandwidth, source) = match saved {
-        Some(result) => (
-            result.bandwidth.clone(),
-            "read bandwidth from --matrix".to_owned(),
-        ),
-        None => {
-            eprintln!("numalab advise: measuring the read bandwidth of every node for the weighted-interleave weights (numalab matrix --quick, bandwidth only)");
-            let shape = Shape::of(topology, &NodeSelection::default())?;
-            let config = MatrixConfig {
-                measurements: Measurements {
-                    latency: false,
-                    bandwidth: true,
-                    loaded: false,
-                    c2c: false,
-                },
-                ..MatrixConfig::quick()
-            };
-            let result = matrix::run::run(topology, &shape, &config, &mut |_| {})?;
-            (
-                result.bandwidth,
-                "read bandwidth measured just now".to_owned(),
-            )
-        }
-    };
-    let weights = bandwidth.as_ref().and_then(weights_from_bandwidth);
-    if weights.is_none() {
-        not_tried.push("weighted interleave: the nodes' read bandwidths give every node the same weight, which is plain interleave".into());
-    }
-    Ok(weights.map(|w| (w, source)))
 }

@@ -4,12 +4,10 @@
 //! (or go to swap)?", answered as `numastat -p` would. The fill itself is
 //! [`numalab_bench::fill`]; its tables are in `render/fill.rs`.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-
 use anyhow::{Context, Result};
 use clap::Args;
 use numalab::{HugePages, MemPolicy, Topology};
+use numalab_bench::control::Control;
 use numalab_bench::fill::{fill, FillConfig};
 
 use crate::output::OutputArgs;
@@ -68,7 +66,7 @@ pub fn run(args: &FillArgs) -> Result<i32> {
         weights: placement.weights,
     };
     let report = fill(&topology, &config);
-    let interrupts = Interrupts::catch(&Arc::new(AtomicBool::new(false)))?;
+    let interrupts = Interrupts::catch(&Control::new())?;
     let waited = held.pending();
     drop(held);
     let report = report?;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use clap::Args;
 use numalab_bench::fleet::{
-    fleet, FleetError, FleetOptions, FleetReport, HostEntry, LeftOut, DEFAULT_THRESHOLD,
+    fleet, FleetError, FleetOptions, FleetReport, LeftOut, DEFAULT_THRESHOLD,
 };
 use numalab_bench::report::Report;
 
@@ -182,7 +182,6 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     Ok(1)
 }
 
-/// Each file or directory left out, one line each on standard error.
 /// The most hosts that get a report page of their own beside the fleet's.
 pub const MAX_HOST_PAGES: usize = 200;
 
@@ -195,18 +194,7 @@ pub const MAX_HOST_PAGES: usize = 200;
 /// first. Returns host → link relative to the fleet page; a page that
 /// cannot be made is said on standard error and left out.
 fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
-    let mut standing_out: Vec<&HostEntry> = report
-        .hosts
-        .iter()
-        .filter(|h| {
-            h.outliers > 0
-                || report
-                    .groups
-                    .iter()
-                    .any(|g| g.id == h.group && !g.judged && report.groups.len() > 1)
-        })
-        .collect();
-    standing_out.sort_by_key(|h| (h.outliers == 0, h.group));
+    let mut standing_out = report.standing_out();
     let mut links = BTreeMap::new();
     if standing_out.is_empty() {
         return links;
@@ -288,6 +276,7 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
     links
 }
 
+/// Each file or directory left out, one line each on standard error.
 fn say_left_out(left_out: &[LeftOut]) {
     for left in left_out {
         eprintln!(

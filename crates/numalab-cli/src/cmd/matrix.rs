@@ -1,17 +1,14 @@
 //! `numalab matrix`: measured latency and bandwidth between every CPU node
 //! and every memory node, beside the firmware's SLIT and HMAT.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use numalab::topology::hwloc_xml::{self, Attribute, MeasuredValue};
+use numalab::topology::hwloc_xml;
 use numalab::{NodeSet, Role, Topology};
 use numalab_bench::matrix::{
-    self, run::run_until as measure, Figure, MatrixConfig, MatrixError, MatrixResult, Measurements,
+    self, hwloc, run::run as measure, MatrixConfig, MatrixError, MatrixResult, Measurements,
     NodeSelection, PlanReport, Shape,
 };
 
@@ -161,19 +158,12 @@ pub fn run(args: &MatrixArgs) -> Result<i32> {
         check_hwloc_xml(path, &config.measurements, &args.output)?;
     }
 
-    let show_progress = std::io::stderr().is_terminal();
-    let mut progress = |line: &str| {
-        if show_progress {
-            eprintln!("numalab matrix: {line}");
-        }
-    };
     // Ctrl-C, SIGTERM, SIGHUP: the cell being measured is finished, the
     // rest skipped, and what was measured is written (a second signal
     // quits at once).
-    let stop = Arc::new(AtomicBool::new(false));
-    let interrupts = crate::signals::Interrupts::catch(&stop)?;
-    let result = measure(&topology, &shape, &config, &mut progress, &stop)
-        .map_err(|e| flag_error(args, e))?;
+    let control = crate::signals::control_for_terminal("numalab matrix: ");
+    let interrupts = crate::signals::Interrupts::catch(&control)?;
+    let result = measure(&topology, &shape, &config, &control).map_err(|e| flag_error(args, e))?;
     // Tables carry the warnings; machine formats carry them in the data,
     // and the person running the command sees them on standard error.
     render::emit(&result, &args.output)?;
@@ -228,7 +218,7 @@ fn check_hwloc_xml(path: &Path, measurements: &Measurements, output: &OutputArgs
 /// nothing, and keeps its exit status).
 fn write_hwloc_xml(path: &Path, topology: &Topology, result: &MatrixResult) -> Result<bool> {
     let flag = format!("--hwloc-xml {}", path.display());
-    let (values, left_out) = hwloc_values(result);
+    let (values, left_out) = hwloc::values(result);
     for cell in &left_out {
         eprintln!(
             "numalab: warning: {flag}: {cell} left out: its pages were not all on the target node"
@@ -244,66 +234,6 @@ fn write_hwloc_xml(path: &Path, topology: &Topology, result: &MatrixResult) -> R
     let xml = hwloc_xml::export(topology, &values).with_context(|| flag.clone())?;
     crate::output::write_atomically(path, xml.as_bytes()).with_context(|| flag)?;
     Ok(true)
-}
-
-/// The figures of `result` as hwloc memory-attribute values, in hwloc's
-/// integer units (ns, MiB/s, medians rounded to the nearest), and the
-/// cells left out because their working set was not on the target node
-/// (the figure is not that node's).
-fn hwloc_values(result: &MatrixResult) -> (Vec<MeasuredValue>, Vec<String>) {
-    let measured = |f: Option<&Figure>| f.filter(|f| f.summary.n > 0).map(Figure::median);
-    let mib_per_s = |gbps: f64| (gbps * 1e9 / (1u64 << 20) as f64).round() as u64;
-    let mut values = Vec::new();
-    let mut left_out = Vec::new();
-    for cell in result.latency.iter().flat_map(|m| &m.cells) {
-        let (initiator, target) = (cell.initiator, cell.target);
-        if !cell.placement.is_match() {
-            left_out.push(format!("latency {initiator}->{target}"));
-            continue;
-        }
-        if let Some(ns) = measured(Some(&cell.latency_ns)) {
-            for attribute in [Attribute::Latency, Attribute::ReadLatency] {
-                let value = ns.round() as u64;
-                values.push(MeasuredValue {
-                    attribute,
-                    initiator,
-                    target,
-                    value,
-                });
-            }
-        }
-    }
-    for cell in result.bandwidth.iter().flat_map(|m| &m.cells) {
-        let (initiator, target) = (cell.initiator, cell.target);
-        if !cell.placement.is_match() {
-            left_out.push(format!("bandwidth {initiator}->{target}"));
-            continue;
-        }
-        let (read, write) = (
-            measured(cell.read_gbps.as_ref()),
-            measured(cell.write_gbps.as_ref()),
-        );
-        let mean = match (read, write) {
-            (Some(r), Some(w)) => Some((r + w) / 2.0),
-            (one, other) => one.or(other),
-        };
-        for (attribute, gbps) in [
-            (Attribute::Bandwidth, mean),
-            (Attribute::ReadBandwidth, read),
-            (Attribute::WriteBandwidth, write),
-        ] {
-            if let Some(gbps) = gbps {
-                let value = mib_per_s(gbps);
-                values.push(MeasuredValue {
-                    attribute,
-                    initiator,
-                    target,
-                    value,
-                });
-            }
-        }
-    }
-    (values, left_out)
 }
 
 /// Names the option behind an error.
@@ -406,120 +336,6 @@ mod tests {
             let size = format_size(size as u64);
             assert!(help.contains(&size), "{size} missing from: {help}");
         }
-    }
-
-    #[test]
-    fn hwloc_values_are_medians_in_hwlocs_units_from_cells_where_asked() {
-        use numalab::audit::{audit, PlacementAudit};
-        use numalab::locate::PageHistogram;
-        use numalab::{HugePages, MemPolicy};
-        use numalab_bench::matrix::latency::Pages;
-        use numalab_bench::matrix::{
-            BandwidthCell, BandwidthMatrix, Firmware, LatencyCell, LatencyMatrix, PlacementSummary,
-            Settings,
-        };
-
-        // Pages of a working set bound to `target`, found on node `on`.
-        let placed = |target: u32, on: u32| -> PlacementAudit {
-            let pages = PageHistogram {
-                page_size: 4096,
-                queried: 256,
-                per_node: [(on, 256)].into(),
-                ..Default::default()
-            };
-            audit(
-                &MemPolicy::Bind(NodeSet::single(target)),
-                &NodeSet::new(),
-                &pages,
-            )
-        };
-        let pages = Pages {
-            requested: HugePages::None,
-            huge_share: None,
-        };
-        let latency = |target: u32, on: u32, ns: &[f64]| LatencyCell {
-            initiator: 0,
-            target,
-            cpu: 0,
-            size_bytes: 1 << 20,
-            pages,
-            latency_ns: Figure::of(ns),
-            cycles: None,
-            base_pages: None,
-            ratio_to_local: None,
-            firmware: Firmware::default(),
-            placement: placed(target, on),
-        };
-        let bandwidth =
-            |initiator: u32, read: Option<&[f64]>, write: Option<&[f64]>| BandwidthCell {
-                initiator,
-                target: 1,
-                cpus: vec![0],
-                size_bytes: 1 << 20,
-                pages,
-                read_gbps: read.map(Figure::of),
-                write_gbps: write.map(Figure::of),
-                copy_gbps: None,
-                read_ratio_to_local: None,
-                firmware: Firmware::default(),
-                placement: placed(1, 1),
-            };
-        let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1").unwrap();
-        let result = MatrixResult {
-            environment: None,
-            shape: Shape::of(&topology, &NodeSelection::default()).unwrap(),
-            firmware: Vec::new(),
-            settings: Settings {
-                measurements: Measurements::default(),
-                latency_bytes: 1 << 20,
-                size_source: "--size".into(),
-                bandwidth_bytes: 1 << 20,
-                threads: None,
-                repeats: 3,
-                sample_ms: 10,
-                quick: true,
-                huge_pages: None,
-                isa: numalab_bench::kernels::Isa::Scalar,
-                cpu_mhz: None,
-            },
-            cache_sweep: None,
-            latency: Some(LatencyMatrix {
-                // 0 -> 1: the pages were on node 0, so not node 1's figure.
-                cells: vec![latency(0, 0, &[90.4, 80.0, 99.0]), latency(1, 0, &[95.0])],
-            }),
-            bandwidth: Some(BandwidthMatrix {
-                cells: vec![
-                    bandwidth(0, Some(&[10.0, 9.0, 11.0]), Some(&[6.0])),
-                    bandwidth(1, None, Some(&[6.0])),
-                ],
-            }),
-            loaded: None,
-            c2c: None,
-            placement_summary: PlacementSummary::default(),
-            warnings: Vec::new(),
-            interrupted: false,
-        };
-        let (values, left_out) = hwloc_values(&result);
-        let value = |attribute, initiator, target, value| MeasuredValue {
-            attribute,
-            initiator,
-            target,
-            value,
-        };
-        // 10 GB/s = 9536.7 MiB/s, 6 GB/s = 5722.0, their mean 7629.4.
-        assert_eq!(
-            values,
-            [
-                value(Attribute::Latency, 0, 0, 90),
-                value(Attribute::ReadLatency, 0, 0, 90),
-                value(Attribute::Bandwidth, 0, 1, 7629),
-                value(Attribute::ReadBandwidth, 0, 1, 9537),
-                value(Attribute::WriteBandwidth, 0, 1, 5722),
-                value(Attribute::Bandwidth, 1, 1, 5722),
-                value(Attribute::WriteBandwidth, 1, 1, 5722),
-            ]
-        );
-        assert_eq!(left_out, ["latency 0->1"]);
     }
 
     fn args(flags: &[&str]) -> MatrixArgs {

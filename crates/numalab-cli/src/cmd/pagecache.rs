@@ -4,10 +4,7 @@
 //! the mailing-list post's concurrent readers of a cached file
 //! ([`numalab_bench::pagecache`]). Tables in `render/pagecache.rs`.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
@@ -20,7 +17,7 @@ use numalab_bench::pagecache::{change_cache, change_cache_with, CacheAction, Cha
 
 use crate::output::OutputArgs;
 use crate::render;
-use crate::signals::Interrupts;
+use crate::signals::{control_for_terminal, Interrupts};
 
 /// Place a file's page cache on a node, or drop it, showing its cached
 /// pages per node before and after; or time concurrent readers of a
@@ -257,15 +254,9 @@ fn run_bench(args: &BenchArgs) -> Result<i32> {
     // Every setting, node, CPU and the file are checked here, before
     // anything is written or read.
     let plan = bench::plan(&bench_config(args), &topology)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let interrupts = Interrupts::catch(&stop)?;
-    let show_progress = std::io::stderr().is_terminal();
-    let mut progress = |line: &str| {
-        if show_progress {
-            eprintln!("{line}");
-        }
-    };
-    let report = bench::run(&plan, &topology, &mut progress, &stop)?;
+    let control = control_for_terminal("");
+    let interrupts = Interrupts::catch(&control)?;
+    let report = bench::run(&plan, &topology, &control)?;
     render::emit(&report, &args.output)?;
     if report.interrupted {
         eprintln!("numalab: interrupted: the cells that finished were written");

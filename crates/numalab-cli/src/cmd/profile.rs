@@ -3,13 +3,12 @@
 //! ([`numalab_bench::profile`]); its tables are in `render/profile.rs`.
 
 use std::ffi::OsString;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use numalab::launch::LaunchError;
 use numalab::profile::ProfileOptions;
+use numalab_bench::control::Control;
 use numalab_bench::experiment::values::Seconds;
 use numalab_bench::profile::{profile_command, profile_pid, EmitMachine, ProfileReport};
 
@@ -112,9 +111,9 @@ pub fn run(args: &ProfileArgs) -> Result<i32> {
     if pid <= 0 {
         anyhow::bail!("--pid {pid}: a process id is a positive number");
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let interrupts = Interrupts::catch(&stop)?;
-    let report = profile_pid(pid, options, || stop.load(Ordering::SeqCst)).map_err(|err| {
+    let control = Control::new();
+    let interrupts = Interrupts::catch(&control)?;
+    let report = profile_pid(pid, options, &control).map_err(|err| {
         let why = match err.kind() {
             std::io::ErrorKind::NotFound => "no such process".to_owned(),
             std::io::ErrorKind::PermissionDenied if numalab::system::is_root() => {

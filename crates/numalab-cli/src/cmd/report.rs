@@ -5,22 +5,20 @@
 //! the flags, the progress shown while measuring, and where the report
 //! goes.
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use clap::Args;
 use numalab::Topology;
-use numalab_bench::experiment::Control;
 use numalab_bench::profile::ProfileReport;
-use numalab_bench::report::{Report, ReportPlan};
-use numalab_bench::topo::TopoReport;
+use numalab_bench::report::{Report, ReportError, ReportPlan};
 
 use crate::exp::ProgressDisplay;
 use crate::output::{self, OutputArgs};
 use crate::render::{self, page::html_page};
 use crate::saved::{read_saved, MAX_RESULT_BYTES};
+use crate::signals::{control_for_terminal, Interrupts};
 
 /// Report on this machine: topology, node-to-node latency and bandwidth
 /// beside the firmware's values, what memory placement costs a workload,
@@ -186,36 +184,24 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         return Ok(0);
     }
 
-    // Everything planned and checked before anything is measured.
+    // Everything planned and checked before anything is measured; Ctrl-C
+    // (SIGTERM, SIGHUP) from then on ends the step in progress and writes
+    // nothing, as half a report would mislead.
     let topology = Topology::system()?;
     let plan = ReportPlan::new(&topology, args.quick)?;
-
-    let machine = TopoReport::gather(Topology::system()?);
-    let talk = std::io::stderr().is_terminal();
-    let mut progress = |line: &str| {
-        if talk {
-            eprintln!("numalab report: {line}");
-        }
-    };
-    progress("measuring latency and bandwidth between nodes");
-    let matrix = plan.measure_matrix(&topology, &mut progress)?;
-
-    progress("measuring read bandwidth by thread count");
-    let scaling = numalab_bench::report::scaling::measure(&topology, &matrix, &|| false)?;
-
-    progress("running the policy sweep");
-    let control = Control::default();
-    let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
-    let label = Arc::new(Mutex::new(String::new()));
-    let display = ProgressDisplay::start(Arc::clone(&control.progress), Arc::clone(&label));
-    let sweep = plan.run_sweep(&topology, &control, |i, n, cell| {
-        if let Ok(mut label) = label.lock() {
-            *label = format!("cell {}/{n} ({cell}): ", i + 1);
-        }
-    });
+    let control = control_for_terminal("numalab report: ");
+    let interrupts = Interrupts::catch(&control)?;
+    let display = ProgressDisplay::start(Arc::clone(&control.progress));
+    let report = numalab_bench::report::run(&plan, &topology, &control);
     display.finish();
-
-    let report = Report::new(machine, matrix, sweep?).with_scaling(scaling);
+    let report = match (report, interrupts.exit_status()) {
+        (Ok(report), _) => report,
+        (Err(ReportError::Interrupted), Some(status)) => {
+            eprintln!("numalab report: {}", ReportError::Interrupted);
+            return Ok(status);
+        }
+        (Err(err), _) => return Err(err.into()),
+    };
     write(&report)?;
     Ok(interrupts.exit_status().unwrap_or(0))
 }

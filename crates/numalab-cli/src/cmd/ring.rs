@@ -4,9 +4,6 @@
 //! placement verified — and the ring segments' housekeeping (`--list`,
 //! `--cleanup`).
 
-use std::io::IsTerminal;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -18,7 +15,7 @@ use numalab_bench::ring::{self as engine, CellStatus, RingConfig, RingList, Role
 
 use crate::output::{self, OutputArgs};
 use crate::render;
-use crate::signals::Interrupts;
+use crate::signals::{control_for_terminal, Interrupts};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -196,28 +193,17 @@ pub fn run(args: &RingArgs) -> Result<i32> {
     // Every count, size and duration is checked before anything else.
     let config = config(args)?;
     let topology = Topology::system()?;
-    let show_progress = std::io::stderr().is_terminal();
-    let mut progress = |line: &str| {
-        if show_progress {
-            eprintln!("{line}");
-        }
-    };
-    // Ctrl-C, SIGTERM and SIGHUP store their number in the flag the run
-    // looks at: it ends its workers, removes its segments and writes what
-    // it measured. A second signal ends numalab at once (the workers, told
-    // by the kernel that their parent is gone, remove the segments).
-    let stop = Arc::new(AtomicUsize::new(0));
-    let flag = Arc::clone(&stop);
-    let _interrupts =
-        Interrupts::catch_with(move |signal| flag.store(signal as usize, Ordering::SeqCst))?;
-    let report = engine::run(&config, &topology, &mut progress, &stop)?;
+    // Ctrl-C, SIGTERM and SIGHUP stop the control the run looks at: it
+    // ends its workers, removes its segments and writes what it measured.
+    // A second signal ends numalab at once (the workers, told by the
+    // kernel that their parent is gone, remove the segments).
+    let control = control_for_terminal("");
+    let interrupts = Interrupts::catch(&control)?;
+    let report = engine::run(&config, &topology, &control)?;
     render::emit(&report, &args.output)?;
     if report.interrupted {
         // A worker ended by Ctrl-C may be all that was seen of it.
-        let signal = match stop.load(Ordering::SeqCst) as i32 {
-            0 => SIGINT,
-            signal => signal,
-        };
+        let signal = interrupts.arrived().unwrap_or(SIGINT);
         let finished = report
             .cells
             .iter()

@@ -1,12 +1,13 @@
 //! `numalab run`: one experiment (the slide deck's simulator, generalised).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::Result;
 use clap::Args;
 use numalab::Topology;
-use numalab_bench::experiment::{Control, Plan};
+use numalab_bench::control::Control;
+use numalab_bench::experiment::Plan;
 
 use crate::exp::{self, ProgressDisplay};
 use crate::output::OutputArgs;
@@ -45,7 +46,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     // Before anything is measured: a bad -o would lose the measurement.
     args.output.check()?;
     let control = Control::default();
-    let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
+    let interrupts = crate::signals::Interrupts::catch(&control)?;
     let experiment = exp::load(&args.experiment, &args.sets)?;
     if !experiment.sweep.is_empty() {
         eprintln!(
@@ -56,10 +57,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     let topology = Topology::system()?;
     // Refused here, before anything is allocated.
     let plan = Plan::resolve(&experiment, &topology)?;
-    let display = ProgressDisplay::start(
-        Arc::clone(&control.progress),
-        Arc::new(Mutex::new(String::new())),
-    );
+    let display = ProgressDisplay::start(Arc::clone(&control.progress));
     let result = numalab_bench::experiment::execute_plan(&experiment, &topology, plan, &control);
     display.finish();
     let mut result = result?;

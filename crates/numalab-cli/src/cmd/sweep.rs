@@ -3,13 +3,13 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use clap::Args;
 use numalab::Topology;
+use numalab_bench::control::Control;
 use numalab_bench::experiment::sweep::{plan_sweep, run_sweep};
-use numalab_bench::experiment::Control;
 
 use crate::exp::{self, ProgressDisplay};
 use crate::output::OutputArgs;
@@ -73,7 +73,7 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     // Before anything is measured: a bad -o would lose the measurement.
     args.output.check()?;
     let control = Control::default();
-    let interrupts = crate::signals::Interrupts::catch(&control.stop)?;
+    let interrupts = crate::signals::Interrupts::catch(&control)?;
     let mut experiment = exp::load(&args.experiment, &args.sets)?;
     experiment.run.control |= args.control;
     if let Some(most) = args.max_repeats {
@@ -95,13 +95,8 @@ pub fn run(args: &SweepArgs) -> Result<i32> {
     let topology = Topology::system()?;
     // Every cell checked before the first one runs.
     plan_sweep(&experiment, &topology)?;
-    let label = Arc::new(Mutex::new(String::new()));
-    let display = ProgressDisplay::start(Arc::clone(&control.progress), Arc::clone(&label));
-    let result = run_sweep(&experiment, &topology, &control, |i, n, cell| {
-        if let Ok(mut label) = label.lock() {
-            *label = format!("cell {}/{n} ({cell}): ", i + 1);
-        }
-    });
+    let display = ProgressDisplay::start(Arc::clone(&control.progress));
+    let result = run_sweep(&experiment, &topology, &control);
     display.finish();
     let mut result = result?;
     result.created = numalab_bench::document::now_rfc3339();

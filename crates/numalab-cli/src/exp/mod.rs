@@ -8,13 +8,14 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use numalab_bench::experiment::{Experiment, Progress};
+use numalab_bench::control::Progress;
+use numalab_bench::experiment::Experiment;
 
 /// Reads the experiment file and applies `--set` overrides.
 pub fn load(path: &Path, sets: &[String]) -> Result<Experiment> {
@@ -31,9 +32,9 @@ pub struct ProgressDisplay {
 }
 
 impl ProgressDisplay {
-    /// Starts watching `progress`; `label` is shown beside the bar (e.g.
-    /// the sweep cell).
-    pub fn start(progress: Arc<Progress>, label: Arc<Mutex<String>>) -> ProgressDisplay {
+    /// Starts watching `progress`; its label (a sweep's cell) is shown
+    /// beside the bar.
+    pub fn start(progress: Arc<Progress>) -> ProgressDisplay {
         let done = Arc::new(AtomicBool::new(false));
         if !std::io::stderr().is_terminal() {
             return ProgressDisplay { done, thread: None };
@@ -44,7 +45,11 @@ impl ProgressDisplay {
             let mut bar: Option<ProgressBar> = None;
             while !finished.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(100));
-                if started.elapsed() < Duration::from_secs(1) {
+                // A bar from the first second of runs on: nothing for a
+                // quick run, nor while a report measures its matrix.
+                if started.elapsed() < Duration::from_secs(1)
+                    || progress.runs_total.load(Ordering::Relaxed) == 0
+                {
                     continue;
                 }
                 let total = progress.ops_total.load(Ordering::Relaxed);
@@ -71,7 +76,10 @@ impl ProgressDisplay {
                 }
                 let run = progress.runs_done.load(Ordering::Relaxed) + 1;
                 let runs = progress.runs_total.load(Ordering::Relaxed).max(1);
-                let label = label.lock().map(|l| l.clone()).unwrap_or_default();
+                let label = match progress.label() {
+                    label if label.is_empty() => label,
+                    label => format!("{label}: "),
+                };
                 bar.set_message(format!("{label}run {}/{runs}", run.min(runs)));
             }
             if let Some(bar) = bar {

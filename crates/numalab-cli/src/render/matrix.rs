@@ -645,8 +645,8 @@ fn firmware_csv(firmware: &[FirmwareCell]) -> String {
 pub(crate) mod tests {
     use super::*;
     use numalab::{NodeSet, Topology};
-    use numalab_bench::matrix::{run::run_until, MatrixConfig, Measurements, NodeSelection};
-    use std::sync::atomic::AtomicBool;
+    use numalab_bench::control::Control;
+    use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection};
 
     /// A small real run of every measurement on this machine's first node.
     pub(crate) fn small_run() -> MatrixResult {
@@ -673,14 +673,7 @@ pub(crate) mod tests {
             repeats: 2,
             ..MatrixConfig::quick()
         };
-        run_until(
-            &topology,
-            &shape,
-            &config,
-            &mut |_| {},
-            &AtomicBool::new(false),
-        )
-        .unwrap()
+        run(&topology, &shape, &config, &Control::new()).unwrap()
     }
 
     #[test]

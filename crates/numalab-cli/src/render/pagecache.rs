@@ -665,8 +665,8 @@ mod bench_tests {
             ..BenchConfig::default()
         };
         let plan = bench::plan(&config, &topology).unwrap();
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        bench::run(&plan, &topology, &mut |_| {}, &stop).unwrap()
+        let control = numalab_bench::control::Control::new();
+        bench::run(&plan, &topology, &control).unwrap()
     }
 
     #[test]

@@ -159,6 +159,20 @@ pub fn wait_for_worker_cpu(pid: u32, cpu: std::time::Duration) {
     }
 }
 
+/// Waits until numalab `pid` runs a thread named `name`, or it ended.
+pub fn wait_for_thread(pid: u32, name: &str) {
+    let runs = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.ok())
+            .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+    };
+    while workers_cpu(pid).is_some() && !runs() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Waits until numalab `pid` runs a worker thread, or it ended.
 pub fn wait_for_worker(pid: u32) {
     while workers_cpu(pid).is_some_and(|w| w.is_empty()) {

@@ -83,3 +83,30 @@ fn sighup_is_treated_like_sigterm_and_exits_129() {
     assert_eq!(code, Some(128 + 1), "{err}");
     assert_eq!(doc["interrupted"], true, "{err}");
 }
+
+/// `numalab report` catches Ctrl-C before its first measurement (it used
+/// to be caught only from the policy sweep, so a Ctrl-C during the matrix
+/// killed it with no word, and one during the sweep exited 1): the step
+/// in progress ends, nothing is written, and it exits 130.
+#[test]
+fn ctrl_c_during_a_report_writes_nothing_and_exits_130() {
+    let dir = Scratch::new("signal-report");
+    let page = dir.path("r.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(["report", "--quick", "--json", "-o", &page])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its signal watcher runs: from here on the report measures.
+    wait_for_thread(child.id(), "numalab-signals");
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted: no report written"), "{err}");
+    assert_eq!(dir.files(), Vec::<String>::new(), "nothing written: {err}");
+}
