@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use numalab_bench::document::{Document, Schema};
-use numalab_bench::experiment::result::{RunResult, SweepResult, RUN_SCHEMA, SWEEP_SCHEMA};
-use numalab_bench::matrix::MatrixResult;
+use numalab_bench::experiment::result::{RunReport, SweepReport, RUN_SCHEMA, SWEEP_SCHEMA};
+use numalab_bench::matrix::MatrixReport;
 use numalab_bench::profile::ProfileReport;
 
 #[path = "../../crates/numalab-cli/src/plot.rs"]
@@ -63,15 +63,15 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let drawn = match header.schema.as_deref().unwrap_or("") {
-        SWEEP_SCHEMA => match serde_json::from_str::<SweepResult>(text) {
+        SWEEP_SCHEMA => match serde_json::from_str::<SweepReport>(text) {
             Ok(sweep) => figures::draw_sweep(&sweep, stem()),
             Err(_) => return,
         },
-        RUN_SCHEMA => match serde_json::from_str::<RunResult>(text) {
+        RUN_SCHEMA => match serde_json::from_str::<RunReport>(text) {
             Ok(run) => figures::draw_run(&run, stem()),
             Err(_) => return,
         },
-        MatrixResult::NAME => match Document::<MatrixResult>::parse(text) {
+        MatrixReport::NAME => match Document::<MatrixReport>::parse(text) {
             Ok(result) => figures::draw_matrix(&result, stem()),
             Err(_) => return,
         },

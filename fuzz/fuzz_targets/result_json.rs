@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use numalab_bench::document::{Document, Schema};
 use numalab_bench::experiment::result::{
-    compare, figures, RunResult, SweepResult, RUN_SCHEMA, SWEEP_SCHEMA,
+    compare, figures, RunReport, SweepReport, RUN_SCHEMA, SWEEP_SCHEMA,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -32,7 +32,7 @@ fn document<T: Schema + Serialize + DeserializeOwned>(value: &serde_json::Value)
     }
 }
 
-fn run_figures(run: &RunResult) {
+fn run_figures(run: &RunReport) {
     let _ = run.time_to_last();
     let _ = run.placement_as_requested();
     let _ = figures(&run.repeats);
@@ -46,14 +46,14 @@ fuzz_target!(|data: &[u8]| {
     // themselves and are read as their type.
     match value.get("schema").and_then(|s| s.as_str()) {
         Some(RUN_SCHEMA) => {
-            if let Ok(run) = serde_json::from_value::<RunResult>(value.clone()) {
+            if let Ok(run) = serde_json::from_value::<RunReport>(value.clone()) {
                 run_figures(&run);
                 let saved = serde_json::to_string(&run).expect("a run serialises");
-                serde_json::from_str::<RunResult>(&saved).expect("a run reads back");
+                serde_json::from_str::<RunReport>(&saved).expect("a run reads back");
             }
         }
         Some(SWEEP_SCHEMA) => {
-            if let Ok(sweep) = serde_json::from_value::<SweepResult>(value.clone()) {
+            if let Ok(sweep) = serde_json::from_value::<SweepReport>(value.clone()) {
                 for cell in &sweep.cells {
                     if let Some(run) = &cell.result {
                         run_figures(run);
@@ -69,18 +69,18 @@ fuzz_target!(|data: &[u8]| {
                     sweep.looks.map_or(1, |l| l.planned),
                 );
                 let saved = serde_json::to_string(&sweep).expect("a sweep serialises");
-                serde_json::from_str::<SweepResult>(&saved).expect("a sweep reads back");
+                serde_json::from_str::<SweepReport>(&saved).expect("a sweep reads back");
             }
         }
         _ => {}
     }
     // Every other document type, as the emulated suite and `plot` read them.
-    let _ = document::<numalab_bench::matrix::MatrixResult>(&value);
+    let _ = document::<numalab_bench::matrix::MatrixReport>(&value);
     let _ = document::<numalab_bench::matrix::PlanReport>(&value);
     let _ = document::<numalab_bench::topo::TopoReport>(&value);
     let _ = document::<numalab_bench::exec::ExecReport>(&value);
     let _ = document::<numalab_bench::fill::FillReport>(&value);
     let _ = document::<numalab_bench::ring::RingReport>(&value);
-    let _ = document::<numalab_bench::ring::RingList>(&value);
+    let _ = document::<numalab_bench::ring::RingListReport>(&value);
     let _ = document::<numalab_bench::report::Report>(&value);
 });

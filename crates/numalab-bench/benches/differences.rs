@@ -32,7 +32,7 @@
 
 use numalab::Topology;
 use numalab_bench::control::Control;
-use numalab_bench::experiment::{run_sweep, Experiment, SweepResult};
+use numalab_bench::experiment::{run_sweep, Experiment, SweepReport};
 use numalab_bench::stats::{Difference, Verdict};
 
 /// 4 KiB pages against huge pages for random reads over 1 GiB.
@@ -175,6 +175,6 @@ fn check(topology: &Topology, sweeps: u32, what: &str, text: &str, most: u32, ex
 }
 
 /// The second cell's time against the first's, as the sweep reported it.
-fn second_against_first(result: &SweepResult) -> Option<Difference> {
+fn second_against_first(result: &SweepReport) -> Option<Difference> {
     result.differences.first()?.difference.clone()
 }

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use numalab::{BufferOptions, HugePages, MemPolicy, NodeBuffer, NodeSet, Topology};
 use numalab_bench::control::Control;
-use numalab_bench::experiment::{execute, Experiment};
+use numalab_bench::experiment::{run, Experiment};
 use numalab_bench::kernels::{build_chase, chase, Rng};
 use numalab_bench::stats::quantile;
 use numalab_bench::workers::run_pinned;
@@ -130,7 +130,7 @@ fn random(args: &[String]) {
         // Alternate which goes first, so a machine that gets busier or
         // quieter during the run favours neither.
         let engine_run = || {
-            execute(&exp, &topology, &Control::default())
+            run(&exp, &topology, &Control::default())
                 .expect("engine run")
                 .repeats[0]
                 .mops_per_s

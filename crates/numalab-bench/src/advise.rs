@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::control::Control;
 use crate::document::Schema;
-use crate::exec::{exec, ExecConfig, ExecError};
+use crate::exec::{self, ExecConfig, ExecError};
 use crate::matrix::{
     BandwidthMatrix, MatrixConfig, MatrixError, Measurements, NodeSelection, Shape,
 };
@@ -328,7 +328,7 @@ impl std::str::FromStr for Kind {
     }
 }
 
-/// What [`advise`] runs: the candidates, first touch first, and the
+/// What [`run`] runs: the candidates, first touch first, and the
 /// placements left out with why. A list of candidates is a plan that
 /// leaves nothing out.
 ///
@@ -872,11 +872,11 @@ fn steadier(
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::advise::{advise, candidates, AdviseConfig};
+/// use numalab_bench::advise::{run, candidates, AdviseConfig};
 /// // One node with memory: nothing is run, and the report says why.
 /// let one = Topology::from_synthetic("pack:1 numa:1 core:2 pu:1")?;
 /// let config = AdviseConfig::new(["./app"]);
-/// let report = advise(&one, &config, candidates(&one, None), &mut |_, _| {})?;
+/// let report = run(&one, &config, candidates(&one, None), &mut |_, _| {})?;
 /// assert!(report.cannot_matter.unwrap().contains("one node with memory"));
 /// assert!(report.candidates.is_empty() && report.recommendation.is_none());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -920,10 +920,10 @@ impl Schema for AdviseReport {
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::advise::{advise, AdviseConfig, AdviseError};
+/// use numalab_bench::advise::{run, AdviseConfig, AdviseError};
 /// let machine = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1")?;
 /// let config = AdviseConfig { runs: 1, ..AdviseConfig::new(["./app"]) };
-/// let err = advise(&machine, &config, vec![], &mut |_, _| {}).unwrap_err();
+/// let err = run(&machine, &config, vec![], &mut |_, _| {}).unwrap_err();
 /// assert!(matches!(err, AdviseError::TooFewRuns(1)), "{err}");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -980,7 +980,7 @@ impl std::fmt::Display for ExitText {
 /// and compares them. `progress` hears of each run as it ends. A signal
 /// sent to numalab (passed on to the command) ends advising after that
 /// run: the report keeps what was measured and names the signal.
-pub fn advise(
+pub fn run(
     topology: &Topology,
     config: &AdviseConfig,
     plan: impl Into<AdvisePlan>,
@@ -1135,7 +1135,7 @@ fn run_once(
         quiet: !config.show_output,
         timeout: Some(limit),
     };
-    let report = match exec(topology, &exec_config) {
+    let report = match exec::run(topology, &exec_config) {
         Ok(report) => report,
         Err(ExecError::Launch(LaunchError::Interrupted { signal })) => {
             return Ok((
@@ -1412,7 +1412,7 @@ mod tests {
         let mut config = AdviseConfig::new(["sh", "-c", &script]);
         config.runs = 3;
         config.warmup = 0;
-        let report = advise(&two, &config, candidates(&two, None), &mut |_, _| {}).unwrap();
+        let report = run(&two, &config, candidates(&two, None), &mut |_, _| {}).unwrap();
         let _ = std::fs::remove_file(&counter);
         assert_eq!(report.failed_by_default, Some(3));
         let first = &report.candidates[0];
@@ -1444,7 +1444,7 @@ mod tests {
             .filter(|c| c.name == "first-touch" || bind0(c))
             .collect();
         assert_eq!(list.len(), 2);
-        let report = advise(&two, &config, list, &mut |_, _| {}).unwrap();
+        let report = run(&two, &config, list, &mut |_, _| {}).unwrap();
         let bound = report
             .candidates
             .iter()
@@ -1474,7 +1474,7 @@ mod tests {
         let two = Topology::from_synthetic("pack:2 numa:1 core:1 pu:1").unwrap();
         let mut config = AdviseConfig::new(["sleep", "100000"]);
         config.timeout = Some(Duration::from_millis(200));
-        let err = advise(&two, &config, candidates(&two, None), &mut |_, _| {}).unwrap_err();
+        let err = run(&two, &config, candidates(&two, None), &mut |_, _| {}).unwrap_err();
         assert!(
             matches!(err, AdviseError::TimesOutByDefault { .. }),
             "{err}"
@@ -1499,7 +1499,7 @@ mod tests {
         let mut config = AdviseConfig::new(["true"]);
         config.runs = 2;
         config.warmup = 0;
-        let report = advise(&two, &config, candidates(&two, None), &mut |_, _| {}).unwrap();
+        let report = run(&two, &config, candidates(&two, None), &mut |_, _| {}).unwrap();
         let failed: Vec<(&str, &str)> = report
             .candidates
             .iter()

@@ -21,12 +21,12 @@ use std::sync::{Arc, Mutex};
 /// use std::sync::atomic::Ordering::Relaxed;
 /// use numalab::Topology;
 /// use numalab_bench::control::Control;
-/// use numalab_bench::experiment::{execute, Experiment};
+/// use numalab_bench::experiment::{run, Experiment};
 /// let exp = Experiment::from_toml_str(
 ///     "[memory]\nsize = \"1MiB\"\n[access]\nops = 10_000\n[run]\nrepeats = 2\nwarmup = 1\ncounters = false",
 ///     "x")?;
 /// let control = Control::new();
-/// execute(&exp, &Topology::system()?, &control)?;
+/// run(&exp, &Topology::system()?, &control)?;
 /// // Another thread (a progress bar) can read these while the run goes on.
 /// let progress = &control.progress;
 /// assert_eq!((progress.runs_done.load(Relaxed), progress.runs_total.load(Relaxed)), (3, 3));

@@ -175,11 +175,11 @@ impl ExecReport {
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::exec::{exec, ExecConfig, ExecError};
+/// use numalab_bench::exec::{run, ExecConfig, ExecError};
 ///
 /// let machine = Topology::from_synthetic("pack:1 numa:1 core:1 pu:1").unwrap();
 /// let nothing = ExecConfig::new(Vec::<String>::new());
-/// assert!(matches!(exec(&machine, &nothing), Err(ExecError::NoCommand)));
+/// assert!(matches!(run(&machine, &nothing), Err(ExecError::NoCommand)));
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -204,7 +204,7 @@ pub enum ExecError {
 /// ([`SignalRelay`], in the report as `run.relayed`), and the weights are
 /// restored after it ends whatever ended it. A signal that arrives before
 /// the command starts is [`LaunchError::Interrupted`].
-pub fn exec(topology: &Topology, config: &ExecConfig) -> Result<ExecReport, ExecError> {
+pub fn run(topology: &Topology, config: &ExecConfig) -> Result<ExecReport, ExecError> {
     let (program, rest) = config.command.split_first().ok_or(ExecError::NoCommand)?;
     // Caught before the weights change, so that no signal ends numalab
     // with the weights changed.

@@ -93,10 +93,10 @@ pub struct FillNode {
 ///
 /// ```
 /// use numalab::Topology;
-/// use numalab_bench::fill::{fill, FillConfig};
+/// use numalab_bench::fill::{run, FillConfig};
 ///
 /// let topology = Topology::system().unwrap();
-/// let report = fill(&topology, &FillConfig::new(4 << 20)).unwrap();
+/// let report = run(&topology, &FillConfig::new(4 << 20)).unwrap();
 /// let filled: u64 = report.nodes.iter().map(|n| n.bytes).sum();
 /// assert_eq!(filled, 4 << 20, "every page touched and found");
 /// assert_eq!(report.fallback_bytes, 0, "4 MiB fits the local node");
@@ -185,7 +185,7 @@ pub enum FillError {
 
 /// Fills memory as `config` says on this machine (`topology`), finds where
 /// every page landed, and keeps the buffer until the report is made.
-pub fn fill(topology: &Topology, config: &FillConfig) -> Result<FillReport, FillError> {
+pub fn run(topology: &Topology, config: &FillConfig) -> Result<FillReport, FillError> {
     // Installed for the fill and restored after (at drop).
     let _weights = match &config.weights {
         Some(weights) => Some(InterleaveWeights::set(weights)?),

@@ -33,12 +33,12 @@ pub const MAX_PATH_BYTES: usize = 512 << 20;
 /// Everything `numalab fincore` found (`--json`).
 ///
 /// ```
-/// use numalab_bench::fincore::fincore;
+/// use numalab_bench::fincore;
 /// let dir = std::env::temp_dir().join(format!("numalab-fincore-doc-{}", std::process::id()));
 /// std::fs::create_dir_all(dir.join("sub"))?;
 /// std::fs::write(dir.join("a"), vec![1u8; 8192])?;
 /// std::fs::write(dir.join("sub/b"), vec![2u8; 4096])?;
-/// let report = fincore(&[dir.clone()]);
+/// let report = fincore::run(&[dir.clone()]);
 /// std::fs::remove_dir_all(&dir)?;
 /// let report = report?;
 /// assert_eq!(report.files.len(), 2, "directories are walked");
@@ -99,8 +99,8 @@ fn one_file() -> u64 {
 /// A path that could not be counted.
 ///
 /// ```
-/// use numalab_bench::fincore::fincore;
-/// let report = fincore(&["/no/such/file".into()])?;
+/// use numalab_bench::fincore;
+/// let report = fincore::run(&["/no/such/file".into()])?;
 /// assert_eq!(report.failed[0].path, "/no/such/file");
 /// assert!(report.failed[0].error.contains("No such file"), "{}", report.failed[0].error);
 /// # Ok::<(), numalab_bench::fincore::FincoreError>(())
@@ -166,17 +166,17 @@ pub enum FincoreError {
 /// named directly) is kept in [`FincoreReport::failed`] and the rest go
 /// on, as util-linux `fincore` does; only more than [`MAX_FILES`] files
 /// stops it.
-pub fn fincore(paths: &[PathBuf]) -> Result<FincoreReport, FincoreError> {
-    fincore_with(paths, FincoreOptions::default())
+pub fn run(paths: &[PathBuf]) -> Result<FincoreReport, FincoreError> {
+    run_with(paths, FincoreOptions::default())
 }
 
-/// How [`fincore_with`] counts.
+/// How [`run_with`] counts.
 ///
 /// ```
-/// use numalab_bench::fincore::{fincore_with, FincoreOptions};
+/// use numalab_bench::fincore::{run_with, FincoreOptions};
 /// let path = std::env::temp_dir().join(format!("numalab-fincore-threads-{}", std::process::id()));
 /// std::fs::write(&path, vec![1u8; 8192])?;
-/// let report = fincore_with(&[path.clone()], FincoreOptions { threads: 1, summarize: false });
+/// let report = run_with(&[path.clone()], FincoreOptions { threads: 1, summarize: false });
 /// std::fs::remove_file(&path)?;
 /// assert_eq!(report?.total.pages, 2);
 ///
@@ -186,7 +186,7 @@ pub fn fincore(paths: &[PathBuf]) -> Result<FincoreReport, FincoreError> {
 /// std::fs::write(dir.join("a"), vec![1u8; 8192])?;
 /// std::fs::write(dir.join("sub/b"), vec![2u8; 4096])?;
 /// let options = FincoreOptions { summarize: true, ..FincoreOptions::default() };
-/// let report = fincore_with(&[dir.clone()], options);
+/// let report = run_with(&[dir.clone()], options);
 /// std::fs::remove_dir_all(&dir)?;
 /// let report = report?;
 /// assert_eq!(report.files.len(), 1);
@@ -222,7 +222,7 @@ impl Default for FincoreOptions {
 /// getting faster.
 pub const DEFAULT_THREADS: usize = 8;
 
-/// The most threads [`fincore_with`] accepts.
+/// The most threads [`run_with`] accepts.
 pub const MAX_THREADS: usize = 1024;
 
 /// Files counted together, by [`FincoreOptions::threads`] threads; the
@@ -230,12 +230,9 @@ pub const MAX_THREADS: usize = 1024;
 /// twice.
 const BATCH: usize = 1024;
 
-/// [`fincore`] counted as `options` say; the same report whatever the
+/// [`run`] counted as `options` say; the same report whatever the
 /// thread count.
-pub fn fincore_with(
-    paths: &[PathBuf],
-    options: FincoreOptions,
-) -> Result<FincoreReport, FincoreError> {
+pub fn run_with(paths: &[PathBuf], options: FincoreOptions) -> Result<FincoreReport, FincoreError> {
     if !(1..=MAX_THREADS).contains(&options.threads) {
         return Err(FincoreError::Threads(options.threads));
     }

@@ -22,12 +22,12 @@ use crate::experiment::counters::{ProcessCounters, MEMORY};
 /// What `numalab profile` saw (`--json`).
 ///
 /// ```
-/// use numalab_bench::profile::{profile_command, ProfileReport};
+/// use numalab_bench::profile::{run, ProfileReport};
 /// use numalab::profile::ProfileOptions;
 /// let fixed = std::time::Duration::from_millis(20);
 /// let options = ProfileOptions { interval: fixed, grow_to: fixed, duration: None, writes: false,
 ///     max_share: numalab::profile::MAX_SHARE };
-/// let report = profile_command(&["sleep".into(), "0.2".into()], options)?;
+/// let report = run(&["sleep".into(), "0.2".into()], options)?;
 /// assert!(report.timeline.samples.len() >= 3);
 /// assert_eq!(report.exit, Some(numalab::launch::Exit::Code(0)));
 /// assert!(report.overhead_share() < 0.5);
@@ -292,10 +292,7 @@ impl ProfileReport {
 
 /// Runs `command` to its end, sampling it (and the processes it starts,
 /// until it exits) every `options.interval`.
-pub fn profile_command(
-    command: &[OsString],
-    options: ProfileOptions,
-) -> Result<ProfileReport, LaunchError> {
+pub fn run(command: &[OsString], options: ProfileOptions) -> Result<ProfileReport, LaunchError> {
     let (program, args) = command.split_first().ok_or(LaunchError::Spawn {
         program: OsString::new(),
         source: io::Error::from(io::ErrorKind::NotFound),
@@ -331,11 +328,7 @@ pub fn profile_command(
 
 /// Watches process `pid` until it ends, `options.duration` passes or
 /// `control` is stopped (Ctrl-C); the samples so far are kept.
-pub fn profile_pid(
-    pid: i32,
-    options: ProfileOptions,
-    control: &Control,
-) -> io::Result<ProfileReport> {
+pub fn run_pid(pid: i32, options: ProfileOptions, control: &Control) -> io::Result<ProfileReport> {
     let name = numalab::profile::process_name(pid);
     let process = numalab::profile::Process::of(pid)?;
     let before = HintFaults::now();

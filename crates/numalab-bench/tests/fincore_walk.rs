@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use numalab_bench::fincore::fincore;
+use numalab_bench::fincore;
 
 /// Walks of the tree while the swapping goes on (the path-following walk
 /// opened a FIFO in 6 of 40).
@@ -53,7 +53,7 @@ fn fincore_walk_never_leaves_the_tree_while_a_directory_is_swapped_for_a_link() 
             swaps
         });
         for _ in 0..WALKS {
-            reports.push(fincore(std::slice::from_ref(&tree)).unwrap());
+            reports.push(fincore::run(std::slice::from_ref(&tree)).unwrap());
         }
         stop.store(true, Ordering::Relaxed);
         swaps = swapper.join().unwrap();
@@ -329,7 +329,7 @@ mod renames {
                     done
                 });
                 for _ in 0..WALKS_PER_TREE {
-                    reports.push(fincore(std::slice::from_ref(&root)).unwrap());
+                    reports.push(fincore::run(std::slice::from_ref(&root)).unwrap());
                 }
                 stop.store(true, Ordering::Relaxed);
                 neighbour.join().unwrap();
@@ -350,7 +350,7 @@ mod renames {
                 }
             }
             // At rest: exactly the files another program lists.
-            let quiet = fincore(std::slice::from_ref(&root)).unwrap();
+            let quiet = fincore::run(std::slice::from_ref(&root)).unwrap();
             let counted: BTreeSet<String> = quiet.files.iter().map(|f| f.path.clone()).collect();
             let listed = find_files(&root);
             let _ = fs::remove_dir_all(&base);

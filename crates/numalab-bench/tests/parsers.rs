@@ -4,8 +4,8 @@
 
 use numalab_bench::document::Document;
 use numalab_bench::experiment::config::settable_keys;
-use numalab_bench::experiment::{Experiment, RunResult, SweepResult};
-use numalab_bench::matrix::MatrixResult;
+use numalab_bench::experiment::{Experiment, RunReport, SweepReport};
+use numalab_bench::matrix::MatrixReport;
 use proptest::prelude::*;
 
 /// Values as people type them after `--set KEY=`: numbers of every
@@ -65,8 +65,8 @@ proptest! {
     /// Any text as a result file `numalab plot` reads.
     #[test]
     fn any_text_is_a_result_or_refused(text in any::<String>()) {
-        let _ = Document::<MatrixResult>::parse(&text);
-        let _ = serde_json::from_str::<RunResult>(&text);
-        let _ = serde_json::from_str::<SweepResult>(&text);
+        let _ = Document::<MatrixReport>::parse(&text);
+        let _ = serde_json::from_str::<RunReport>(&text);
+        let _ = serde_json::from_str::<SweepReport>(&text);
     }
 }

@@ -1,7 +1,7 @@
 //! Running an experiment: plan it, allocate and place its regions,
 //! prefault them, check where the pages landed, then run pinned workers —
 //! warm-ups, then repeats — and gather every raw figure into a
-//! [`RunResult`].
+//! [`RunReport`].
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,7 +27,7 @@ use super::floor::{short_runs, Lengthened, NoiseFloor};
 use super::plan::{Plan, PlanError};
 use super::result::{
     figures, thread_figures, Cause, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat,
-    ReplicaCheck, RunResult, ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
+    ReplicaCheck, RunReport, ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
 };
 use super::rwlock::StripeLock;
 use super::values::{PolicySpec, Sync};
@@ -41,10 +41,10 @@ use crate::workers::{run_pinned, WorkerError};
 /// ```
 /// use numalab::Topology;
 /// use numalab_bench::control::Control;
-/// use numalab_bench::experiment::{execute, ExecuteError, Experiment, PlanError};
+/// use numalab_bench::experiment::{run, ExecuteError, Experiment, PlanError};
 /// // More threads than this machine has CPUs, without threads.oversubscribe.
 /// let exp = Experiment::from_toml_str("[threads]\ncount = 4000\n[memory]\nsize = \"1MiB\"", "x")?;
-/// match execute(&exp, &Topology::system()?, &Control::default()) {
+/// match run(&exp, &Topology::system()?, &Control::default()) {
 ///     Err(ExecuteError::Plan(PlanError::TooManyThreads { count, .. })) => assert_eq!(count, 4000),
 ///     Err(other) => panic!("unexpected: {other}"),
 ///     Ok(_) => panic!("refused before anything runs"),
@@ -160,22 +160,22 @@ impl Region {
 }
 
 /// Runs `exp` on this machine (described by `topology`).
-pub fn execute(
+pub fn run(
     exp: &Experiment,
     topology: &Topology,
     control: &Control,
-) -> Result<RunResult, ExecuteError> {
+) -> Result<RunReport, ExecuteError> {
     let plan = Plan::resolve(exp, topology)?;
-    execute_plan(exp, topology, plan, control)
+    run_plan(exp, topology, plan, control)
 }
 
 /// Runs an already resolved plan.
-pub fn execute_plan(
+pub fn run_plan(
     exp: &Experiment,
     topology: &Topology,
     mut plan: Plan,
     control: &Control,
-) -> Result<RunResult, ExecuteError> {
+) -> Result<RunReport, ExecuteError> {
     // Ranges first (a caller may have built the experiment by hand):
     // nothing below runs with a count past its limit.
     exp.validate().map_err(PlanError::from)?;
@@ -311,7 +311,7 @@ pub fn execute_plan(
         }
     }
     drop(regions);
-    Ok(RunResult {
+    Ok(RunReport {
         schema: RUN_SCHEMA.to_owned(),
         schema_version: SCHEMA_VERSION,
         numalab_version: numalab::VERSION.to_owned(),
@@ -1029,10 +1029,10 @@ fn engine_cost(
 mod tests {
     use super::*;
 
-    fn run(text: &str) -> RunResult {
+    fn run_text(text: &str) -> RunReport {
         let exp = Experiment::from_toml_str(text, "test.toml").unwrap();
         let topology = Topology::system().unwrap();
-        execute(&exp, &topology, &Control::default()).unwrap_or_else(|e| panic!("{text}: {e}"))
+        run(&exp, &topology, &Control::default()).unwrap_or_else(|e| panic!("{text}: {e}"))
     }
 
     fn cpus() -> u32 {
@@ -1042,14 +1042,14 @@ mod tests {
     /// `exp` run on its plan with every thread's operations cut to
     /// `ops` (the plan a caller hands in need not count what the file
     /// says; it lets a test start a sized run from a short one).
-    fn run_from(text: &str, ops: u64) -> RunResult {
+    fn run_from(text: &str, ops: u64) -> RunReport {
         let exp = Experiment::from_toml_str(text, "test.toml").unwrap();
         let topology = Topology::system().unwrap();
         let mut plan = Plan::resolve(&exp, &topology).unwrap();
         for t in &mut plan.threads {
             t.ops = Some(ops);
         }
-        execute_plan(&exp, &topology, plan, &Control::default()).unwrap()
+        run_plan(&exp, &topology, plan, &Control::default()).unwrap()
     }
 
     /// Runs numalab sizes itself (no `access.ops`) that fall under the
@@ -1104,7 +1104,7 @@ mod tests {
     #[test]
     fn short_runs_of_a_given_count_are_kept_and_warned_about() {
         let text = "[memory]\nsize = \"64KiB\"\n[access]\nops = 1000\n[run]\nrepeats = 2\nwarmup = 1\ncounters = false\nmin_time = \"30ms\"\n";
-        let result = run(text);
+        let result = run_text(text);
         assert_eq!(result.lengthened, None);
         assert_eq!(result.warmups.len(), 1);
         assert!(result.repeats.iter().all(|r| r.ops == 1000));
@@ -1128,7 +1128,7 @@ mod tests {
             "{}",
             short[0].message
         );
-        let off = run(&text.replace("\"30ms\"", "\"off\""));
+        let off = run_text(&text.replace("\"30ms\"", "\"off\""));
         assert!(
             !off.warnings
                 .iter()
@@ -1143,7 +1143,7 @@ mod tests {
     /// in the result.
     #[test]
     fn runs_over_the_floor_are_not_lengthened() {
-        let result = run(
+        let result = run_text(
             "[memory]\nsize = \"64KiB\"\n[run]\nrepeats = 1\nwarmup = 1\ncounters = false\nmin_time = \"1ms\"\n[access]\nduration = \"20ms\"\n",
         );
         assert_eq!(result.lengthened, None);
@@ -1156,7 +1156,7 @@ mod tests {
             "{:?}",
             result.warnings
         );
-        let measured = run("[memory]\nsize = \"64KiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
+        let measured = run_text("[memory]\nsize = \"64KiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
         let floor = measured.noise_floor.unwrap();
         assert!(!floor.given && floor.min_repeat_s > 0.0, "{floor:?}");
     }
@@ -1167,7 +1167,7 @@ mod tests {
     #[test]
     fn regions_short_of_huge_pages_are_named() {
         let exp = Experiment::from_toml_str("[memory]\nhuge_pages = \"thp\"\n", "x").unwrap();
-        let base = run("[memory]\nsize = \"64KiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
+        let base = run_text("[memory]\nsize = \"64KiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
         let region = |bytes: u64, got: Option<u64>| RegionCheck {
             bytes,
             huge_page_bytes: got,
@@ -1201,7 +1201,7 @@ mod tests {
     fn a_thp_region_reports_its_huge_pages() {
         let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
             .unwrap_or_default();
-        let result = run("[memory]\nsize = \"64MiB\"\nhuge_pages = \"thp\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
+        let result = run_text("[memory]\nsize = \"64MiB\"\nhuge_pages = \"thp\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
         let got = result.regions[0]
             .huge_page_bytes
             .expect("smaps reports AnonHugePages");
@@ -1221,7 +1221,7 @@ mod tests {
             "{got} bytes, warnings {:?}",
             result.warnings
         );
-        let none = run("[memory]\nsize = \"8MiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
+        let none = run_text("[memory]\nsize = \"8MiB\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false\n");
         assert_eq!(
             none.regions[0].huge_page_bytes, None,
             "no huge pages asked for"
@@ -1231,7 +1231,7 @@ mod tests {
     #[test]
     fn result_invariants_hold() {
         let n = cpus();
-        let result = run(&format!(
+        let result = run_text(&format!(
             "[threads]\ncount = {n}\n[memory]\nsize = \"4MiB\"\n[access]\nop_size = 128\nread_write = \"2:1\"\nops = 30_001\n[run]\nrepeats = 2\nwarmup = 1"
         ));
         assert_eq!(result.schema, "numalab.run");
@@ -1281,7 +1281,7 @@ mod tests {
     #[test]
     fn sequential_and_copy_count_bytes() {
         for pattern in ["sequential", "copy", "strided:4096"] {
-            let result = run(&format!(
+            let result = run_text(&format!(
                 "[threads]\ncount = 1\n[memory]\nsize = \"2MiB\"\n[access]\npattern = \"{pattern}\"\nop_size = 1024\nops = 4000\n[run]\nrepeats = 1\nwarmup = 0"
             ));
             let r = &result.repeats[0];
@@ -1297,7 +1297,7 @@ mod tests {
 
     #[test]
     fn remote_is_checked_against_the_threads_node() {
-        let result = run("[memory]\nsize = \"1MiB\"\npolicy = \"remote\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0");
+        let result = run_text("[memory]\nsize = \"1MiB\"\npolicy = \"remote\"\n[access]\nops = 1000\n[run]\nrepeats = 1\nwarmup = 0");
         let thread_node = result.plan.threads[0].node;
         let region = &result.regions[0];
         if numalab::NodeInventory::live().with_memory.len() == 1 {
@@ -1322,7 +1322,7 @@ mod tests {
     #[test]
     fn first_touch_and_rwlock_run() {
         let n = cpus();
-        let result = run(&format!(
+        let result = run_text(&format!(
             "[threads]\ncount = {n}\n[memory]\nsize = \"2MiB\"\npolicy = \"first-touch\"\nsharing = \"shared\"\n[access]\nread_write = \"1:1\"\nsync = \"rwlock\"\nlock_stripes = 16\nops = 20_000\n[run]\nrepeats = 1\nwarmup = 0"
         ));
         assert!(result.regions[0].as_requested, "{}", result.regions[0].note);
@@ -1339,7 +1339,7 @@ mod tests {
             ("broadcast", "rwlock"),
             ("log", "none"),
         ] {
-            let result = run(&format!(
+            let result = run_text(&format!(
                 "[threads]\ncount = {n}\n[memory]\nsize = \"2MiB\"\npolicy = \"replicate\"\nsharing = \"shared\"\nreplication = \"{replication}\"\n[access]\nread_write = \"3:1\"\nsync = \"{sync}\"\nlock_stripes = 16\nops = 20_000\n[run]\nrepeats = 1\nwarmup = 0"
             ));
             let what = format!("{replication} {sync}");
@@ -1382,7 +1382,7 @@ mod tests {
         let exp = Experiment::from_toml_str("[memory]\nsize = \"1MiB\"", "t").unwrap();
         let control = Control::default();
         control.stop();
-        let result = execute(&exp, &Topology::system().unwrap(), &control).unwrap();
+        let result = run(&exp, &Topology::system().unwrap(), &control).unwrap();
         assert!(result.interrupted);
         assert!(result.repeats.is_empty() && result.figures.is_none());
         assert!(result
@@ -1395,7 +1395,7 @@ mod tests {
     fn reads_and_writes_both_have_latencies_at_3_to_1() {
         // Every 1024th operation of a 3:1 cycle was its write: no read
         // latency at all.
-        let result = run("[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"3:1\"\nops = 200_000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false");
+        let result = run_text("[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"3:1\"\nops = 200_000\n[run]\nrepeats = 1\nwarmup = 0\ncounters = false");
         let r = &result.repeats[0];
         let reads = r.read_latency_ns.expect("reads timed");
         let writes = r.write_latency_ns.expect("writes timed");
@@ -1406,7 +1406,7 @@ mod tests {
 
     #[test]
     fn a_timed_run_stops_on_time() {
-        let result = run("[memory]\nsize = \"1MiB\"\n[access]\nduration = \"50ms\"\n[run]\nrepeats = 1\nwarmup = 0");
+        let result = run_text("[memory]\nsize = \"1MiB\"\n[access]\nduration = \"50ms\"\n[run]\nrepeats = 1\nwarmup = 0");
         let r = &result.repeats[0];
         assert!(r.ops > 0);
         assert!(r.time_to_last_s >= 0.05, "{}", r.time_to_last_s);

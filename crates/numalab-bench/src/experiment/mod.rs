@@ -6,7 +6,7 @@
 //! ```text
 //! config (TOML, --set) → Plan (resolved against the Topology) → execute
 //! (allocate, place, prefault, audit; pinned workers, warm-up, repeats)
-//! → RunResult (serde) → tables, JSON, CSV, plots
+//! → RunReport (serde) → tables, JSON, CSV, plots
 //! ```
 //!
 //! - [`config`]: the experiment file, strict, with located errors;
@@ -33,9 +33,9 @@ pub mod warning;
 
 pub use clock::Clock;
 pub use config::{ConfigError, Experiment, Key, KEYS};
-pub use execute::{execute, execute_plan, ExecuteError};
+pub use execute::{run, run_plan, ExecuteError};
 pub use plan::{Plan, PlanError, RegionPlan, ThreadPlan};
-pub use result::{RunResult, SweepResult};
+pub use result::{RunReport, SweepReport};
 pub use sweep::run_sweep;
 pub use values::{ByteSize, Pattern, PolicySpec, ReadWrite, Seconds, Sharing, ThreadPlacement};
 pub use warning::{Cause, Warning, WarningKind};

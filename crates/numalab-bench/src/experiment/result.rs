@@ -1,4 +1,4 @@
-//! What a run produces: one serde type, [`RunResult`], read by every
+//! What a run produces: one serde type, [`RunReport`], read by every
 //! exporter (table, JSON, CSV, Markdown, plots) and by `numalab plot` from
 //! a saved file. Raw figures of every repeat and thread are kept; the
 //! summaries are computed from them.
@@ -151,12 +151,12 @@ impl Percentiles {
 /// ```
 /// # use numalab::Topology;
 /// # use numalab_bench::control::Control;
-/// # use numalab_bench::experiment::{execute, Experiment};
+/// # use numalab_bench::experiment::{run, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
 /// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
-/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let result = run(&exp, &Topology::system()?, &Control::default())?;
 /// let thread = &result.repeats[0].threads[0];
 /// assert_eq!((thread.reads, thread.writes), (20_000, 10_000));
 /// assert_eq!(thread.bytes, thread.ops * 64, "64-byte operations by default");
@@ -195,12 +195,12 @@ pub struct ThreadRun {
 /// ```
 /// # use numalab::Topology;
 /// # use numalab_bench::control::Control;
-/// # use numalab_bench::experiment::{execute, Experiment};
+/// # use numalab_bench::experiment::{run, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
 /// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
-/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let result = run(&exp, &Topology::system()?, &Control::default())?;
 /// assert_eq!(result.repeats.len(), 2);
 /// let first = &result.repeats[0];
 /// assert_eq!((first.index, first.ops), (0, 30_000));
@@ -245,12 +245,12 @@ pub struct Repeat {
 /// ```
 /// # use numalab::Topology;
 /// # use numalab_bench::control::Control;
-/// # use numalab_bench::experiment::{execute, Experiment};
+/// # use numalab_bench::experiment::{run, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
 /// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
-/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let result = run(&exp, &Topology::system()?, &Control::default())?;
 /// let figures = result.figures.as_ref().unwrap();
 /// let time = &figures.time_to_last_s;
 /// assert_eq!(time.n, 2, "one sample per repeat");
@@ -284,12 +284,12 @@ pub struct Figures {
 /// ```
 /// # use numalab::Topology;
 /// # use numalab_bench::control::Control;
-/// # use numalab_bench::experiment::{execute, Experiment};
+/// # use numalab_bench::experiment::{run, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
 /// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
-/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let result = run(&exp, &Topology::system()?, &Control::default())?;
 /// let thread = &result.threads[0];
 /// assert_eq!((thread.thread, thread.region), (0, 0));
 /// assert_eq!(thread.ops, 30_000.0);
@@ -330,12 +330,12 @@ pub struct ThreadFigures {
 /// ```
 /// # use numalab::Topology;
 /// # use numalab_bench::control::Control;
-/// # use numalab_bench::experiment::{execute, Experiment};
+/// # use numalab_bench::experiment::{run, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
 /// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
-/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let result = run(&exp, &Topology::system()?, &Control::default())?;
 /// let check = &result.regions[0];
 /// assert_eq!(check.requested.to_string(), "local");
 /// assert_eq!(check.audit.found.present(), (1 << 20) / 4096, "every page prefaulted");
@@ -381,7 +381,7 @@ pub struct RegionCheck {
 /// ```
 /// # use numalab::Topology;
 /// # use numalab_bench::control::Control;
-/// # use numalab_bench::experiment::{execute, Experiment};
+/// # use numalab_bench::experiment::{run, Experiment};
 /// let exp = Experiment::from_toml_str(r#"
 ///     [memory]
 ///     size = "2MiB"
@@ -394,7 +394,7 @@ pub struct RegionCheck {
 ///     warmup = 0
 ///     counters = false
 /// "#, "x")?;
-/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let result = run(&exp, &Topology::system()?, &Control::default())?;
 /// // One copy per node with CPUs and memory: one on a one-node machine.
 /// for (copy, &node) in result.regions[0].replicas.iter().zip(&result.plan.regions[0].replicas) {
 ///     assert_eq!(copy.node, node);
@@ -424,12 +424,12 @@ pub struct ReplicaCheck {
 /// ```
 /// # use numalab::Topology;
 /// # use numalab_bench::control::Control;
-/// # use numalab_bench::experiment::{execute, Experiment};
+/// # use numalab_bench::experiment::{run, Experiment};
 /// # let exp = Experiment::from_toml_str(
 /// #     "[memory]\nsize = \"1MiB\"\n[access]\nread_write = \"2:1\"\nops = 30_000\n[run]\nrepeats = 2\nwarmup = 0\ncounters = false",
 /// #     "x")?;
 /// // One thread, 1 MiB, 30 000 operations at 2:1, two repeats.
-/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let result = run(&exp, &Topology::system()?, &Control::default())?;
 /// let engine = &result.engine;
 /// assert_eq!(engine.sample_every, 1024, "access.latency_sample's default");
 /// assert!(["tsc", "instant"].contains(&engine.clock.as_str()));
@@ -460,10 +460,10 @@ pub struct EngineCost {
 /// ```
 /// use numalab::Topology;
 /// use numalab_bench::control::Control;
-/// use numalab_bench::experiment::{execute, Experiment};
+/// use numalab_bench::experiment::{run, Experiment};
 /// let exp = Experiment::from_toml_str(
 ///     "[memory]\nsize = \"1MiB\"\n[access]\nops = 10_000\n[run]\nrepeats = 1\nwarmup = 0", "x")?;
-/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let result = run(&exp, &Topology::system()?, &Control::default())?;
 /// let info = &result.counters;
 /// // What could be read, and a note on anything that could not (e.g. in a VM).
 /// assert!(!info.events.is_empty() || info.note.is_some());
@@ -484,21 +484,21 @@ pub struct CounterInfo {
 /// ```
 /// use numalab::Topology;
 /// use numalab_bench::control::Control;
-/// use numalab_bench::experiment::{execute, Experiment, RunResult};
+/// use numalab_bench::experiment::{run, Experiment, RunReport};
 /// let exp = Experiment::from_toml_str(
 ///     "[memory]\nsize = \"1MiB\"\n[access]\nops = 10_000\n[run]\nrepeats = 2\ncounters = false",
 ///     "x")?;
-/// let result = execute(&exp, &Topology::system()?, &Control::default())?;
+/// let result = run(&exp, &Topology::system()?, &Control::default())?;
 /// assert_eq!((result.schema.as_str(), result.warmups.len(), result.repeats.len()), ("numalab.run", 1, 2));
 /// assert!(result.time_to_last().is_some_and(|s| s > 0.0));
 /// assert!(result.placement_as_requested(), "local pages on a thread's own node");
 /// // Every exporter, and `numalab plot`, reads it back from JSON.
-/// let back: RunResult = serde_json::from_str(&serde_json::to_string(&result)?)?;
+/// let back: RunReport = serde_json::from_str(&serde_json::to_string(&result)?)?;
 /// assert_eq!((back.experiment, back.plan), (result.experiment, result.plan));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunResult {
+pub struct RunReport {
     /// `numalab.run`.
     pub schema: String,
     /// Version of the schema.
@@ -542,7 +542,7 @@ pub struct RunResult {
     pub lengthened: Option<Lengthened>,
 }
 
-impl RunResult {
+impl RunReport {
     /// Median time to the last thread, seconds (the deck's figure).
     pub fn time_to_last(&self) -> Option<f64> {
         self.figures.as_ref().map(|f| f.time_to_last_s.median)
@@ -699,7 +699,7 @@ pub struct SweepCell {
     pub settings: Vec<(String, String)>,
     /// Its result (`None` when Ctrl-C stopped the sweep before it, or
     /// when it failed).
-    pub result: Option<RunResult>,
+    pub result: Option<RunReport>,
     /// Why it failed while running (the sweep went on with the next cell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -809,7 +809,7 @@ pub const CONFIDENCE: f64 = 0.95;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SweepResult {
+pub struct SweepReport {
     /// `numalab.sweep`.
     pub schema: String,
     /// Version of the schema.
@@ -902,7 +902,7 @@ impl Compared {
     }
 
     /// The figures of a run's completed repeats.
-    pub fn of_run(self, run: &RunResult) -> Vec<f64> {
+    pub fn of_run(self, run: &RunReport) -> Vec<f64> {
         run.repeats
             .iter()
             .filter(|r| !r.interrupted)
@@ -913,7 +913,7 @@ impl Compared {
     /// A cell's median figure.
     pub fn median_of(self, cell: &SweepCell) -> Option<f64> {
         match self {
-            Compared::TimeToLast => cell.result.as_ref().and_then(RunResult::time_to_last),
+            Compared::TimeToLast => cell.result.as_ref().and_then(RunReport::time_to_last),
             Compared::TimePerMillionOps => median(&self.of_run(cell.result.as_ref()?)),
         }
     }
@@ -992,7 +992,7 @@ fn repeats_of(
     baseline: Option<&SweepCell>,
     cell: &SweepCell,
 ) -> Option<(Vec<f64>, Vec<f64>)> {
-    let of = |run: &RunResult| compared.of_run(run);
+    let of = |run: &RunReport| compared.of_run(run);
     let baseline = baseline.and_then(|b| b.result.as_ref()).map(of);
     baseline.zip(cell.result.as_ref().map(of))
 }
@@ -1194,13 +1194,13 @@ pub fn compare(
 /// document; it is written as it is, not wrapped again, and read back with
 /// `serde_json::from_str` (not `Document::parse`, which strips the
 /// envelope's fields).
-impl crate::document::Schema for RunResult {
+impl crate::document::Schema for RunReport {
     const NAME: &'static str = RUN_SCHEMA;
     const VERSION: u32 = SCHEMA_VERSION;
 }
 
-/// As for [`RunResult`]: the envelope's fields are the result's own.
-impl crate::document::Schema for SweepResult {
+/// As for [`RunReport`]: the envelope's fields are the result's own.
+impl crate::document::Schema for SweepReport {
     const NAME: &'static str = SWEEP_SCHEMA;
     const VERSION: u32 = SCHEMA_VERSION;
 }

@@ -10,13 +10,13 @@ use crate::control::Control;
 
 use super::config::{ConfigError, Experiment, RunOrder};
 use super::execute::{
-    execute_plan, floor_warning, interrupted_warning, length_key, lengthening, noise_warning,
+    floor_warning, interrupted_warning, length_key, lengthening, noise_warning, run_plan,
     ExecuteError,
 };
 use super::floor::Lengthened;
 use super::plan::{Plan, PlanError};
 use super::result::{
-    compare, figures, thread_figures, Cause, Looks, RunResult, Stopped, SweepCell, SweepResult,
+    compare, figures, thread_figures, Cause, Looks, RunReport, Stopped, SweepCell, SweepReport,
     Warning, WarningKind, SCHEMA_VERSION, SWEEP_SCHEMA,
 };
 use super::values::PolicySpec;
@@ -178,13 +178,13 @@ pub fn run_sweep(
     exp: &Experiment,
     topology: &Topology,
     control: &Control,
-) -> Result<SweepResult, SweepError> {
+) -> Result<SweepReport, SweepError> {
     let label = |i: usize, n: usize, cell: &str| {
         control
             .progress
             .set_label(format!("cell {}/{n} ({cell})", i + 1));
     };
-    run_cells(exp, topology, control, label, execute_plan)
+    run_cells(exp, topology, control, label, run_plan)
 }
 
 /// [`run_sweep`] with the way a cell runs passed in.
@@ -193,8 +193,8 @@ fn run_cells(
     topology: &Topology,
     control: &Control,
     on_cell: impl FnMut(usize, usize, &str),
-    execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunResult, ExecuteError>,
-) -> Result<SweepResult, SweepError> {
+    execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunReport, ExecuteError>,
+) -> Result<SweepReport, SweepError> {
     let planned = plan_sweep(exp, topology)?;
     let n = planned.len();
     let (cells, interrupted, looks) = if exp.run.order == RunOrder::Interleaved && n > 1 {
@@ -222,7 +222,7 @@ pub fn axes_of(exp: &Experiment) -> Vec<(String, Vec<String>)> {
 fn decided(
     exp: &Experiment,
     planned: &[PlannedCell],
-    parts: &[Vec<RunResult>],
+    parts: &[Vec<RunReport>],
     errors: &[Option<String>],
     looks: u32,
 ) -> bool {
@@ -257,7 +257,7 @@ fn run_grouped(
     topology: &Topology,
     control: &Control,
     mut on_cell: impl FnMut(usize, usize, &str),
-    mut execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunResult, ExecuteError>,
+    mut execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunReport, ExecuteError>,
 ) -> (Vec<SweepCell>, bool) {
     let n = planned.len();
     let mut cells = Vec::with_capacity(n);
@@ -339,7 +339,7 @@ fn run_interleaved(
     topology: &Topology,
     control: &Control,
     mut on_cell: impl FnMut(usize, usize, &str),
-    mut execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunResult, ExecuteError>,
+    mut execute: impl FnMut(&Experiment, &Topology, Plan, &Control) -> Result<RunReport, ExecuteError>,
 ) -> (Vec<SweepCell>, bool, Option<Looks>) {
     let n = planned.len();
     let rounds = planned
@@ -359,7 +359,7 @@ fn run_interleaved(
     };
     let mut last = rounds;
     let mut planned = planned;
-    let mut parts: Vec<Vec<RunResult>> = planned.iter().map(|_| Vec::new()).collect();
+    let mut parts: Vec<Vec<RunReport>> = planned.iter().map(|_| Vec::new()).collect();
     let mut errors: Vec<Option<String>> = vec![None; n];
     let mut interrupted = false;
     // Where numalab sizes the runs, the first round of every cell runs at
@@ -368,7 +368,7 @@ fn run_interleaved(
     // compare) and that round is kept as a warm-up.
     let mut sizing = sized_by_numalab(&planned);
     let sized = sizing;
-    let mut calibration: Vec<Option<RunResult>> = planned.iter().map(|_| None).collect();
+    let mut calibration: Vec<Option<RunReport>> = planned.iter().map(|_| None).collect();
     let mut lengthened: Option<Lengthened> = None;
     let mut round = 0;
     'rounds: loop {
@@ -505,10 +505,10 @@ fn sized_by_numalab(planned: &[PlannedCell]) -> bool {
 /// of operations: the experiment as given, the sweep's lengthening, and
 /// the floor's warning said for that.
 fn as_sized(
-    mut result: RunResult,
+    mut result: RunReport,
     given: &Experiment,
     lengthened: Option<&Lengthened>,
-) -> RunResult {
+) -> RunReport {
     result.experiment = given.clone();
     result.lengthened = lengthened.cloned();
     result
@@ -529,7 +529,7 @@ fn as_sized(
 /// figures, per-thread figures and the noise warning over all repeats,
 /// each region's check the worst of the rounds', the other warnings once
 /// each. `None` when no round ran.
-fn merge_rounds(exp: &Experiment, plan: &Plan, rounds: Vec<RunResult>) -> Option<RunResult> {
+fn merge_rounds(exp: &Experiment, plan: &Plan, rounds: Vec<RunReport>) -> Option<RunReport> {
     let mut rounds = rounds.into_iter();
     let mut merged = rounds.next()?;
     merged.experiment = exp.clone();
@@ -588,7 +588,7 @@ fn finish(
     cells: Vec<SweepCell>,
     interrupted: bool,
     looks: Option<Looks>,
-) -> Result<SweepResult, SweepError> {
+) -> Result<SweepReport, SweepError> {
     let n = cells.len();
     let mut warnings: Vec<Warning> = cells
         .iter()
@@ -713,7 +713,7 @@ fn finish(
     }
     let axes = axes_of(exp);
     let (comparison, differences) = compare(&axes, &cells, looks.map_or(1, |l| l.planned));
-    Ok(SweepResult {
+    Ok(SweepReport {
         schema: SWEEP_SCHEMA.to_owned(),
         schema_version: SCHEMA_VERSION,
         numalab_version: numalab::VERSION.to_owned(),
@@ -755,7 +755,7 @@ mod tests {
                         placement: "nodes:0".into(),
                     }))
                 } else {
-                    execute_plan(cell, topology, plan, control)
+                    run_plan(cell, topology, plan, control)
                 }
             },
         )
@@ -825,7 +825,7 @@ mod tests {
     /// Two policies, identical here, five repeats each, on a machine that
     /// slows down by 2% with every run: `order` decides whether the drift
     /// reads as a difference.
-    fn drifting(order: &str) -> (SweepResult, Vec<(u32, u64, u32)>) {
+    fn drifting(order: &str) -> (SweepReport, Vec<(u32, u64, u32)>) {
         let exp = Experiment::from_toml_str(
             &format!(
                 "[threads]\ncount = 1\n[memory]\nsize = \"1MiB\"\n[access]\nops = 2_000\n\
@@ -844,7 +844,7 @@ mod tests {
             &Control::default(),
             |_, _, _| {},
             |cell, topology, plan, control| {
-                let mut result = execute_plan(cell, topology, plan, control)?;
+                let mut result = run_plan(cell, topology, plan, control)?;
                 calls.push((
                     u32::from(cell.memory.policy != super::super::values::PolicySpec::Local),
                     cell.access.seed,
@@ -867,7 +867,7 @@ mod tests {
     /// each run is given a time of one nanosecond per operation the sweep
     /// asked for, the second cell twice that: `calls` records the
     /// operations and seeds each run was handed.
-    fn sized(order: &str) -> (SweepResult, Vec<(usize, u64)>) {
+    fn sized(order: &str) -> (SweepReport, Vec<(usize, u64)>) {
         let exp = Experiment::from_toml_str(
             &format!(
                 "[threads]\ncount = 1\n[memory]\nsize = \"1MiB\"\n[run]\nrepeats = 2\nwarmup = 0\n\
@@ -892,7 +892,7 @@ mod tests {
                 for t in &mut tiny.threads {
                     t.ops = t.ops.map(|o| (o / 1000).max(1));
                 }
-                let mut result = execute_plan(cell, topology, tiny, control)?;
+                let mut result = run_plan(cell, topology, tiny, control)?;
                 for repeat in result.warmups.iter_mut().chain(&mut result.repeats) {
                     repeat.time_to_last_s = asked as f64 * 1e-9 * (1 + slow) as f64;
                 }
@@ -1038,7 +1038,7 @@ mod tests {
                     control.stop();
                 }
             },
-            execute_plan,
+            run_plan,
         )
         .unwrap();
         assert!(result.interrupted);
@@ -1122,7 +1122,7 @@ mod tests {
 
     /// `exp`'s sweep with every repeat's time given by `time(cell, run)`,
     /// `run` counting the sweep's repeats in the order they ran.
-    fn timed(exp: &Experiment, mut time: impl FnMut(&Experiment, u32) -> f64) -> SweepResult {
+    fn timed(exp: &Experiment, mut time: impl FnMut(&Experiment, u32) -> f64) -> SweepReport {
         with_repeats(exp, |cell, run, repeat| {
             repeat.time_to_last_s = time(cell, run)
         })
@@ -1132,7 +1132,7 @@ mod tests {
     fn with_repeats(
         exp: &Experiment,
         mut set: impl FnMut(&Experiment, u32, &mut crate::experiment::result::Repeat),
-    ) -> SweepResult {
+    ) -> SweepReport {
         let mut runs = 0u32;
         changed(exp, |cell, result| {
             for repeat in &mut result.repeats {
@@ -1147,8 +1147,8 @@ mod tests {
     /// it ran.
     fn changed(
         exp: &Experiment,
-        mut change: impl FnMut(&Experiment, &mut RunResult),
-    ) -> SweepResult {
+        mut change: impl FnMut(&Experiment, &mut RunReport),
+    ) -> SweepReport {
         let topology = Topology::system().unwrap();
         run_cells(
             exp,
@@ -1156,7 +1156,7 @@ mod tests {
             &Control::default(),
             |_, _, _| {},
             |cell, topology, plan, control| {
-                let mut result = execute_plan(cell, topology, plan, control)?;
+                let mut result = run_plan(cell, topology, plan, control)?;
                 change(cell, &mut result);
                 Ok(result)
             },
@@ -1198,7 +1198,7 @@ mod tests {
     /// two threads taking `gap` less time (the times given here, with a
     /// repeating 0–2% spread): the sweep and how many repeats each cell
     /// ran.
-    fn looking(gap: f64) -> (SweepResult, Vec<usize>) {
+    fn looking(gap: f64) -> (SweepReport, Vec<usize>) {
         let exp = Experiment::from_toml_str(
             "[memory]\nsize = \"1MiB\"\n[access]\nops = 2_000\n[run]\nrepeats = 3\nmax_repeats = 12\nwarmup = 0\ncounters = false\n[sweep]\n\"threads.count\" = [1, 2]\n",
             "looks.toml",

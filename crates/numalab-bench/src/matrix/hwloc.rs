@@ -5,13 +5,13 @@
 
 use numalab::topology::hwloc_xml::{Attribute, MeasuredValue};
 
-use super::{Figure, MatrixResult};
+use super::{Figure, MatrixReport};
 
 /// The figures of `result` as hwloc memory-attribute values, in hwloc's
 /// integer units (ns, MiB/s, medians rounded to the nearest), and the
 /// cells left out because their working set was not on the target node
 /// (the figure is not that node's).
-pub fn values(result: &MatrixResult) -> (Vec<MeasuredValue>, Vec<String>) {
+pub fn values(result: &MatrixReport) -> (Vec<MeasuredValue>, Vec<String>) {
     let measured = |f: Option<&Figure>| f.filter(|f| f.summary.n > 0).map(Figure::median);
     let mib_per_s = |gbps: f64| (gbps * 1e9 / (1u64 << 20) as f64).round() as u64;
     let mut values = Vec::new();
@@ -131,7 +131,7 @@ mod tests {
                 placement: placed(1, 1),
             };
         let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1").unwrap();
-        let result = MatrixResult {
+        let result = MatrixReport {
             environment: None,
             shape: Shape::of(&topology, &NodeSelection::default()).unwrap(),
             firmware: Vec::new(),

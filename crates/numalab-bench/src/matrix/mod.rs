@@ -12,7 +12,7 @@
 //! - [`c2c`]: cache-line hand-over between two cores;
 //! - [`run`](mod@run): the whole measurement, checked before anything is
 //!   allocated, every cell placement-audited and repeated, into a
-//!   [`MatrixResult`];
+//!   [`MatrixReport`];
 //! - [`plan`]: what `--plan` shows without measuring;
 //! - [`hwloc`]: the figures as hwloc's memory attributes (`--hwloc-xml`).
 
@@ -35,7 +35,7 @@ use numalab::{BufferError, CpuSet, NodeSet, SpecError};
 pub use plan::PlanReport;
 pub use result::{
     BandwidthCell, BandwidthMatrix, BasePages, C2cCell, C2cMatrix, Figure, LatencyCell,
-    LatencyMatrix, LoadedCurve, LoadedPoint, MatrixResult, MatrixWarning, MatrixWarningKind,
+    LatencyMatrix, LoadedCurve, LoadedPoint, MatrixReport, MatrixWarning, MatrixWarningKind,
     PlacementSummary, Settings,
 };
 pub use run::{validate, MatrixConfig, Measurements};
@@ -47,7 +47,7 @@ pub const SCHEMA: &str = "numalab.matrix";
 /// Version of [`SCHEMA`]; bumped on incompatible changes.
 pub const SCHEMA_VERSION: u32 = 1;
 
-impl crate::document::Schema for MatrixResult {
+impl crate::document::Schema for MatrixReport {
     const NAME: &'static str = SCHEMA;
     const VERSION: u32 = SCHEMA_VERSION;
 }

@@ -584,7 +584,7 @@ impl<'de> Deserialize<'de> for MatrixWarning {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MatrixResult {
+pub struct MatrixReport {
     /// The machine, kernel and settings it was measured on.
     pub environment: Option<Environment>,
     /// Rows (initiators) and columns (targets).
@@ -613,7 +613,7 @@ pub struct MatrixResult {
     pub interrupted: bool,
 }
 
-impl MatrixResult {
+impl MatrixReport {
     /// Every figure of the run, with what it is (`latency 0->1`,
     /// `bandwidth 0->1 read`).
     pub fn figures(&self) -> Vec<(String, &Figure)> {

@@ -332,7 +332,7 @@ pub fn run(
     shape: &Shape,
     config: &MatrixConfig,
     control: &Control,
-) -> Result<MatrixResult, MatrixError> {
+) -> Result<MatrixReport, MatrixError> {
     let stopped = || control.is_stopped();
     if !topology.is_this_system() {
         return Err(MatrixError::NotThisMachine {
@@ -782,7 +782,7 @@ pub fn run(
             "interrupted (Ctrl-C, SIGTERM or SIGHUP): the result holds the cells measured before it; the others were not measured",
         ));
     }
-    let mut result = MatrixResult {
+    let mut result = MatrixReport {
         environment: Some(environment),
         shape: shape.clone(),
         firmware,
@@ -802,7 +802,7 @@ pub fn run(
 
 /// Fills the placement summary and adds a warning for every working set
 /// not where asked and every noisy figure.
-pub fn finish(result: &mut MatrixResult) {
+pub fn finish(result: &mut MatrixReport) {
     let mut warnings = Vec::new();
     let audits = result.audits();
     let matching = audits.iter().filter(|(_, a)| a.is_match()).count();
@@ -860,7 +860,7 @@ mod tests {
     use super::*;
 
     /// A matrix measured in the emulated two-socket guest, as saved.
-    fn saved_matrix() -> MatrixResult {
+    fn saved_matrix() -> MatrixReport {
         let text = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../tests/results/report-two-socket.json"

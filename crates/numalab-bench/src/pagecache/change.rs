@@ -15,10 +15,10 @@ use crate::fincore::{node_memory, FincoreError, Unreadable};
 /// (`--json`).
 ///
 /// ```
-/// use numalab_bench::pagecache::{change_cache, CacheAction};
+/// use numalab_bench::pagecache::{change, CacheAction};
 /// let path = std::env::temp_dir().join(format!("numalab-change-doc-{}", std::process::id()));
 /// std::fs::write(&path, vec![3u8; 64 << 10])?;
-/// let report = change_cache(&[path.clone()], CacheAction::Load { node: 0 });
+/// let report = change(&[path.clone()], CacheAction::Load { node: 0 });
 /// std::fs::remove_file(&path)?;
 /// let report = report?;
 /// assert_eq!(report.files[0].after.cached, 16);
@@ -26,7 +26,7 @@ use crate::fincore::{node_memory, FincoreError, Unreadable};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CacheChange {
+pub struct CacheChangeReport {
     /// What was done.
     pub action: CacheAction,
     /// Each file, before and after.
@@ -37,7 +37,7 @@ pub struct CacheChange {
     pub failed: Vec<Unreadable>,
 }
 
-impl Schema for CacheChange {
+impl Schema for CacheChangeReport {
     const NAME: &'static str = "numalab.pagecache";
     const VERSION: u32 = 1;
 }
@@ -70,7 +70,7 @@ impl std::fmt::Display for CacheAction {
     }
 }
 
-/// One file's cache before and after ([`CacheChange`]).
+/// One file's cache before and after ([`CacheChangeReport`]).
 ///
 /// ```
 /// use numalab_bench::pagecache::ChangedFile;
@@ -114,10 +114,10 @@ impl ChangedFile {
 /// Why `numalab pagecache load` cannot start.
 ///
 /// ```
-/// use numalab_bench::pagecache::{change_cache, CacheAction, ChangeError};
-/// let err = change_cache(&["x".into()], CacheAction::Load { node: 1000 }).unwrap_err();
+/// use numalab_bench::pagecache::{change, CacheAction, ChangeError};
+/// let err = change(&["x".into()], CacheAction::Load { node: 1000 }).unwrap_err();
 /// assert!(err.to_string().starts_with("node 1000 does not exist; this machine has node"), "{err}");
-/// let err = change_cache(&["x".into()], CacheAction::Load { node: 4096 }).unwrap_err();
+/// let err = change(&["x".into()], CacheAction::Load { node: 4096 }).unwrap_err();
 /// assert_eq!(err.to_string(), "node 4096 is out of range: Linux numbers nodes from 0 to 1023");
 /// ```
 #[derive(Debug, thiserror::Error)]
@@ -134,32 +134,32 @@ pub enum ChangeError {
 /// Loads (reads, preferring `node` for the pages it brings in) or drops
 /// each file's page cache, counting its cached pages per node before and
 /// after. A node without memory is refused before any file is touched;
-/// a file that cannot be changed is kept in [`CacheChange::failed`].
-pub fn change_cache(paths: &[PathBuf], action: CacheAction) -> Result<CacheChange, ChangeError> {
-    change_cache_with(paths, action, false)
+/// a file that cannot be changed is kept in [`CacheChangeReport::failed`].
+pub fn change(paths: &[PathBuf], action: CacheAction) -> Result<CacheChangeReport, ChangeError> {
+    change_with(paths, action, false)
 }
 
-/// [`change_cache`], a load dropping each file's cache first when
+/// [`change`], a load dropping each file's cache first when
 /// `drop_first` (so pages cached elsewhere move): only once the node and
 /// the file are known to be fit for the load, so a refused load drops
 /// nothing. "Before" is then after the drop.
 ///
 /// ```
-/// use numalab_bench::pagecache::{change_cache_with, CacheAction};
+/// use numalab_bench::pagecache::{change_with, CacheAction};
 /// let path = std::env::temp_dir().join(format!("numalab-reload-doc-{}", std::process::id()));
 /// std::fs::write(&path, vec![3u8; 64 << 10])?;
 /// // A node without memory: refused before anything is dropped.
-/// assert!(change_cache_with(&[path.clone()], CacheAction::Load { node: 4096 }, true).is_err());
-/// let report = change_cache_with(&[path.clone()], CacheAction::Load { node: 0 }, true)?;
+/// assert!(change_with(&[path.clone()], CacheAction::Load { node: 4096 }, true).is_err());
+/// let report = change_with(&[path.clone()], CacheAction::Load { node: 0 }, true)?;
 /// std::fs::remove_file(&path)?;
 /// assert_eq!(report.files[0].after.cached, 16);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn change_cache_with(
+pub fn change_with(
     paths: &[PathBuf],
     action: CacheAction,
     drop_first: bool,
-) -> Result<CacheChange, ChangeError> {
+) -> Result<CacheChangeReport, ChangeError> {
     let inventory = numalab::NodeInventory::live();
     if let CacheAction::Load { node } = action {
         // A number past Linux's last node is refused, as every command
@@ -178,7 +178,7 @@ pub fn change_cache_with(
         ),
         CacheAction::Drop => None,
     };
-    let mut change = CacheChange {
+    let mut change = CacheChangeReport {
         action,
         files: Vec::new(),
         nodes: Vec::new(),

@@ -16,7 +16,7 @@
 //! The files: `config.rs` (what to measure and the limits it is checked
 //! against), `plan.rs`, `result.rs` (the `numalab.pagecache-bench`
 //! document), `run.rs`; and `change.rs`, the engine of `numalab
-//! pagecache load` and `drop` ([`change_cache`]).
+//! pagecache load` and `drop` ([`change`]).
 //!
 //! ```
 //! use numalab::Topology;

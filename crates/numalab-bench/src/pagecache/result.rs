@@ -287,7 +287,7 @@ pub struct RemoteRatio {
 /// ```
 /// use numalab_bench::document::Document;
 /// use numalab_bench::control::Control;
-/// use numalab_bench::pagecache::{plan, run, BenchConfig, FileSource, PagecacheBench};
+/// use numalab_bench::pagecache::{plan, run, BenchConfig, FileSource, PagecacheReport};
 /// let topology = numalab::Topology::system()?;
 /// let config = BenchConfig {
 ///     file: FileSource::Create { dir: std::env::temp_dir(), size: 1 << 20 },
@@ -297,13 +297,13 @@ pub struct RemoteRatio {
 /// };
 /// let report = run(&plan(&config, &topology)?, &topology, &Control::new())?;
 /// let text = Document::new(&report).to_json()?;
-/// let back: PagecacheBench = Document::parse(&text)?;
+/// let back: PagecacheReport = Document::parse(&text)?;
 /// assert_eq!(back.settings.size, 1 << 20);
 /// assert!(back.settings.created);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PagecacheBench {
+pub struct PagecacheReport {
     /// Where it was measured.
     pub environment: Environment,
     /// What every cell shared.
@@ -320,7 +320,7 @@ pub struct PagecacheBench {
     pub interrupted: bool,
 }
 
-impl Schema for PagecacheBench {
+impl Schema for PagecacheReport {
     const NAME: &'static str = "numalab.pagecache-bench";
     const VERSION: u32 = 1;
 }

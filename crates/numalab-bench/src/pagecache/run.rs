@@ -15,7 +15,7 @@ use numalab::{HugePages, Topology};
 use super::config::{BenchError, FileSource, Method};
 use super::plan::{buffer_bytes, open_given, Plan};
 use super::result::{
-    BenchCell, BenchRepeat, BenchSettings, CopiesGain, CopyAudit, CopySettings, PagecacheBench,
+    BenchCell, BenchRepeat, BenchSettings, CopiesGain, CopyAudit, CopySettings, PagecacheReport,
     ReaderRun, RemoteRatio,
 };
 use crate::control::Control;
@@ -33,7 +33,7 @@ pub fn run(
     plan: &Plan,
     topology: &Topology,
     control: &Control,
-) -> Result<PagecacheBench, BenchError> {
+) -> Result<PagecacheReport, BenchError> {
     let stop = control.stop_flag();
     let config = &plan.config;
     let (label, file, created) = match (&plan.given, &config.file) {
@@ -167,7 +167,7 @@ pub fn run(
     }
     let ratios = ratios(plan, topology, &cells);
     let gains = gains(&cells, plan.cache_node);
-    Ok(PagecacheBench {
+    Ok(PagecacheReport {
         environment: Environment::current(topology),
         settings: BenchSettings {
             file: label,

@@ -9,8 +9,8 @@ use numalab::units::{count, Size};
 use serde::{Deserialize, Serialize};
 
 use crate::experiment::result::Comparison;
-use crate::experiment::{PolicySpec, SweepResult};
-use crate::matrix::MatrixResult;
+use crate::experiment::{PolicySpec, SweepReport};
+use crate::matrix::MatrixReport;
 use crate::stats::Verdict;
 use crate::topo::TopoReport;
 
@@ -188,7 +188,7 @@ fn policy_cost(comparison: &Comparison, threads: u32) -> Finding {
 
 /// The findings of a report: the medians behind them, picked out of the
 /// results, in the order the report prints them.
-pub fn findings(topo: &TopoReport, matrix: &MatrixResult, sweep: &SweepResult) -> Vec<Finding> {
+pub fn findings(topo: &TopoReport, matrix: &MatrixReport, sweep: &SweepReport) -> Vec<Finding> {
     let mut found = Vec::new();
     let t = &topo.topology;
     let summary = t.summary();

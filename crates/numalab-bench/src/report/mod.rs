@@ -19,9 +19,9 @@ use serde::{Deserialize, Serialize};
 use crate::document::Schema;
 use crate::experiment::config::ConfigError;
 use crate::experiment::sweep::SweepError;
-use crate::experiment::SweepResult;
+use crate::experiment::SweepReport;
 use crate::host::{Fingerprint, TaskIdentity};
-use crate::matrix::{MatrixError, MatrixResult};
+use crate::matrix::{MatrixError, MatrixReport};
 use crate::topo::TopoReport;
 
 pub use cell::{Cell, Metric};
@@ -62,9 +62,9 @@ pub struct Report {
     /// The machine.
     pub topology: TopoReport,
     /// Latency and bandwidth between nodes.
-    pub matrix: MatrixResult,
+    pub matrix: MatrixReport,
     /// The policy sweep.
-    pub sweep: SweepResult,
+    pub sweep: SweepReport,
     /// What the figures mean, one sentence each.
     pub findings: Vec<Finding>,
     /// Read bandwidth by thread count on one node (reports before
@@ -251,7 +251,7 @@ impl Report {
     /// The report of these results, with its findings, its host and
     /// fingerprint, and — when `topology` is this machine's — the task's
     /// identity from this process's environment.
-    pub fn new(topology: TopoReport, matrix: MatrixResult, sweep: SweepResult) -> Report {
+    pub fn new(topology: TopoReport, matrix: MatrixReport, sweep: SweepReport) -> Report {
         let environment = matrix.environment.as_ref();
         Report {
             host: environment

@@ -14,7 +14,7 @@ use crate::control::Control;
 use crate::matrix::bandwidth::{self, Kernel, StreamTiming};
 use crate::matrix::latency::Pages;
 use crate::matrix::shape::spread_cpus;
-use crate::matrix::{Figure, MatrixError, MatrixResult};
+use crate::matrix::{Figure, MatrixError, MatrixReport};
 use numalab::audit::PlacementAudit;
 
 /// Read bandwidth at several thread counts, one node reading one node.
@@ -93,7 +93,7 @@ pub fn thread_counts(cpus: usize) -> Vec<usize> {
 /// counts.
 pub fn measure(
     topology: &Topology,
-    matrix: &MatrixResult,
+    matrix: &MatrixReport,
     control: &Control,
 ) -> Result<Option<ThreadScaling>, MatrixError> {
     let Some(&initiator) = matrix.shape.initiators.first() else {

@@ -12,7 +12,7 @@
 //!   as processes of the worker executable, every placement audited, into
 //!   a [`RingReport`];
 //! - [`worker`]: what a writer or reader process does;
-//! - the result types ([`RingReport`], [`RingList`]).
+//! - the result types ([`RingReport`], [`RingListReport`]).
 //!
 //! The engine prints nothing: progress goes to a callback, and the
 //! result carries what a person must be told.
@@ -26,7 +26,7 @@ pub mod worker;
 pub use config::{ConfigError, Layout, Mode, RingConfig};
 pub use plan::{CellPlan, PlanError, StreamPlan};
 pub use result::{
-    CellResult, CellStatus, ProcessPlacement, RingList, RingReport, Settings, StreamResult,
+    CellResult, CellStatus, ProcessPlacement, RingListReport, RingReport, Settings, StreamResult,
 };
 pub use run::{run, RunError};
 pub use worker::{Role, WorkerConfig, WorkerError, WorkerReport};

@@ -271,28 +271,28 @@ impl ProcessPlacement {
 ///
 /// ```
 /// use numalab_bench::document::{Document, Schema};
-/// use numalab_bench::ring::RingList;
+/// use numalab_bench::ring::RingListReport;
 ///
-/// assert_eq!(RingList::NAME, "numalab.ring-list");
-/// let text = Document::new(&RingList { segments: Vec::new() }).to_json().unwrap();
-/// let back: RingList = Document::parse(&text).unwrap();
+/// assert_eq!(RingListReport::NAME, "numalab.ring-list");
+/// let text = Document::new(&RingListReport { segments: Vec::new() }).to_json().unwrap();
+/// let back: RingListReport = Document::parse(&text).unwrap();
 /// assert!(back.segments.is_empty());
 /// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RingList {
+pub struct RingListReport {
     /// Every segment found.
     pub segments: Vec<SegmentEntry>,
 }
 
-impl Schema for RingList {
+impl Schema for RingListReport {
     const NAME: &'static str = "numalab.ring-list";
     const VERSION: u32 = 1;
 }
 
-impl RingList {
+impl RingListReport {
     /// The ring segments on this machine now, live and stale.
-    pub fn current() -> RingList {
-        RingList {
+    pub fn current() -> RingListReport {
+        RingListReport {
             segments: numalab::ring::list(),
         }
     }

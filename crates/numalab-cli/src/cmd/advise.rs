@@ -14,7 +14,7 @@ use numalab_bench::advise::{self, AdviseConfig, AdviseError, Candidate, Kind};
 use numalab_bench::control::Control;
 use numalab_bench::exec::ExecError;
 use numalab_bench::experiment::values::Seconds;
-use numalab_bench::matrix::MatrixResult;
+use numalab_bench::matrix::MatrixReport;
 
 use crate::exit::{after_signal, cannot_run};
 use crate::output::OutputArgs;
@@ -138,7 +138,7 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
             eprintln!("{line}");
         }
     };
-    let result = advise::advise(&topology, &config, plan, &mut progress);
+    let result = advise::run(&topology, &config, plan, &mut progress);
     if tty && total > 0 {
         eprintln!();
     }
@@ -171,10 +171,10 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
     Ok(report.interrupted.map_or(0, after_signal))
 }
 
-fn read_matrix(path: &std::path::Path) -> Result<MatrixResult> {
+fn read_matrix(path: &std::path::Path) -> Result<MatrixReport> {
     let bytes = numalab::files::read_input_limited(path, MAX_MATRIX_BYTES, "matrix results")
         .with_context(|| format!("--matrix {}", path.display()))?;
-    let result: MatrixResult = crate::saved::parse_saved(bytes, path).with_context(|| {
+    let result: MatrixReport = crate::saved::parse_saved(bytes, path).with_context(|| {
         format!(
             "--matrix {}: not a numalab matrix --json result",
             path.display()

@@ -9,7 +9,7 @@ use anyhow::Result;
 use clap::Args;
 use numalab::launch::LaunchError;
 use numalab::{InterleaveWeights, Topology};
-use numalab_bench::exec::{exec, ExecConfig, ExecError};
+use numalab_bench::exec::{self as engine, ExecConfig, ExecError};
 
 use crate::output::OutputArgs;
 use crate::placement::PlacementArgs;
@@ -74,7 +74,7 @@ pub fn run(args: &ExecArgs) -> Result<i32> {
             "numalab exec: changing the kernel's weighted-interleave weights (for every process) until the command ends; if numalab is killed before, restore them with: {commands}"
         );
     }
-    let report = match exec(&topology, &config) {
+    let report = match engine::run(&topology, &config) {
         Ok(report) => report,
         Err(ExecError::Launch(LaunchError::Interrupted { signal })) => {
             eprintln!(

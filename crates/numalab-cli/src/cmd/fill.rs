@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use numalab::{HugePages, MemPolicy, Topology};
 use numalab_bench::control::Control;
-use numalab_bench::fill::{fill, FillConfig};
+use numalab_bench::fill::{self as engine, FillConfig};
 
 use crate::output::OutputArgs;
 use crate::placement::PlacementArgs;
@@ -65,7 +65,7 @@ pub fn run(args: &FillArgs) -> Result<i32> {
         cpus: placement.cpus,
         weights: placement.weights,
     };
-    let report = fill(&topology, &config);
+    let report = engine::run(&topology, &config);
     let interrupts = Interrupts::catch(&Control::new())?;
     let waited = held.pending();
     drop(held);

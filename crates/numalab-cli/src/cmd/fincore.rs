@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use numalab_bench::fincore::{fincore_with, FincoreOptions, MAX_THREADS};
+use numalab_bench::fincore::{self as engine, FincoreOptions, MAX_THREADS};
 
 use crate::output::OutputArgs;
 use crate::render;
@@ -63,7 +63,7 @@ pub fn run(args: &FincoreArgs) -> Result<i32> {
         options.threads = threads;
     }
     options.summarize = args.summarize;
-    let report = fincore_with(&args.paths, options)?;
+    let report = engine::run_with(&args.paths, options)?;
     if !render::fincore::nothing_counted(&args.output, report.files.is_empty(), &report.failed) {
         render::emit(&report, &args.output)?;
     }

@@ -8,7 +8,7 @@ use clap::Args;
 use numalab::topology::hwloc_xml;
 use numalab::{NodeSet, Role, Topology};
 use numalab_bench::matrix::{
-    self, hwloc, run::run as measure, MatrixConfig, MatrixError, MatrixResult, Measurements,
+    self, hwloc, run::run as measure, MatrixConfig, MatrixError, MatrixReport, Measurements,
     NodeSelection, PlanReport, Shape,
 };
 
@@ -216,7 +216,7 @@ fn check_hwloc_xml(path: &Path, measurements: &Measurements, output: &OutputArgs
 /// Writes `result`'s figures into hwloc's XML of `topology`, atomically;
 /// says whether it did (a run stopped before its first figure writes
 /// nothing, and keeps its exit status).
-fn write_hwloc_xml(path: &Path, topology: &Topology, result: &MatrixResult) -> Result<bool> {
+fn write_hwloc_xml(path: &Path, topology: &Topology, result: &MatrixReport) -> Result<bool> {
     let flag = format!("--hwloc-xml {}", path.display());
     let (values, left_out) = hwloc::values(result);
     for cell in &left_out {

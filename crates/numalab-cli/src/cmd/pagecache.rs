@@ -1,6 +1,6 @@
 //! `numalab pagecache load|drop`: put a file's page cache on a node, or
 //! drop it, and show where its pages are before and after
-//! ([`numalab_bench::pagecache::change_cache`]); `numalab pagecache bench`:
+//! ([`numalab_bench::pagecache::change`]); `numalab pagecache bench`:
 //! the mailing-list post's concurrent readers of a cached file
 //! ([`numalab_bench::pagecache`]). Tables in `render/pagecache.rs`.
 
@@ -13,7 +13,7 @@ use numalab_bench::experiment::values::Seconds;
 use numalab_bench::pagecache::{
     self as bench, BenchConfig, CopyConfig, FileSource, Method, ReaderPlace,
 };
-use numalab_bench::pagecache::{change_cache, change_cache_with, CacheAction, ChangeError};
+use numalab_bench::pagecache::{change, change_with, CacheAction, ChangeError};
 
 use crate::output::OutputArgs;
 use crate::render;
@@ -192,7 +192,7 @@ pub fn run(args: &PagecacheArgs) -> Result<i32> {
         } => {
             // Dropped file by file, each once its load is known to go
             // ahead: a refused load drops nothing.
-            change_cache_with(files, CacheAction::Load { node }, drop_first).map_err(|err| {
+            change_with(files, CacheAction::Load { node }, drop_first).map_err(|err| {
                 match err {
                     // The flag named, as every command names it.
                     ChangeError::Node(why) => anyhow::anyhow!("--node {node}: {why}"),
@@ -200,7 +200,7 @@ pub fn run(args: &PagecacheArgs) -> Result<i32> {
                 }
             })?
         }
-        _ => change_cache(files, CacheAction::Drop)?,
+        _ => change(files, CacheAction::Drop)?,
     };
     if !render::fincore::nothing_counted(output, change.files.is_empty(), &change.failed) {
         render::emit(&change, output)?;

@@ -6,9 +6,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use numalab_bench::document::{Document, DocumentError, Schema};
 use numalab_bench::experiment::result::{
-    RunResult, SweepResult, RUN_SCHEMA, SCHEMA_VERSION, SWEEP_SCHEMA,
+    RunReport, SweepReport, RUN_SCHEMA, SCHEMA_VERSION, SWEEP_SCHEMA,
 };
-use numalab_bench::matrix::MatrixResult;
+use numalab_bench::matrix::MatrixReport;
 use numalab_bench::profile::ProfileReport;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -90,15 +90,15 @@ pub fn run(args: &PlotArgs) -> Result<()> {
     // document of its schema, checked for name and version as it is read.
     let paths = match schema.as_str() {
         SWEEP_SCHEMA => {
-            let sweep: SweepResult = serde_json::from_str(&text_in).with_context(load_err)?;
+            let sweep: SweepReport = serde_json::from_str(&text_in).with_context(load_err)?;
             figures::draw_sweep(&sweep, &stem)?
         }
         RUN_SCHEMA => {
-            let run: RunResult = serde_json::from_str(&text_in).with_context(load_err)?;
+            let run: RunReport = serde_json::from_str(&text_in).with_context(load_err)?;
             figures::draw_run(&run, &stem)?
         }
-        MatrixResult::NAME => {
-            let result = Document::<MatrixResult>::parse(&text_in).with_context(load_err)?;
+        MatrixReport::NAME => {
+            let result = Document::<MatrixReport>::parse(&text_in).with_context(load_err)?;
             figures::draw_matrix(&result, &stem)?
         }
         ProfileReport::NAME => {
@@ -115,7 +115,7 @@ pub fn run(args: &PlotArgs) -> Result<()> {
         other => bail!(
             "{}: schema {other:?} has no figure; numalab plot draws {SWEEP_SCHEMA}, {RUN_SCHEMA}, {} and {}",
             path.display(),
-            MatrixResult::NAME,
+            MatrixReport::NAME,
             ProfileReport::NAME
         ),
     };

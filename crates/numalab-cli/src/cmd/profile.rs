@@ -10,7 +10,7 @@ use numalab::launch::LaunchError;
 use numalab::profile::ProfileOptions;
 use numalab_bench::control::Control;
 use numalab_bench::experiment::values::Seconds;
-use numalab_bench::profile::{profile_command, profile_pid, EmitMachine, ProfileReport};
+use numalab_bench::profile::{self as engine, EmitMachine, ProfileReport};
 
 use crate::exit::{after_signal, cannot_run, EXIT_OWN_FAILURE};
 use crate::output::{self, OutputArgs};
@@ -113,7 +113,7 @@ pub fn run(args: &ProfileArgs) -> Result<i32> {
     }
     let control = Control::new();
     let interrupts = Interrupts::catch(&control)?;
-    let report = profile_pid(pid, options, &control).map_err(|err| {
+    let report = engine::run_pid(pid, options, &control).map_err(|err| {
         let why = match err.kind() {
             std::io::ErrorKind::NotFound => "no such process".to_owned(),
             std::io::ErrorKind::PermissionDenied if numalab::system::is_root() => {
@@ -134,7 +134,7 @@ pub fn run(args: &ProfileArgs) -> Result<i32> {
 }
 
 fn run_command(args: &ProfileArgs, options: ProfileOptions) -> Result<i32> {
-    let report = match profile_command(&args.command, options) {
+    let report = match engine::run(&args.command, options) {
         Ok(report) => report,
         Err(LaunchError::Interrupted { signal }) => {
             eprintln!("numalab profile: signal {signal} arrived before the command started; it was not run");

@@ -11,7 +11,9 @@ use clap::{Args, ValueEnum};
 use numalab::ring;
 use numalab::{CpuSet, HugePages, Topology};
 use numalab_bench::ring::config::timeout_from_secs;
-use numalab_bench::ring::{self as engine, CellStatus, RingConfig, RingList, Role, WorkerConfig};
+use numalab_bench::ring::{
+    self as engine, CellStatus, RingConfig, RingListReport, Role, WorkerConfig,
+};
 
 use crate::output::{self, OutputArgs};
 use crate::render;
@@ -179,7 +181,7 @@ impl From<ModeArg> for engine::Mode {
 pub fn run(args: &RingArgs) -> Result<i32> {
     args.output.check()?;
     if args.list {
-        render::emit(&RingList::current(), &args.output)?;
+        render::emit(&RingListReport::current(), &args.output)?;
         return Ok(0);
     }
     if let Some(name) = &args.cleanup {

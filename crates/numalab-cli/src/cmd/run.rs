@@ -58,7 +58,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     // Refused here, before anything is allocated.
     let plan = Plan::resolve(&experiment, &topology)?;
     let display = ProgressDisplay::start(Arc::clone(&control.progress));
-    let result = numalab_bench::experiment::execute_plan(&experiment, &topology, plan, &control);
+    let result = numalab_bench::experiment::run_plan(&experiment, &topology, plan, &control);
     display.finish();
     let mut result = result?;
     result.created = numalab_bench::document::now_rfc3339();

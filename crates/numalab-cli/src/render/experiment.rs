@@ -9,7 +9,7 @@ mod fixtures;
 pub mod text;
 
 use anyhow::Result;
-use numalab_bench::experiment::{RunResult, SweepResult, Warning};
+use numalab_bench::experiment::{RunReport, SweepReport, Warning};
 use serde::Serialize;
 
 use super::{Render, Style};
@@ -26,7 +26,7 @@ fn messages(warnings: &[Warning]) -> Vec<String> {
     warnings.iter().map(|w| w.message.clone()).collect()
 }
 
-impl Render for RunResult {
+impl Render for RunReport {
     fn text(&self, style: Style) -> String {
         text::run_report(self, style)
     }
@@ -44,7 +44,7 @@ impl Render for RunResult {
     }
 }
 
-impl Render for SweepResult {
+impl Render for SweepReport {
     fn text(&self, style: Style) -> String {
         text::sweep_report(self, style)
     }

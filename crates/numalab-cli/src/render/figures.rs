@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use numalab_bench::experiment::result::{Compared, RunResult, SweepResult};
-use numalab_bench::matrix::{self, Figure, MatrixResult};
+use numalab_bench::experiment::result::{Compared, RunReport, SweepReport};
+use numalab_bench::matrix::{self, Figure, MatrixReport};
 use numalab_bench::profile::ProfileReport;
 
 use crate::plot::{line_chart, Drawing, Heatmap, LineChart, Series};
@@ -16,7 +16,7 @@ use numalab::units::format_size;
 
 /// The axis to put on x: `threads.count` when swept, else the first axis
 /// whose values are all numbers; `None` when no axis is numeric.
-pub fn x_axis(s: &SweepResult) -> Option<String> {
+pub fn x_axis(s: &SweepReport) -> Option<String> {
     let numeric = |values: &[String]| values.iter().all(|v| v.parse::<f64>().is_ok());
     s.axes
         .iter()
@@ -29,7 +29,7 @@ pub fn x_axis(s: &SweepResult) -> Option<String> {
 /// the last thread, or per million operations for runs of a fixed
 /// duration) against the swept parameter (or against the thread count
 /// when nothing numeric is swept).
-pub fn sweep_chart(s: &SweepResult) -> LineChart {
+pub fn sweep_chart(s: &SweepReport) -> LineChart {
     let x_key = x_axis(s);
     let compared = Compared::of_cells(&s.cells);
     let mut series: Vec<Series> = Vec::new();
@@ -100,7 +100,7 @@ pub fn sweep_chart(s: &SweepResult) -> LineChart {
 
 /// A run's chart: each thread's busy time, one line per repeat (an
 /// uneven split or a remote node shows as a step).
-pub fn run_chart(r: &RunResult) -> LineChart {
+pub fn run_chart(r: &RunReport) -> LineChart {
     let series = r
         .repeats
         .iter()
@@ -202,12 +202,12 @@ pub fn draw_profile(report: &ProfileReport, stem: &Path) -> Result<Vec<PathBuf>>
 }
 
 /// Writes the sweep's figure to `<stem>.svg` and `<stem>.png`.
-pub fn draw_sweep(s: &SweepResult, stem: &Path) -> Result<Vec<PathBuf>> {
+pub fn draw_sweep(s: &SweepReport, stem: &Path) -> Result<Vec<PathBuf>> {
     line_chart(&sweep_chart(s), stem)
 }
 
 /// Writes the run's figure to `<stem>.svg` and `<stem>.png`.
-pub fn draw_run(r: &RunResult, stem: &Path) -> Result<Vec<PathBuf>> {
+pub fn draw_run(r: &RunReport, stem: &Path) -> Result<Vec<PathBuf>> {
     line_chart(&run_chart(r), stem)
 }
 
@@ -223,7 +223,7 @@ fn suffixed(stem: &Path, suffix: &str) -> PathBuf {
 /// Draws every figure a matrix result has data for under `stem` (each as
 /// `<stem>-<suffix>.svg` and `.png`, in `stem`'s directory, which must
 /// exist); returns the files written.
-pub fn draw_matrix(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
+pub fn draw_matrix(result: &MatrixReport, stem: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for (suffix, drawing) in matrix_drawings(result) {
         written.extend(drawing.write(&suffixed(stem, &suffix))?);
@@ -234,7 +234,7 @@ pub fn draw_matrix(result: &MatrixResult, stem: &Path) -> Result<Vec<PathBuf>> {
 /// Every figure a matrix result has data for, each with the suffix its
 /// files get: a heat map per matrix (`latency`, `bandwidth-read`, ...), the
 /// loaded-latency curves (`loaded`) and the cache-to-cache map (`c2c`).
-pub fn matrix_drawings(result: &MatrixResult) -> Vec<(String, Drawing)> {
+pub fn matrix_drawings(result: &MatrixReport) -> Vec<(String, Drawing)> {
     let shape = &result.shape;
     let names = |nodes: &[u32]| nodes.iter().map(|n| format!("node {n}")).collect();
     let matrix_of = |value: &dyn Fn(u32, u32) -> Option<f64>| -> Vec<Vec<Option<f64>>> {
@@ -352,7 +352,7 @@ mod tests {
     fn figures_are_redrawn_from_the_saved_document() {
         let result = crate::render::matrix::tests::small_run();
         let text = result.json().unwrap();
-        let saved: MatrixResult = Document::parse(&text).unwrap();
+        let saved: MatrixReport = Document::parse(&text).unwrap();
         let dir = std::env::temp_dir().join(format!("numalab-figures-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("sub")).unwrap();
         let written = draw_matrix(&saved, &dir.join("sub/run.1")).unwrap();
@@ -385,10 +385,10 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
 
         let other = text.replace("\"numalab.matrix\"", "\"numalab.topo\"");
-        let err = Document::<MatrixResult>::parse(&other).unwrap_err();
+        let err = Document::<MatrixReport>::parse(&other).unwrap_err();
         assert!(err.to_string().contains("not numalab.matrix"), "{err}");
         let newer = text.replace("\"schema_version\": 1", "\"schema_version\": 99");
-        let err = Document::<MatrixResult>::parse(&newer).unwrap_err();
+        let err = Document::<MatrixReport>::parse(&newer).unwrap_err();
         assert!(err.to_string().contains("version 99"), "{err}");
     }
 

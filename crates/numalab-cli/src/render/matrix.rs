@@ -5,13 +5,13 @@
 use std::fmt::Write as _;
 
 use numalab::units::count;
-use numalab_bench::matrix::{self, Figure, FirmwareCell, MatrixResult, PlanReport, Shape};
+use numalab_bench::matrix::{self, Figure, FirmwareCell, MatrixReport, PlanReport, Shape};
 
 use super::{Render, Style};
 use crate::output::{self, Csv};
 use numalab::units::format_size;
 
-impl Render for MatrixResult {
+impl Render for MatrixReport {
     fn text(&self, style: Style) -> String {
         human(self, style == Style::Markdown)
     }
@@ -146,7 +146,7 @@ fn firmware_text(firmware: &[FirmwareCell], shape: &Shape, markdown: bool) -> St
 }
 
 /// The human report.
-pub fn human(result: &MatrixResult, markdown: bool) -> String {
+pub fn human(result: &MatrixReport, markdown: bool) -> String {
     let mut out = String::new();
     let shape = &result.shape;
     let s = &result.settings;
@@ -508,7 +508,7 @@ fn csv_row(
 
 /// One row per figure: latency cells (and their 4 KiB comparison),
 /// bandwidth per kernel, loaded-latency points, cache-to-cache pairs.
-fn csv(result: &MatrixResult) -> String {
+fn csv(result: &MatrixReport) -> String {
     let mut csv = Csv::new(&CSV_HEADER);
     for c in result.latency.iter().flat_map(|m| &m.cells) {
         let cell = (c.initiator, c.target);
@@ -649,7 +649,7 @@ pub(crate) mod tests {
     use numalab_bench::matrix::{run::run, MatrixConfig, Measurements, NodeSelection};
 
     /// A small real run of every measurement on this machine's first node.
-    pub(crate) fn small_run() -> MatrixResult {
+    pub(crate) fn small_run() -> MatrixReport {
         let topology = Topology::system().unwrap();
         let first: NodeSet = topology.nodes_with_cpus().iter().take(1).collect();
         let home = topology.nodes_with_memory().first().unwrap();

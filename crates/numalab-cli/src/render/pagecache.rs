@@ -4,8 +4,8 @@
 
 use numalab::pagecache::FileCache;
 use numalab::units::{count, Size};
-use numalab_bench::pagecache::{BenchCell, PagecacheBench, ReaderPlace};
-use numalab_bench::pagecache::{CacheAction, CacheChange};
+use numalab_bench::pagecache::{BenchCell, PagecacheReport, ReaderPlace};
+use numalab_bench::pagecache::{CacheAction, CacheChangeReport};
 use numalab_bench::ring::CellStatus;
 
 use super::experiment::text::{num, time};
@@ -13,7 +13,7 @@ use super::experiment::text::{num, time};
 use super::{Render, Style};
 use crate::output::Csv;
 
-impl Render for CacheChange {
+impl Render for CacheChangeReport {
     fn text(&self, style: Style) -> String {
         human(self, style)
     }
@@ -49,7 +49,7 @@ fn per_node(cache: &FileCache) -> String {
 }
 
 /// Why pages are not where the action put them, one line per file.
-fn notes(change: &CacheChange) -> Vec<String> {
+fn notes(change: &CacheChangeReport) -> Vec<String> {
     let mut out = Vec::new();
     for file in &change.files {
         match change.action {
@@ -113,7 +113,7 @@ fn notes(change: &CacheChange) -> Vec<String> {
     out
 }
 
-fn human(change: &CacheChange, style: Style) -> String {
+fn human(change: &CacheChangeReport, style: Style) -> String {
     let mut out = style.heading(&format!("numalab pagecache: {}", change.action));
     let mut table = style.table(vec![
         "FILE".to_string(),
@@ -138,7 +138,7 @@ fn human(change: &CacheChange, style: Style) -> String {
     out
 }
 
-fn csv(change: &CacheChange) -> String {
+fn csv(change: &CacheChangeReport) -> String {
     let mut nodes: Vec<u32> = change.nodes.iter().map(|n| n.node).collect();
     for file in &change.files {
         for cache in [&file.before, &file.after] {
@@ -191,7 +191,7 @@ fn csv(change: &CacheChange) -> String {
 // `numalab pagecache bench`
 // ---------------------------------------------------------------------------
 
-impl Render for PagecacheBench {
+impl Render for PagecacheReport {
     fn text(&self, style: Style) -> String {
         bench_human(self, style)
     }
@@ -232,7 +232,7 @@ fn times(value: Option<f64>) -> String {
     value.map_or("-".into(), |v| format!("{v:.2}x"))
 }
 
-fn bench_human<'a>(report: &'a PagecacheBench, style: Style) -> String {
+fn bench_human<'a>(report: &'a PagecacheReport, style: Style) -> String {
     let s = &report.settings;
     let mut out = style.heading(&format!(
         "numalab pagecache bench: {}, {}, cached on node {}",
@@ -312,7 +312,7 @@ fn bench_human<'a>(report: &'a PagecacheBench, style: Style) -> String {
 /// The post's table: time to the last reader, a row per reader count, a
 /// column per placement, then remote/local beside SLIT/10 and memory
 /// reads (printed when there is more than one placement).
-fn pivot(report: &PagecacheBench, statuses: &[String], style: Style) -> String {
+fn pivot(report: &PagecacheReport, statuses: &[String], style: Style) -> String {
     let mut columns: Vec<(ReaderPlace, Option<u32>)> = Vec::new();
     let mut rows: Vec<usize> = Vec::new();
     for cell in report.cells.iter().filter(|c| !c.copies) {
@@ -398,7 +398,7 @@ fn pivot(report: &PagecacheBench, statuses: &[String], style: Style) -> String {
 
 /// Reading through copies against the shared cache, a row per cell that
 /// ran both ways.
-fn copies_table(report: &PagecacheBench, style: Style) -> String {
+fn copies_table(report: &PagecacheReport, style: Style) -> String {
     if report.gains.is_empty() {
         return String::new();
     }
@@ -451,7 +451,7 @@ fn copies_table(report: &PagecacheBench, style: Style) -> String {
 }
 
 /// Cells whose cache moved or had to be placed again.
-fn bench_notes(report: &PagecacheBench) -> Vec<String> {
+fn bench_notes(report: &PagecacheReport) -> Vec<String> {
     let node = report.settings.cache_node;
     let mut out = Vec::new();
     for cell in &report.cells {
@@ -533,7 +533,7 @@ fn bench_notes(report: &PagecacheBench) -> Vec<String> {
     out
 }
 
-fn bench_csv(report: &PagecacheBench) -> String {
+fn bench_csv(report: &PagecacheReport) -> String {
     let mut csv = Csv::new(&[
         "readers",
         "place",
@@ -622,7 +622,7 @@ mod tests {
             per_node: [(0, cached)].into(),
             unknown: 0,
         };
-        let change = CacheChange {
+        let change = CacheChangeReport {
             action: CacheAction::Load { node: 0 },
             files: vec![ChangedFile {
                 path: "/data/big".into(),
@@ -651,7 +651,7 @@ mod bench_tests {
 
     /// The bench of a 1 MiB file it makes, one reader on the cache's
     /// node, `repeats` times, through copies too with `copies`.
-    fn bench_here(repeats: usize, copies: Option<bench::CopyConfig>) -> PagecacheBench {
+    fn bench_here(repeats: usize, copies: Option<bench::CopyConfig>) -> PagecacheReport {
         let topology = numalab::Topology::system().unwrap();
         let config = BenchConfig {
             file: FileSource::Create {

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 
 use numalab::ring::SegmentEntry;
 use numalab::units::count;
-use numalab_bench::ring::{CellResult, CellStatus, RingList, RingReport, Settings, StreamResult};
+use numalab_bench::ring::{
+    CellResult, CellStatus, RingListReport, RingReport, Settings, StreamResult,
+};
 
 use super::{Render, Style};
 use crate::output::{self, Csv};
@@ -22,7 +24,7 @@ impl Render for RingReport {
     }
 }
 
-impl Render for RingList {
+impl Render for RingListReport {
     fn text(&self, style: Style) -> String {
         list_text(self, style)
     }
@@ -244,7 +246,7 @@ fn state_of(entry: &SegmentEntry) -> &'static str {
     }
 }
 
-fn list_csv(list: &RingList) -> String {
+fn list_csv(list: &RingListReport) -> String {
     let mut csv = Csv::new(&[
         "name", "path", "bytes", "state", "writer", "readers", "problem",
     ]);
@@ -268,7 +270,7 @@ fn list_csv(list: &RingList) -> String {
 
 /// The segments as a table; `--markdown` prints the same columns as a
 /// terminal does.
-fn list_text(list: &RingList, _style: Style) -> String {
+fn list_text(list: &RingListReport, _style: Style) -> String {
     let entries = &list.segments;
     if entries.is_empty() {
         return "no numalab ring segments on this machine\n".to_owned();
@@ -393,7 +395,7 @@ mod tests {
 
     #[test]
     fn an_empty_list_says_so() {
-        let list = RingList {
+        let list = RingListReport {
             segments: Vec::new(),
         };
         assert_eq!(

@@ -7,7 +7,7 @@
 use anyhow::Result;
 use numalab::audit::PlacementAudit;
 use numalab::NodeSet;
-use numalab_bench::matrix::{Firmware, MatrixResult, MatrixWarningKind};
+use numalab_bench::matrix::{Firmware, MatrixReport, MatrixWarningKind};
 
 use super::{Guest, Outcome, Pages};
 
@@ -19,7 +19,7 @@ fn text<T: ToString>(value: Option<T>) -> String {
 pub fn shape(guest: &Guest, out: &mut Outcome) -> Result<()> {
     // On an emulated CPU --quick keeps its working sets small by itself.
     // Read as its type: the schema and version are checked on the way.
-    let result: &MatrixResult = guest.quick_matrix()?;
+    let result: &MatrixReport = guest.quick_matrix()?;
     let preset = &guest.preset;
     let (rows, cols) = (preset.cpu_nodes(), preset.memory_nodes());
     out.same(

@@ -363,7 +363,7 @@ pub struct Guest {
     pub numalab: PathBuf,
     topo: OnceCell<TopoReport>,
     topology: OnceCell<Topology>,
-    matrix: OnceCell<numalab_bench::matrix::MatrixResult>,
+    matrix: OnceCell<numalab_bench::matrix::MatrixReport>,
 }
 
 /// Where [`Guest::quick_matrix`] has `numalab matrix` write its hwloc
@@ -490,7 +490,7 @@ impl Guest {
     /// `numalab matrix --quick --json --hwloc-xml` [`MATRIX_XML`], run
     /// once for the checks that read the matrix and its hwloc export (a
     /// quick matrix is half a minute of emulated CPU).
-    pub fn quick_matrix(&self) -> Result<&numalab_bench::matrix::MatrixResult> {
+    pub fn quick_matrix(&self) -> Result<&numalab_bench::matrix::MatrixReport> {
         if let Some(result) = self.matrix.get() {
             return Ok(result);
         }

@@ -14,7 +14,7 @@ use numalab::system::NodeMemory;
 use numalab::units::count;
 use numalab::{MemPolicy, NodeSet};
 use numalab_bench::fincore::FincoreReport;
-use numalab_bench::pagecache::PagecacheBench;
+use numalab_bench::pagecache::PagecacheReport;
 
 use super::{Guest, Outcome};
 use crate::harness::{DISK_MISSING, DISK_MODULES};
@@ -491,7 +491,7 @@ pub fn load_drop(guest: &Guest, out: &mut Outcome) -> Result<()> {
 fn bench_on_every_cpu_node(
     guest: &Guest,
     more: &[&str],
-) -> Result<(u32, Vec<String>, PagecacheBench)> {
+) -> Result<(u32, Vec<String>, PagecacheReport)> {
     let preset = &guest.preset;
     let cache = preset
         .memory_only_nodes()
@@ -573,7 +573,7 @@ pub fn post(guest: &Guest, out: &mut Outcome) -> Result<()> {
         "1",
         "--no-matrix",
     ];
-    let report: PagecacheBench = guest.numalab_result(&[&args[..], &["--json"]].concat())?;
+    let report: PagecacheReport = guest.numalab_result(&[&args[..], &["--json"]].concat())?;
     let table = guest.numalab(&args)?;
     out.same("util-linux fincore after", PAGES, util_linux_pages(file)?);
     let held = NodeMemory::read(cache)?.file_bytes.saturating_sub(before);

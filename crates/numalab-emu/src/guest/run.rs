@@ -11,15 +11,15 @@ use std::fs;
 use anyhow::{bail, Context, Result};
 use numalab::NodeSet;
 use numalab_bench::experiment::result::RUN_SCHEMA;
-use numalab_bench::experiment::{RunResult, WarningKind};
+use numalab_bench::experiment::{RunReport, WarningKind};
 
 use super::{Guest, Outcome, Pages};
 
 /// `numalab run ARGS --json` read as its result type. A run result carries
 /// its schema fields itself, so it is read directly after checking them.
-pub fn run_result(guest: &Guest, args: &[&str]) -> Result<RunResult> {
+pub fn run_result(guest: &Guest, args: &[&str]) -> Result<RunReport> {
     let doc = guest.numalab_json(args)?;
-    let result: RunResult = serde_json::from_value(doc)
+    let result: RunReport = serde_json::from_value(doc)
         .with_context(|| format!("reading the result of numalab {}", args.join(" ")))?;
     if result.schema != RUN_SCHEMA {
         bail!(

@@ -1,7 +1,7 @@
 //! CSV: every raw figure, one row per thread per run (`numalab run`), or
 //! one row per cell (`numalab sweep`).
 
-use numalab_bench::experiment::result::{Compared, Percentiles, RunResult, SweepResult};
+use numalab_bench::experiment::result::{Compared, Percentiles, RunReport, SweepReport};
 use numalab_bench::experiment::PolicySpec;
 
 use crate::output::Csv;
@@ -19,7 +19,7 @@ fn p99(p: &Option<Percentiles>) -> String {
 }
 
 /// A run: one row per thread of every warm-up and repeat.
-pub fn run(r: &RunResult) -> String {
+pub fn run(r: &RunReport) -> String {
     let mut csv = Csv::new(&[
         "run",
         "warmup",
@@ -75,7 +75,7 @@ pub fn run(r: &RunResult) -> String {
 }
 
 /// A sweep: one row per cell, its figures' medians and spread.
-pub fn sweep(s: &SweepResult) -> String {
+pub fn sweep(s: &SweepReport) -> String {
     let mut header: Vec<&str> = s.axes.iter().map(|(k, _)| k.as_str()).collect();
     header.extend([
         "repeats",

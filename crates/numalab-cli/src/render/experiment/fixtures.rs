@@ -10,7 +10,7 @@ use numalab::system::{Environment, Host, KernelSettings};
 use numalab::{NodeSet, Support, Topology};
 use numalab_bench::experiment::result::{
     compare, figures, thread_figures, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat,
-    RunResult, SweepCell, SweepResult, ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
+    RunReport, SweepCell, SweepReport, ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
     SWEEP_SCHEMA,
 };
 use numalab_bench::experiment::sweep::{axes_of, value_text};
@@ -51,12 +51,12 @@ fn environment(topology: &Topology) -> Environment {
 /// A run of `text` with invented figures: remote costs 1.5× local, each
 /// repeat 1% more than the one before, each thread 2% more than the one
 /// before.
-pub fn run(text: &str) -> RunResult {
+pub fn run(text: &str) -> RunReport {
     run_of(Experiment::from_toml_str(text, "fixture.toml").unwrap())
 }
 
 /// As [`run`], of an experiment.
-pub fn run_of(exp: Experiment) -> RunResult {
+pub fn run_of(exp: Experiment) -> RunReport {
     let topology = topology();
     let plan = Plan::resolve(&exp, &topology).unwrap();
     let op = exp.access.op_size.0;
@@ -147,7 +147,7 @@ pub fn run_of(exp: Experiment) -> RunResult {
         WarningKind::NoPmu,
         "no hardware PMU here (perf_event_open cycles: No such file or directory (os error 2)): software events only",
     ));
-    RunResult {
+    RunReport {
         schema: RUN_SCHEMA.into(),
         schema_version: SCHEMA_VERSION,
         numalab_version: "0.1.0".into(),
@@ -179,7 +179,7 @@ pub fn run_of(exp: Experiment) -> RunResult {
 }
 
 /// A sweep of `text`'s grid, each cell a fixture run.
-pub fn sweep(text: &str) -> SweepResult {
+pub fn sweep(text: &str) -> SweepReport {
     let exp = Experiment::from_toml_str(text, "fixture.toml").unwrap();
     let cells: Vec<SweepCell> = exp
         .cells()
@@ -197,7 +197,7 @@ pub fn sweep(text: &str) -> SweepResult {
         .collect();
     let axes = axes_of(&exp);
     let (comparison, differences) = compare(&axes, &cells, 1);
-    SweepResult {
+    SweepReport {
         schema: SWEEP_SCHEMA.into(),
         schema_version: SCHEMA_VERSION,
         numalab_version: "0.1.0".into(),
@@ -349,7 +349,7 @@ mod tests {
         // `numalab plot` reads what `--json` wrote. (Floats may move in
         // their last digit through JSON; everything else is exact.)
         let r = run(RUN);
-        let back: RunResult = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        let back: RunReport = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back.experiment, r.experiment);
         assert_eq!(back.plan, r.plan);
         assert_eq!(back.regions, r.regions);
@@ -357,7 +357,7 @@ mod tests {
         assert_eq!(back.repeats.len(), r.repeats.len());
         assert_eq!(back.repeats[1].threads[2].ops, r.repeats[1].threads[2].ops);
         let s = sweep(SWEEP);
-        let back: SweepResult = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        let back: SweepReport = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back.experiment, s.experiment, "the grid keeps its order");
         assert_eq!(back.axes, s.axes);
         assert_eq!(back.cells.len(), s.cells.len());

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use numalab::units::count;
-use numalab_bench::experiment::result::{Comparison, Figures, RunResult, SweepResult};
+use numalab_bench::experiment::result::{Comparison, Figures, RunReport, SweepReport};
 use numalab_bench::experiment::{Experiment, PolicySpec, Warning};
 use numalab_bench::stats::Summary;
 
@@ -143,7 +143,7 @@ fn figures_table(style: Style, f: &Figures) -> String {
 
 /// When the threads kept fewer latency timings than they took (each
 /// keeps a bounded, uniform sample), how many the percentiles are of.
-fn latency_sample_note(r: &RunResult) -> Option<String> {
+fn latency_sample_note(r: &RunReport) -> Option<String> {
     let (mut kept, mut timed) = (0u64, 0u64);
     for p in r
         .repeats
@@ -167,7 +167,7 @@ fn warnings(style: Style, warnings: &[Warning]) -> String {
 }
 
 /// A run as tables.
-pub fn run_report(r: &RunResult, style: Style) -> String {
+pub fn run_report(r: &RunReport, style: Style) -> String {
     let mut out = String::new();
     out.push_str(&style.heading(&format!(
         "{}: {}",
@@ -303,7 +303,7 @@ fn threads_heading(style: Style) -> String {
 
 /// The cell table and its differences: against `local`, or against the
 /// first value of the first axis.
-pub fn sweep_report(s: &SweepResult, style: Style) -> String {
+pub fn sweep_report(s: &SweepReport, style: Style) -> String {
     let mut out = String::new();
     let axes: Vec<&str> = s.axes.iter().map(|(k, _)| k.as_str()).collect();
     out.push_str(&style.heading(&format!(
@@ -395,7 +395,7 @@ pub fn signed_percent(p: f64) -> String {
 }
 
 /// Rows: the other axes; columns: each policy against local.
-fn comparison_table(style: Style, s: &SweepResult) -> String {
+fn comparison_table(style: Style, s: &SweepReport) -> String {
     // The swept policies as written, each with its parsed form.
     let policies: Vec<(String, Option<PolicySpec>)> = s
         .axes
@@ -469,7 +469,7 @@ fn comparison_table(style: Style, s: &SweepResult) -> String {
 
 /// How far a sweep that could look at its differences more than once
 /// (`run.max_repeats`) went, and why it stopped.
-fn looks_line(s: &SweepResult) -> Option<String> {
+fn looks_line(s: &SweepReport) -> Option<String> {
     use numalab_bench::experiment::result::Stopped;
     let looks = s.looks?;
     let most = looks.planned * looks.every;
@@ -494,7 +494,7 @@ const INTERVALS: &str =
 
 /// Rows: the other axes; columns: each value of the first axis against
 /// its first value.
-fn differences_table(style: Style, s: &SweepResult) -> String {
+fn differences_table(style: Style, s: &SweepReport) -> String {
     let Some(first) = s.differences.first() else {
         return String::new();
     };
@@ -555,7 +555,7 @@ fn differences_table(style: Style, s: &SweepResult) -> String {
 /// What the A/A controls say: the widest half of their intervals, as
 /// the smallest difference this run could tell; and whether local
 /// differed from itself (a noisy or drifting machine).
-fn noise_floor(s: &SweepResult) -> Option<String> {
+fn noise_floor(s: &SweepReport) -> Option<String> {
     use numalab_bench::stats::Verdict;
     let controls: Vec<&Comparison> = s.comparison.iter().filter(|c| c.control).collect();
     if controls.is_empty() {
