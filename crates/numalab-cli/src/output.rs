@@ -215,6 +215,35 @@ pub fn distinct_targets(targets: &[(&str, &Path)]) -> Result<()> {
     Ok(())
 }
 
+/// The device and inode of the file at `path` (not following a link),
+/// if there is one.
+pub fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|meta| (meta.dev(), meta.ino()))
+}
+
+/// Refuses an output that is one of the files the command reads (each
+/// input: what to call it, and its device and inode): writing it would
+/// replace what was read (`report --from r.json --html r.json`, `fleet
+/// DIR -o DIR/host.json`), and a saved measurement cannot be made again
+/// from a page.
+pub fn not_an_input(outputs: &[(&str, &Path)], inputs: &[(String, (u64, u64))]) -> Result<()> {
+    for (flag, path) in outputs {
+        let Some(id) = file_id(path) else {
+            continue;
+        };
+        if let Some((input, _)) = inputs.iter().find(|(_, read)| *read == id) {
+            anyhow::bail!(
+                "{flag} {} is {input}, which this command reads: writing it would replace it; name another file",
+                printable(&path.display().to_string())
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Replaces the file at `path` with `bytes`, atomically (a reader sees the
 /// old file or the new one), keeping an existing file's mode; a link, a
 /// device or a FIFO there is refused, and a failure leaves nothing behind.

@@ -658,6 +658,115 @@ fn fill(mut file: &File, target: &OutputTarget, bytes: &[u8]) -> io::Result<()> 
     file.sync_all()
 }
 
+/// A directory held open to write files into: whatever happens to its
+/// name afterwards (renamed, swapped for a link to somewhere else), the
+/// files go into the directory that was opened. For a directory numalab
+/// chooses and fills with many files (`numalab fleet --html`'s host
+/// pages), where another user renaming things in its parent must not lead
+/// root's writes elsewhere.
+///
+/// ```
+/// use numalab::files::OutputDir;
+///
+/// let base = std::env::temp_dir().join(format!("numalab-doc-outdir-{}", std::process::id()));
+/// let (pages, elsewhere) = (base.join("pages"), base.join("elsewhere"));
+/// std::fs::create_dir_all(&elsewhere)?;
+/// let dir = OutputDir::open_or_create(&pages)?;
+/// // Meanwhile the name is swapped for a link to another directory...
+/// std::fs::rename(&pages, base.join("moved"))?;
+/// std::os::unix::fs::symlink(&elsewhere, &pages)?;
+/// dir.write("a.html", b"<p>a</p>")?;
+/// // ...and the page still goes into the directory that was opened.
+/// assert_eq!(std::fs::read(base.join("moved/a.html"))?, b"<p>a</p>");
+/// assert_eq!(std::fs::read_dir(&elsewhere)?.count(), 0);
+/// // A link where the directory should be is refused, not followed.
+/// assert!(OutputDir::open_or_create(&pages).is_err());
+/// std::fs::remove_dir_all(&base)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct OutputDir {
+    fd: std::os::fd::OwnedFd,
+    path: PathBuf,
+}
+
+impl OutputDir {
+    /// Opens the directory `path`, making it first (mode 0777 less the
+    /// umask) when nothing is there; a symbolic link there (or at the
+    /// moment it is opened) is refused, never followed.
+    pub fn open_or_create(path: &Path) -> Result<OutputDir, OutputError> {
+        let inspect = |source| OutputError::Inspect {
+            path: path.to_owned(),
+            source,
+        };
+        match std::fs::create_dir(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(inspect(source)),
+        }
+        match linux::open_dir_at(None, path, false) {
+            Ok(fd) => Ok(OutputDir {
+                fd,
+                path: path.to_owned(),
+            }),
+            // Not opened as a directory: a link (not followed), a file, or
+            // something else, said by what it is.
+            Err(source) => match std::fs::symlink_metadata(path) {
+                Ok(meta) if !meta.is_dir() => Err(match special_kind(meta.mode()) {
+                    Some(kind) => OutputError::NotAFile {
+                        path: path.to_owned(),
+                        kind,
+                    },
+                    None => OutputError::NotADirectory {
+                        path: path.to_owned(),
+                        dir: path.to_owned(),
+                    },
+                }),
+                _ => Err(inspect(source)),
+            },
+        }
+    }
+
+    /// The path it was opened by.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `name` (a file name, no `/`) in the directory held, as
+    /// [`write_output`] writes a path: atomically, never over a link or
+    /// a special file. Errors name the file by the directory's path.
+    pub fn write(&self, name: &str, bytes: &[u8]) -> Result<(), OutputError> {
+        let shown = self.path.join(name);
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(OutputError::NoFileName { path: shown });
+        }
+        use std::os::fd::AsRawFd;
+        // The held directory by its descriptor: /proc/self/fd/N names the
+        // directory opened, not whatever has its name now.
+        let held = PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()));
+        write_output(&held.join(name), bytes).map_err(|err| err.shown_as(&shown, &self.path))
+    }
+}
+
+impl OutputError {
+    /// The same error naming `path` in `dir` (what the user knows them
+    /// by) instead of the paths it was made with.
+    fn shown_as(self, path: &Path, dir: &Path) -> OutputError {
+        let (path, dir) = (path.to_owned(), dir.to_owned());
+        match self {
+            OutputError::NoFileName { .. } => OutputError::NoFileName { path },
+            OutputError::NoDirectory { .. } => OutputError::NoDirectory { path, dir },
+            OutputError::NotADirectory { .. } => OutputError::NotADirectory { path, dir },
+            OutputError::DirectoryNotWritable { source, .. } => {
+                OutputError::DirectoryNotWritable { path, dir, source }
+            }
+            OutputError::NotAFile { kind, .. } => OutputError::NotAFile { path, kind },
+            OutputError::Inspect { source, .. } => OutputError::Inspect { path, source },
+            OutputError::Write { source, .. } => OutputError::Write { path, source },
+        }
+    }
+}
+
 /// Bytes an unprivileged process can still write on the file system
 /// holding `path` (`statvfs(2)`).
 ///

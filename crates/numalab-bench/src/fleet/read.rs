@@ -215,6 +215,11 @@ impl Source {
         Ok(input.bytes)
     }
 
+    /// The device and inode of the file read.
+    pub fn id(&self) -> (u64, u64) {
+        self.id
+    }
+
     /// The path it is shown as.
     pub fn path(&self) -> &Path {
         &self.file.path

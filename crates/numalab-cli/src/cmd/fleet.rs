@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use clap::Args;
+use numalab::files::{OutputDir, OutputError};
 use numalab_bench::fleet::{
     fleet, FleetError, FleetOptions, FleetReport, LeftOut, DEFAULT_THRESHOLD,
 };
@@ -147,6 +148,32 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
         }
         Err(err) => return Err(err.into()),
     };
+    // Nothing written over a file merged or named: a host's report lost
+    // to the fleet's page could not be made again.
+    let inputs: Vec<(String, (u64, u64))> = args
+        .dirs
+        .iter()
+        .filter_map(|path| {
+            let shown = output::printable_field(&path.display().to_string()).into_owned();
+            output::file_id(path).map(|id| (shown, id))
+        })
+        .chain(report.hosts.iter().filter_map(|host| {
+            let source = host.source.as_ref()?;
+            let (name, file) = (
+                output::printable_field(&host.host),
+                output::printable_field(&host.file),
+            );
+            Some((format!("host {name}'s report {file}"), source.id()))
+        }))
+        .collect();
+    let outputs: Vec<(&str, &Path)> = args
+        .output
+        .file()
+        .map(|path| ("--output", path))
+        .into_iter()
+        .chain(args.html.as_deref().map(|page| ("--html", page)))
+        .collect();
+    output::not_an_input(&outputs, &inputs)?;
     say_left_out(&report.left_out);
     render::emit(&report, &args.output)?;
     if let Some(page) = &args.html {
@@ -211,22 +238,22 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
         .map_or("fleet".into(), |s| s.to_string_lossy().into_owned());
     let dir_name = format!("{stem}-hosts");
     let dir = page.with_file_name(&dir_name);
-    match std::fs::symlink_metadata(&dir) {
-        Ok(meta) if meta.is_dir() => {}
-        Ok(_) => {
+    // Held open from here on: the pages go into this directory whatever
+    // another user renames in its parent meanwhile.
+    let held = match OutputDir::open_or_create(&dir) {
+        Ok(held) => held,
+        Err(OutputError::NotAFile { .. } | OutputError::NotADirectory { .. }) => {
             eprintln!(
                 "numalab fleet: {} is not a directory: no report pages for the hosts",
                 dir.display()
             );
             return links;
         }
-        Err(_) => {
-            if let Err(err) = std::fs::create_dir(&dir) {
-                eprintln!("numalab fleet: cannot make {}: {err}", dir.display());
-                return links;
-            }
+        Err(err) => {
+            eprintln!("numalab fleet: cannot make {}: {err}", dir.display());
+            return links;
         }
-    }
+    };
     let mut used = std::collections::BTreeSet::new();
     for entry in standing_out {
         let mut name: String = entry
@@ -262,7 +289,7 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
                     .map_err(|why| anyhow::anyhow!("{}: {why}", entry.file))?;
                 page::html_page(&host_report, &[])
             })
-            .and_then(|html| output::write_atomically(&dir.join(&file), html.as_bytes()));
+            .and_then(|html| Ok(held.write(&file, html.as_bytes())?));
         match made {
             Ok(()) => {
                 links.insert(entry.host.clone(), format!("{dir_name}/{file}"));

@@ -137,6 +137,23 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     if let (Some(out), Some(page)) = (&args.output, &args.html) {
         output::distinct_targets(&[("--output", out), ("--html", page)])?;
     }
+    let inputs: Vec<(String, (u64, u64))> = args
+        .from
+        .iter()
+        .map(|path| ("--from", path))
+        .chain(args.profile.iter().map(|path| ("--profile", path)))
+        .filter_map(|(flag, path)| {
+            let shown = output::printable_field(&path.display().to_string()).into_owned();
+            output::file_id(path).map(|id| (format!("{flag} {shown}"), id))
+        })
+        .collect();
+    let outputs: Vec<(&str, &Path)> = out
+        .file()
+        .map(|path| ("--output", path))
+        .into_iter()
+        .chain(args.html.as_deref().map(|page| ("--html", page)))
+        .collect();
+    output::not_an_input(&outputs, &inputs)?;
     let page_path = args
         .html
         .clone()

@@ -567,3 +567,35 @@ fn hosts_measured_by_different_builds_are_named_by_build() {
     );
     assert!(!text.contains("forged"), "{text}");
 }
+
+/// `-o` or `--html` naming a host's report in the directory merged is
+/// refused before anything is written (it used to replace that host's
+/// report with the fleet's document or page, exit 0).
+#[test]
+fn an_output_over_a_merged_report_is_refused_and_the_report_kept() {
+    let dir = Scratch::new("fleet-output-input");
+    let template = saved("report-two-socket.json");
+    for host in ["a1", "a2"] {
+        let mut doc = template.clone();
+        doc["host"] = host.into();
+        std::fs::write(dir.0.join(format!("{host}.json")), doc.to_string()).unwrap();
+    }
+    let target = dir.0.join("a1.json");
+    let before = std::fs::read(&target).unwrap();
+    for flag in ["-o", "--html"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_numalab"))
+            .args(["fleet", "--json"])
+            .arg(&dir.0)
+            .arg(flag)
+            .arg(&target)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{flag}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("host a1's report") && stderr(&out).contains("would replace it"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(std::fs::read(&target).unwrap(), before, "{flag}");
+    }
+}

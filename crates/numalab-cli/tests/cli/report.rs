@@ -394,3 +394,26 @@ fn the_page_given_to_from_is_named_as_the_page() {
     );
     assert_eq!(stdout(&out), "", "nothing drawn");
 }
+
+/// An output that is an input is refused before anything is written: the
+/// saved report would be replaced by its own page (which cannot be read
+/// back), or by itself re-written. Both were written with exit 0 before.
+#[test]
+fn an_output_naming_an_input_is_refused_and_the_input_kept() {
+    let scratch = Scratch::new("report-output-input");
+    let from = scratch.path("r.json");
+    let original = std::fs::read(saved("cxl")).unwrap();
+    std::fs::write(&from, &original).unwrap();
+    for flags in [["--html", from.as_str()], ["-o", from.as_str()]] {
+        let mut args = vec!["report", "--from", from.as_str()];
+        args.extend(flags);
+        let out = numalab(&args);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("which this command reads: writing it would replace it"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(std::fs::read(&from).unwrap(), original, "{flags:?}");
+    }
+}
