@@ -12,6 +12,7 @@
 mod cell;
 pub mod design;
 pub mod findings;
+mod plausible;
 pub mod scaling;
 
 use serde::{Deserialize, Serialize};
@@ -367,33 +368,7 @@ impl Report {
     /// do). Why not, in one sentence.
     pub fn from_saved(mut self) -> Result<Report, String> {
         self.check_sizes()?;
-        let matrix = &self.matrix;
-        let cell = |metric, initiator, target| Cell {
-            metric,
-            initiator,
-            target,
-        };
-        let latency = matrix.latency.iter().flat_map(|m| &m.cells);
-        let latency = latency.map(|c| {
-            let figure = Some(&c.latency_ns);
-            (cell(Metric::Latency, c.initiator, c.target), figure)
-        });
-        let bandwidth = matrix.bandwidth.iter().flat_map(|m| &m.cells);
-        let bandwidth = bandwidth.flat_map(|c| {
-            [
-                (Metric::Read, c.read_gbps.as_ref()),
-                (Metric::Write, c.write_gbps.as_ref()),
-                (Metric::Copy, c.copy_gbps.as_ref()),
-            ]
-            .map(|(metric, figure)| (cell(metric, c.initiator, c.target), figure))
-        });
-        for (cell, figure) in latency.chain(bandwidth) {
-            // A figure of no samples (n 0, all zeros) is one not measured.
-            let measured = figure.filter(|f| f.summary.n > 0 || f.summary.median != 0.0);
-            if let Some(why) = measured.and_then(|f| Metric::implausible(cell, f.summary.median)) {
-                return Err(format!("its {why}; not read"));
-            }
-        }
+        plausible::check(&self).map_err(|why| format!("{why}; not read"))?;
         self.findings = findings::findings(&self.topology, &self.matrix, &self.sweep);
         let scaling = self.scaling.take();
         Ok(self.with_scaling(scaling))
@@ -470,9 +445,14 @@ mod tests {
     use crate::document::Document;
 
     fn saved(change: &dyn Fn(&mut serde_json::Value)) -> Report {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../tests/results/report-two-socket.json"
+        saved_from("two-socket", change)
+    }
+
+    /// tests/results/report-`name`.json changed by `change`.
+    pub(super) fn saved_from(name: &str, change: &dyn Fn(&mut serde_json::Value)) -> Report {
+        let text = std::fs::read_to_string(format!(
+            "{}/../../tests/results/report-{name}.json",
+            env!("CARGO_MANIFEST_DIR")
         ))
         .unwrap();
         let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -564,8 +544,10 @@ mod tests {
         // A figure of no samples is one not measured, not an impossible one.
         let unmeasured = saved(&|doc| {
             let figure = &mut doc["matrix"]["bandwidth"]["cells"][0]["write_gbps"];
-            figure["n"] = 0.into();
-            figure["median"] = 0.0.into();
+            for field in ["n", "median", "min", "max", "mean", "stddev", "cv"] {
+                figure[field] = 0.into();
+            }
+            figure["samples"] = serde_json::json!([]);
         });
         assert!(unmeasured.from_saved().is_ok());
     }

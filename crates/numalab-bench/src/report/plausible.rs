@@ -1,0 +1,206 @@
+//! Every figure a saved report draws or turns into a finding, checked
+//! as a measurement gives it before `report --from` shows any: the
+//! matrix's medians, their spreads and 4 KiB-page latencies, read
+//! bandwidth by thread count, and the policy sweep's times, rates and
+//! latencies. A file with a figure no machine gives (1e308 GB/s, a
+//! negative time, a count of samples that its samples contradict) is not
+//! a measurement and is not read.
+
+use std::ops::RangeInclusive;
+
+use super::{Cell, Metric, Report};
+use crate::matrix::Figure;
+use crate::stats::Summary;
+
+/// The longest a sweep cell's run can be: a run is at most a day of
+/// `access.duration`, times its repeats (1000 at most), with room.
+const LONGEST_RUN_S: f64 = 1e8;
+
+/// The most operations a second: a hundred times a machine's worth.
+const MOST_MOPS: f64 = 1e8;
+
+/// Why `report`'s figures are not a measurement, in one sentence, or
+/// `Ok` when each is one.
+pub(super) fn check(report: &Report) -> Result<(), String> {
+    let matrix = &report.matrix;
+    let cell = |metric, initiator, target| Cell {
+        metric,
+        initiator,
+        target,
+    };
+    for c in matrix.latency.iter().flat_map(|m| &m.cells) {
+        let at = cell(Metric::Latency, c.initiator, c.target);
+        figure(&at.to_string(), &c.latency_ns, Metric::Latency)?;
+        if let Some(base) = &c.base_pages {
+            figure(
+                &format!("{at} on 4 KiB pages"),
+                &base.latency_ns,
+                Metric::Latency,
+            )?;
+        }
+    }
+    for c in matrix.bandwidth.iter().flat_map(|m| &m.cells) {
+        for (metric, value) in [
+            (Metric::Read, &c.read_gbps),
+            (Metric::Write, &c.write_gbps),
+            (Metric::Copy, &c.copy_gbps),
+        ] {
+            if let Some(value) = value {
+                figure(
+                    &cell(metric, c.initiator, c.target).to_string(),
+                    value,
+                    metric,
+                )?;
+            }
+        }
+    }
+    if let Some(scaling) = &report.scaling {
+        for point in &scaling.points {
+            let what = format!(
+                "read {}->{} with {} threads",
+                scaling.initiator, scaling.target, point.threads
+            );
+            figure(&what, &point.read_gbps, Metric::Read)?;
+        }
+    }
+    // A percentile of single operations: up to seconds on a host that
+    // descheduled the thread.
+    let latency = 0.1..=1e10;
+    for (i, run) in report.sweep.cells.iter().enumerate() {
+        let Some(figures) = run.result.as_ref().and_then(|r| r.figures.as_ref()) else {
+            continue;
+        };
+        let what = |name: &str| format!("sweep cell {}'s {name}", i + 1);
+        summary(
+            &what("time to last"),
+            &figures.time_to_last_s,
+            1e-9..=LONGEST_RUN_S,
+            "s",
+        )?;
+        summary(
+            &what("bandwidth"),
+            &figures.gb_per_s,
+            0.0..=*Metric::Read.plausible().end(),
+            "GB/s",
+        )?;
+        summary(
+            &what("operation rate"),
+            &figures.mops_per_s,
+            0.0..=MOST_MOPS,
+            "Mops/s",
+        )?;
+        for (name, value) in [
+            ("read p50", &figures.read_p50_ns),
+            ("read p99", &figures.read_p99_ns),
+            ("write p50", &figures.write_p50_ns),
+            ("write p99", &figures.write_p99_ns),
+        ] {
+            if let Some(value) = value {
+                summary(&what(name), value, latency.clone(), "ns")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A matrix figure: its summary as [`summary`] checks it, and a count of
+/// samples its samples agree with.
+fn figure(what: &str, figure: &Figure, metric: Metric) -> Result<(), String> {
+    let (n, listed) = (figure.summary.n, figure.samples.len());
+    if n > listed {
+        return Err(format!(
+            "its {what} counts {n} samples but lists {listed}: not a measurement"
+        ));
+    }
+    summary(what, &figure.summary, metric.plausible(), metric.unit())
+}
+
+/// A summary of `n` samples: none (all zeros: not measured), or median,
+/// least, most and mean each within `range`.
+fn summary(what: &str, s: &Summary, range: RangeInclusive<f64>, unit: &str) -> Result<(), String> {
+    let values = [
+        ("median", s.median),
+        ("least sample", s.min),
+        ("largest sample", s.max),
+        ("mean", s.mean),
+    ];
+    if s.n == 0 {
+        return match values.iter().find(|(_, v)| *v != 0.0) {
+            Some((name, value)) => Err(format!(
+                "its {what} has no samples but a {name} of {value} {unit}: not a measurement"
+            )),
+            None => Ok(()),
+        };
+    }
+    match values.iter().find(|(_, v)| !range.contains(v)) {
+        Some((name, value)) => {
+            let is = match *name {
+                "median" => "is".to_owned(),
+                name => format!("has a {name} of"),
+            };
+            Err(format!(
+                "its {what} {is} {value:e} {unit}: not a measurement (a figure is from {:e} to {:e} {unit})",
+                range.start(),
+                range.end()
+            ))
+        }
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::saved_from;
+    use crate::report::Report;
+
+    /// The lopsided machine's saved report (it has thread scaling),
+    /// changed by `change`.
+    fn saved(change: &dyn Fn(&mut serde_json::Value)) -> Report {
+        saved_from("lopsided", change)
+    }
+
+    /// What `report --from` says of it.
+    fn refused(change: &dyn Fn(&mut serde_json::Value)) -> String {
+        saved(change).from_saved().unwrap_err()
+    }
+
+    #[test]
+    fn every_figure_drawn_is_checked_not_only_the_matrix_medians() {
+        assert!(saved(&|_| {}).from_saved().is_ok());
+        assert!(refused(&|doc| {
+            doc["scaling"]["points"][1]["read_gbps"]["median"] = 1e308.into();
+        })
+        .starts_with("its read 0->0 with 2 threads is 1e308 GB/s: not a measurement"));
+        assert!(refused(&|doc| {
+            doc["scaling"]["points"][1]["read_gbps"]["median"] = (-5.0).into();
+        })
+        .contains("is -5e0 GB/s: not a measurement"));
+        assert!(refused(&|doc| {
+            for cell in doc["sweep"]["cells"].as_array_mut().unwrap() {
+                cell["result"]["figures"]["time_to_last_s"]["median"] = (-1e308).into();
+            }
+        })
+        .starts_with("its sweep cell 1's time to last is -1e308 s"));
+        // A count of no samples beside figures is no measurement either.
+        assert_eq!(
+            refused(&|doc| {
+                let figure = &mut doc["matrix"]["bandwidth"]["cells"][0]["read_gbps"];
+                figure["n"] = 0.into();
+                figure["median"] = 0.0.into();
+            }),
+            format!(
+                "its read 0->0 has no samples but a least sample of {} GB/s: not a measurement; not read",
+                saved(&|_| {}).matrix.bandwidth.unwrap().cells[0]
+                    .read_gbps
+                    .as_ref()
+                    .unwrap()
+                    .summary
+                    .min
+            )
+        );
+        assert!(refused(&|doc| {
+            doc["matrix"]["latency"]["cells"][0]["latency_ns"]["n"] = 1000.into();
+        })
+        .contains("counts 1000 samples but lists"));
+    }
+}
