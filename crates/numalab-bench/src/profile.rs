@@ -269,7 +269,8 @@ impl ProfileReport {
                 ));
             }
         }
-        let figures = samples.len().saturating_mul(nodes.len());
+        // A sample naming no node is still drawn: it counts as one.
+        let figures = samples.len().saturating_mul(nodes.len().max(1));
         if figures > MAX_SAVED_PROFILE_FIGURES {
             return Err(format!(
                 "it holds {} samples of {} nodes, {figures} figures, more than the {MAX_SAVED_PROFILE_FIGURES} a saved profile may; not read",
@@ -278,6 +279,22 @@ impl ProfileReport {
             ));
         }
         Ok(())
+    }
+
+    /// What drawing it costs: its samples times the nodes they name (a
+    /// sample naming none counts as one), as [`check_saved_size`]
+    /// bounds it for one profile and `numalab report` for all it draws.
+    ///
+    /// [`check_saved_size`]: ProfileReport::check_saved_size
+    pub fn figures(&self) -> usize {
+        let samples = &self.timeline.samples;
+        let memories = samples.iter().map(|s| &s.memory).chain(&self.at_exit);
+        let named = memories.flat_map(|m| m.bytes.values().flat_map(|per_node| per_node.keys()));
+        let nodes: std::collections::BTreeSet<u32> = named
+            .chain(samples.iter().flat_map(|s| s.threads_by_node.keys()))
+            .copied()
+            .collect();
+        samples.len().saturating_mul(nodes.len().max(1))
     }
 
     /// The sampling's CPU time as a share of the time profiled.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use clap::Args;
 use numalab::Topology;
-use numalab_bench::profile::ProfileReport;
+use numalab_bench::profile::{ProfileReport, MAX_SAVED_PROFILE_FIGURES};
 use numalab_bench::report::{Report, ReportError, ReportPlan};
 
 use crate::exp::ProgressDisplay;
@@ -161,18 +161,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     if args.open && page_path.is_none() {
         bail!("--open opens the HTML page: give it a file with --html FILE or -o FILE.html");
     }
-    let profiles = args
-        .profile
-        .iter()
-        .map(|path| {
-            let profile: ProfileReport =
-                read_saved(path, MAX_RESULT_BYTES, "profiles numalab report draws")?;
-            profile
-                .check_saved_size()
-                .map_err(|why| anyhow::anyhow!("{}: {why}", path.display()))?;
-            Ok(profile)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let profiles = read_profiles(&args.profile)?;
     let write = |report: &Report| -> Result<()> {
         // The page is made once, whether it goes to -o, --html or both.
         let page = if html || args.html.is_some() {
@@ -221,4 +210,71 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     };
     write(&report)?;
     Ok(interrupts.exit_status().unwrap_or(0))
+}
+
+/// The profiles `--profile` names, each bounded as a saved profile is and
+/// all together bounded as one: what the page draws is at most
+/// [`MAX_SAVED_PROFILE_FIGURES`] figures, however many files are given.
+/// A file given twice is refused.
+fn read_profiles(paths: &[PathBuf]) -> Result<Vec<ProfileReport>> {
+    read_profiles_within(paths, MAX_SAVED_PROFILE_FIGURES)
+}
+
+/// [`read_profiles`] with at most `limit` figures in all.
+fn read_profiles_within(paths: &[PathBuf], limit: usize) -> Result<Vec<ProfileReport>> {
+    let mut profiles = Vec::new();
+    let mut total = 0usize;
+    let mut seen = Vec::new();
+    for path in paths {
+        let shown = output::printable_field(&path.display().to_string()).into_owned();
+        if let Some(id) = output::file_id(path) {
+            if seen.contains(&id) {
+                bail!("--profile {shown} is given twice: name each profile once");
+            }
+            seen.push(id);
+        }
+        let profile: ProfileReport =
+            read_saved(path, MAX_RESULT_BYTES, "profiles numalab report draws")?;
+        profile
+            .check_saved_size()
+            .map_err(|why| anyhow::anyhow!("{shown}: {why}"))?;
+        total = total.saturating_add(profile.figures());
+        if total > limit {
+            bail!(
+                "--profile {shown}: the profiles given hold {total} figures (samples × nodes) so far, more than the {limit} one page draws; give fewer profiles, or shorter ones"
+            );
+        }
+        profiles.push(profile);
+    }
+    Ok(profiles)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use numalab_bench::document::Document;
+
+    #[test]
+    fn the_profiles_drawn_are_bounded_together_and_each_named_once() {
+        let dir =
+            std::env::temp_dir().join(format!("numalab-report-profiles-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Two profiles of 1000 samples that name no node: 1000 figures each.
+        let paths: Vec<PathBuf> = ["a.json", "b.json"].iter().map(|n| dir.join(n)).collect();
+        for path in &paths {
+            let mut profile = ProfileReport::empty(vec!["app".into()], 1);
+            profile.timeline.samples = vec![Default::default(); 1000];
+            std::fs::write(path, Document::new(&profile).to_json().unwrap()).unwrap();
+        }
+        assert_eq!(read_profiles_within(&paths, 2000).unwrap().len(), 2);
+        let err = read_profiles_within(&paths, 1999).unwrap_err().to_string();
+        assert!(err.contains("b.json: the profiles given hold 2000 figures (samples × nodes) so far, more than the 1999"), "{err}");
+        let twice = [paths[0].clone(), paths[0].clone()];
+        let err = read_profiles_within(&twice, 2000).unwrap_err().to_string();
+        assert!(
+            err.ends_with("a.json is given twice: name each profile once"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
