@@ -77,9 +77,9 @@ fn human(report: &FincoreReport, style: Style) -> String {
         .then(|| row(&report.total, &format!("total of {}", count(files, "file"))));
     // A row that adds up a path's files (--summarize) says how many.
     let name = |file: &numalab_bench::fincore::CachedFile| {
-        let path = output::printable_field(&file.path);
+        let path = style.field(&file.path);
         if file.files == 1 {
-            path.into_owned()
+            path
         } else {
             format!("{path} ({})", count(file.files, "file"))
         }

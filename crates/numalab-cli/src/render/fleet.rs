@@ -24,13 +24,14 @@ impl Render for FleetReport {
     }
 }
 
-/// Host names of `group`, at most `most`, then how many more.
-fn host_names(report: &FleetReport, group: usize, most: usize) -> String {
+/// Host names of `group`, at most `most`, then how many more, for a cell
+/// in `style`.
+fn host_names(report: &FleetReport, group: usize, most: usize, style: Style) -> String {
     let mut names: Vec<String> = report
         .hosts
         .iter()
         .filter(|h| h.group == group)
-        .map(|h| output::printable_field(&h.host).into_owned())
+        .map(|h| style.field(&h.host))
         .take(most + 1)
         .collect();
     let count = report.groups.get(group - 1).map_or(0, |g| g.hosts);
@@ -81,7 +82,11 @@ fn builds_line(report: &FleetReport) -> Option<String> {
     let each: Vec<String> = builds
         .iter()
         .map(|(build, hosts)| {
-            let names: Vec<&str> = hosts.iter().take(3).copied().collect();
+            let names: Vec<String> = hosts
+                .iter()
+                .take(3)
+                .map(|h| output::printable_field(h).into_owned())
+                .collect();
             let more = if hosts.len() > 3 { ", …" } else { "" };
             format!(
                 "{build} ({}: {}{more})",
@@ -164,7 +169,7 @@ fn text(report: &FleetReport, style: Style) -> String {
             out,
             "- group {} ({}): against group {}: {}",
             group.id,
-            host_names(report, group.id, 5),
+            host_names(report, group.id, 5, style),
             group.compared_with.unwrap_or(1),
             group.differences.join("; ")
         );
@@ -195,7 +200,7 @@ fn text(report: &FleetReport, style: Style) -> String {
         for o in &report.outliers {
             let unit = o.cell.metric.unit();
             table.add_row(vec![
-                output::printable_field(&o.host).into_owned(),
+                style.field(&o.host),
                 o.group.to_string(),
                 o.cell.to_string(),
                 format!("{} {unit}", figure(o.value)),
@@ -413,7 +418,7 @@ pub fn html_page(report: &FleetReport, pages: &BTreeMap<String, String>) -> Stri
             page,
             "<tr><td class=\"n\">{}</td><td class=\"n\" title=\"{}\">{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             group.id,
-            escape(&host_names(report, group.id, 20)),
+            escape(&host_names(report, group.id, 20, Style::Plain)),
             group.hosts,
             unknown(&f.cpu_model),
             f.packages,

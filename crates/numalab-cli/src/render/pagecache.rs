@@ -123,7 +123,7 @@ fn human(change: &CacheChangeReport, style: Style) -> String {
     ]);
     for file in &change.files {
         table.add_row(vec![
-            file.path.clone(),
+            style.field(&file.path),
             Size(file.before.size).to_string(),
             per_node(&file.before),
             per_node(&file.after),

@@ -357,6 +357,31 @@ fn a_file_name_with_a_newline_cannot_forge_a_row_or_a_line() {
     );
 }
 
+/// In Markdown a `|` in a name closed its cell: `fincore --markdown` of
+/// `data.bin|x | 999 GiB |` showed a file `data.bin` and cells of the
+/// name's making. It is `\|` in a cell now (and `pagecache load|drop`'s
+/// tables the same), so every row keeps its five cells.
+#[test]
+fn a_bar_in_a_file_name_cannot_forge_markdown_cells() {
+    let scratch = Scratch::new("fincore-bar");
+    let name = "pi|pe | 999 GiB | 1 |";
+    std::fs::write(scratch.0.join(name), b"p").unwrap();
+    let path = scratch.path(name);
+    for args in [
+        vec!["fincore", "--markdown", path.as_str()],
+        vec!["pagecache", "drop", "--markdown", path.as_str()],
+    ] {
+        let out = numalab(&args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let table = stdout(&out);
+        assert!(table.contains("pi\\|pe \\| 999 GiB \\| 1 \\|"), "{table}");
+        let row = table.lines().find(|l| l.contains("pi\\|pe")).unwrap();
+        let header = table.lines().find(|l| l.starts_with('|')).unwrap();
+        let cells = |line: &str| line.replace("\\|", "").matches('|').count();
+        assert_eq!(cells(row), cells(header), "{args:?}: {table}");
+    }
+}
+
 #[test]
 fn pagecache_drop_of_a_file_in_memory_says_so() {
     let path = format!("/dev/shm/numalab-test-drop-{}", std::process::id());

@@ -417,3 +417,25 @@ fn an_output_naming_an_input_is_refused_and_the_input_kept() {
         assert_eq!(std::fs::read(&from).unwrap(), original, "{flags:?}");
     }
 }
+
+/// A newline in a saved report's experiment name started a line of its
+/// own in the text and Markdown (`exp` / `forged sweep: …`); it is `\n`
+/// in the heading now, as in host names.
+#[test]
+fn a_newline_in_an_experiment_name_cannot_forge_a_line() {
+    let scratch = Scratch::new("report-name-newline");
+    let text = std::fs::read_to_string(saved("cxl")).unwrap();
+    let mut doc: Value = serde_json::from_str(&text).unwrap();
+    doc["sweep"]["experiment"]["name"] = "exp\x1b[2J\nforged".into();
+    let path = scratch.path("name.json");
+    std::fs::write(&path, serde_json::to_string(&doc).unwrap()).unwrap();
+    for flags in [vec![], vec!["--markdown"]] {
+        let mut args = vec!["report", "--from", path.as_str()];
+        args.extend(flags);
+        let out = numalab(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let shown = stdout(&out);
+        assert!(shown.contains("exp\\x1b[2J\\nforged"), "{shown}");
+        assert!(!shown.lines().any(|l| l.starts_with("forged")), "{shown}");
+    }
+}

@@ -10,6 +10,7 @@ use numalab_bench::experiment::result::{Comparison, Figures, RunReport, SweepRep
 use numalab_bench::experiment::{Experiment, PolicySpec, Warning};
 use numalab_bench::stats::Summary;
 
+use crate::output;
 pub use crate::render::Style;
 use numalab::units::format_size;
 
@@ -171,7 +172,7 @@ pub fn run_report(r: &RunReport, style: Style) -> String {
     let mut out = String::new();
     out.push_str(&style.heading(&format!(
         "{}: {}",
-        r.experiment.name,
+        output::printable_field(&r.experiment.name),
         describe(&r.experiment, r.plan.regions.len())
     )));
     out.push_str(&style.line(&environment_line(&r.environment)));
@@ -308,7 +309,7 @@ pub fn sweep_report(s: &SweepReport, style: Style) -> String {
     let axes: Vec<&str> = s.axes.iter().map(|(k, _)| k.as_str()).collect();
     out.push_str(&style.heading(&format!(
         "{} sweep: {} over {}",
-        s.experiment.name,
+        output::printable_field(&s.experiment.name),
         count(s.cells.len(), "cell"),
         axes.join(" x ")
     )));
