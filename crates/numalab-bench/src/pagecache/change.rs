@@ -168,14 +168,16 @@ pub fn change_with(
         inventory.check_memory_nodes(&nodes)?;
     }
     // Pages read past what the node holds push out the ones read before
-    // (or land elsewhere): a file larger than the node's memory, a sparse
-    // one of exabytes among them, is refused before it is read.
-    let room = match action {
-        CacheAction::Load { node } => Some(
-            NodeMemory::read(node)
+    // (or land elsewhere): the files loaded together are bounded by the
+    // node's memory, and a file that would take them past it (a sparse
+    // one of exabytes among them) is refused before it is read.
+    let mut room = match action {
+        CacheAction::Load { node } => {
+            let total = NodeMemory::read(node)
                 .map_err(|source| FincoreError::Node { node, source })?
-                .total_bytes,
-        ),
+                .total_bytes;
+            Some(Room { node: total, total })
+        }
         CacheAction::Drop => None,
     };
     let mut change = CacheChangeReport {
@@ -189,7 +191,12 @@ pub fn change_with(
             .map_err(|err| err.to_string())
             .and_then(|file| one_change(&file, path, action, room, drop_first));
         match result {
-            Ok(changed) => change.files.push(changed),
+            Ok(changed) => {
+                if let (Some(left), Some(read)) = (&mut room, changed.read_bytes) {
+                    left.total = left.total.saturating_sub(read);
+                }
+                change.files.push(changed);
+            }
             Err(error) => change.failed.push(Unreadable::new(path, error)),
         }
     }
@@ -197,23 +204,50 @@ pub fn change_with(
     Ok(change)
 }
 
-/// Changes one file's cache; a file to load larger than `room` (the
-/// node's memory) is refused unread.
+/// The node's memory, and what is left of it for the files still to be
+/// loaded.
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    node: u64,
+    total: u64,
+}
+
+impl Room {
+    /// Why a file of `size` bytes cannot be loaded on `node` now, if it
+    /// cannot.
+    fn refuses(self, size: u64, node: u32) -> Option<String> {
+        let format_size = numalab::units::format_size;
+        if size > self.node {
+            return Some(format!(
+                "is {}, more than node {node}'s {} of memory: its cache cannot all be there (nothing read)",
+                format_size(size),
+                format_size(self.node)
+            ));
+        }
+        (size > self.total).then(|| {
+            format!(
+                "is {}, more than the {} of node {node}'s {} of memory the files loaded before it leave: loaded together, their caches cannot all be there (nothing read; load it alone)",
+                format_size(size),
+                format_size(self.total),
+                format_size(self.node)
+            )
+        })
+    }
+}
+
+/// Changes one file's cache; a file to load larger than what is left of
+/// `room` (the node's memory) is refused unread.
 fn one_change(
     file: &File,
     path: &Path,
     action: CacheAction,
-    room: Option<u64>,
+    room: Option<Room>,
     drop_first: bool,
 ) -> Result<ChangedFile, String> {
     let size = numalab::pagecache::file_size(file).map_err(|err| err.to_string())?;
     if let (CacheAction::Load { node }, Some(room)) = (action, room) {
-        if size > room {
-            return Err(format!(
-                "is {}, more than node {node}'s {} of memory: its cache cannot all be there (nothing read)",
-                numalab::units::format_size(size),
-                numalab::units::format_size(room)
-            ));
+        if let Some(why) = room.refuses(size, node) {
+            return Err(why);
         }
     }
     let counted = |file| file_cache(file).map_err(|err| err.to_string());
@@ -238,4 +272,34 @@ fn one_change(
         unflushed_pages: numalab::pagecache::unflushed_pages(file),
         in_memory: numalab::pagecache::in_memory(file),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_files_loaded_together_are_bounded_by_the_nodes_memory() {
+        let dir = std::env::temp_dir().join(format!("numalab-load-total-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let node = numalab::NodeInventory::live().with_memory.first().unwrap();
+        let total = NodeMemory::read(node).unwrap().total_bytes;
+        // A real 1 MiB file, then a sparse one that alone would fit the
+        // node but not beside the first: refused, unread.
+        let (first, second) = (dir.join("first"), dir.join("second"));
+        std::fs::write(&first, vec![5u8; 1 << 20]).unwrap();
+        let sparse = File::create(&second).unwrap();
+        sparse.set_len(total - (512 << 10)).unwrap();
+        let change = change(&[first, second], CacheAction::Load { node }).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(change.files.len(), 1, "{change:?}");
+        assert_eq!(change.failed.len(), 1);
+        assert!(
+            change.failed[0]
+                .error
+                .contains("the files loaded before it leave"),
+            "{:?}",
+            change.failed[0]
+        );
+    }
 }
