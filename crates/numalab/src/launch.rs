@@ -941,7 +941,7 @@ impl Sampler {
                                     state.offer(pid, memory);
                                 }
                             });
-                            recorder.keep(now, started, cpu)
+                            recorder.keep(now, started)
                         }
                         None => {
                             for pid in pids {

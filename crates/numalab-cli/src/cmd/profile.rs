@@ -29,8 +29,10 @@ use crate::signals::Interrupts;
 Memory by node is read from /proc: each sample is exact for that moment (numastat -p's numbers), \
 memory allocated and freed between two samples is not seen. Loads, stores and local/remote \
 memory accesses are counted by the PMU (perf's generic events, the whole run) where there is one; \
-the report says when there is not. The sampling is stretched so it \
-never takes more than 1% of a CPU, and what it took is printed. With a command, the report goes \
+the report says when there is not. The samples are spaced out so the sampling takes about 1% of \
+a CPU (--max-overhead) after its first sample, which pages numalab's own code in and is not \
+charged: more over the first seconds, 1.2% over a minute of a 1 GiB program here; what it took \
+is printed. With a command, the report goes \
 to standard error (the command owns standard output) or to --output, and numalab exits with the \
 command's status (128 + N if signal N killed it; 125 when numalab fails, 126/127 when the command \
 cannot be run). With --pid, Ctrl-C ends the watch and the samples so far are reported.")]
