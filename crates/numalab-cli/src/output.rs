@@ -117,7 +117,7 @@ impl OutputArgs {
             Some(path) => {
                 write_atomically(path, text.as_bytes())?;
                 if io::stderr().is_terminal() {
-                    eprintln!("wrote {}", path.display());
+                    eprintln!("wrote {}", printable_field(&path.display().to_string()));
                 }
                 Ok(())
             }
@@ -142,10 +142,20 @@ pub fn printable_field(text: &str) -> std::borrow::Cow<'_, str> {
     escape_controls(text, false)
 }
 
-/// `text` with its control characters written as visible escapes;
-/// newlines and tabs kept as they are when `keep_layout`.
+/// Unicode's bidirectional controls (embeddings, overrides, isolates,
+/// marks): printed, they reorder what follows (`bidi\u{202e}txt.exe`
+/// shows as `bidiexe.txt`), so a name could pass for another.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with its control characters written as visible escapes (a
+/// bidirectional control as `\u{202e}`); newlines and tabs kept as they
+/// are when `keep_layout`.
 fn escape_controls(text: &str, keep_layout: bool) -> std::borrow::Cow<'_, str> {
-    let kept = |c: char| !c.is_control() || (keep_layout && matches!(c, '\n' | '\t'));
+    let kept = |c: char| {
+        (!c.is_control() && !is_bidi_control(c)) || (keep_layout && matches!(c, '\n' | '\t'))
+    };
     if text.chars().all(kept) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -155,6 +165,9 @@ fn escape_controls(text: &str, keep_layout: bool) -> std::borrow::Cow<'_, str> {
             c if kept(c) => out.push(c),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
+            c if is_bidi_control(c) => {
+                let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\u{{{:x}}}", c as u32));
+            }
             c => {
                 let _ = std::fmt::Write::write_fmt(&mut out, format_args!("\\x{:02x}", c as u32));
             }
@@ -178,6 +191,18 @@ pub fn check_target(path: &Path) -> Result<()> {
     numalab::files::check_output(path)
         .map(|_| ())
         .map_err(output_error)
+}
+
+/// Refuses an `--html` page that [`check_target`] would, and `-`: the
+/// page is a file of its own (with a directory of host pages beside it
+/// for `fleet`), never standard output, where `-o -` sends the result.
+pub fn check_page_target(path: &Path) -> Result<()> {
+    if path == Path::new("-") {
+        anyhow::bail!(
+            "--html -: the page is written to a file; name one (-o - prints the result itself)"
+        );
+    }
+    check_target(path)
 }
 
 /// Refuses two outputs of one command that name the same file: the
@@ -399,6 +424,13 @@ mod tests {
     fn a_name_with_a_newline_stays_on_its_line() {
         assert_eq!(printable_field("plain name"), "plain name");
         assert_eq!(printable_field("x\ny\tz\x1b[2J"), "x\\ny\\tz\\x1b[2J");
+        // A right-to-left override would show `bidi\u{202e}txt.exe` as
+        // `bidiexe.txt`.
+        assert_eq!(
+            printable_field("bidi\u{202e}txt.exe"),
+            "bidi\\u{202e}txt.exe"
+        );
+        assert_eq!(printable("a\u{2066}b\u{200f}"), "a\\u{2066}b\\u{200f}");
     }
 
     #[test]

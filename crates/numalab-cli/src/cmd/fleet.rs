@@ -128,7 +128,7 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     }
     args.output.check()?;
     if let Some(page) = &args.html {
-        output::check_target(page)?;
+        output::check_page_target(page)?;
         if let Some(out) = args.output.file() {
             output::distinct_targets(&[("--output", out), ("--html", page)])?;
         }

@@ -12,7 +12,7 @@ use numalab_bench::matrix::{
     NodeSelection, PlanReport, Shape,
 };
 
-use crate::output::OutputArgs;
+use crate::output::{self, OutputArgs};
 use crate::render;
 use numalab::units::format_size;
 
@@ -169,12 +169,18 @@ pub fn run(args: &MatrixArgs) -> Result<i32> {
     render::emit(&result, &args.output)?;
     if let Some(stem) = &args.plot {
         for path in render::figures::draw_matrix(&result, stem)? {
-            eprintln!("wrote {}", path.display());
+            eprintln!(
+                "wrote {}",
+                output::printable_field(&path.display().to_string())
+            );
         }
     }
     if let Some(path) = &args.hwloc_xml {
         if write_hwloc_xml(path, &topology, &result)? {
-            eprintln!("wrote {}", path.display());
+            eprintln!(
+                "wrote {}",
+                output::printable_field(&path.display().to_string())
+            );
         }
     }
     Ok(if result.interrupted {

@@ -131,8 +131,11 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         output: args.output.clone(),
     };
     // Before anything is measured: a bad target would lose the report.
-    for path in out.file().iter().copied().chain(args.html.as_deref()) {
+    if let Some(path) = out.file() {
         output::check_target(path)?;
+    }
+    if let Some(page) = &args.html {
+        output::check_page_target(page)?;
     }
     if let (Some(out), Some(page)) = (&args.output, &args.html) {
         output::distinct_targets(&[("--output", out), ("--html", page)])?;

@@ -591,3 +591,29 @@ fn a_figure_stem_that_names_no_file_or_a_place_in_dev_is_refused() {
     let out = numalab(&["plot", &json, "-o", &format!("{sub}/run.1")]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// `--html -` wrote a file named `-` (and `fleet --html -` a directory
+/// `--hosts` beside it) while `-o -` means standard output: refused.
+#[test]
+fn an_html_page_named_dash_is_refused_and_nothing_written() {
+    let dir = Scratch::new("html-dash");
+    let saved = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/results/report-cxl.json");
+    std::fs::copy(&saved, dir.0.join("r.json")).unwrap();
+    for args in [
+        vec!["report", "--from", "r.json", "--html", "-"],
+        vec!["fleet", ".", "--html", "-"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_numalab"))
+            .args(&args)
+            .current_dir(&dir.0)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--html -: the page is written to a file"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(dir.files(), ["r.json"], "{args:?}");
+    }
+}

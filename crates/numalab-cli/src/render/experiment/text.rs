@@ -636,7 +636,8 @@ fn signed_number(p: f64) -> String {
 pub fn wrote(paths: &[std::path::PathBuf]) -> String {
     let mut out = String::from("wrote");
     for (i, p) in paths.iter().enumerate() {
-        let _ = write!(out, "{} {}", if i == 0 { "" } else { "," }, p.display());
+        let path = output::printable_field(&p.display().to_string()).into_owned();
+        let _ = write!(out, "{} {path}", if i == 0 { "" } else { "," });
     }
     out
 }
