@@ -389,9 +389,38 @@ pub struct Process {
 }
 
 impl Process {
-    /// Process `pid` as it is now; an error when there is none.
+    /// Process `pid` as it is now; an error when there is none, and
+    /// (`InvalidInput`) when it has no memory to watch: a kernel thread,
+    /// or a process that has ended and waits for its parent (a zombie).
+    ///
+    /// ```
+    /// use numalab::profile::Process;
+    /// let mut child = std::process::Command::new("true").spawn()?;
+    /// let pid = child.id() as i32;
+    /// // Once it has ended, and until it is waited for, it is a zombie.
+    /// let err = loop {
+    ///     match Process::of(pid) {
+    ///         Err(err) => break err,
+    ///         Ok(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+    ///     }
+    /// };
+    /// assert!(err.to_string().ends_with("has ended (a zombie its parent has not waited for): it holds no memory to watch"));
+    /// child.wait()?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn of(pid: i32) -> io::Result<Process> {
         let stat = procfs::task_stat(pid, pid)?;
+        let refuse = |why: String| Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+        if stat.kernel_thread {
+            return refuse(format!(
+                "process {pid} is a kernel thread: it has no memory of its own to watch"
+            ));
+        }
+        if matches!(stat.state, 'Z' | 'X') {
+            return refuse(format!(
+                "process {pid} has ended (a zombie its parent has not waited for): it holds no memory to watch"
+            ));
+        }
         Ok(Process {
             pid,
             start_ticks: stat.start_ticks,

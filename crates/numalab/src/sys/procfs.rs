@@ -361,6 +361,9 @@ pub struct TaskStat {
     /// When it started, in clock ticks since boot: with the pid, what
     /// tells a process from a later one given the same number.
     pub start_ticks: u64,
+    /// A kernel thread (`PF_KTHREAD` among its flags): no memory of its
+    /// own, nothing to place.
+    pub kernel_thread: bool,
 }
 
 /// Parses a `stat` line: fields after the command name (which is in
@@ -377,6 +380,8 @@ pub fn parse_task_stat(text: &str) -> Option<TaskStat> {
         processor: u32::try_from(field(39)?).ok()?,
         state: fields.first()?.chars().next()?,
         start_ticks: field(22)?,
+        // PF_KTHREAD in the flags (field 9).
+        kernel_thread: field(9)? & 0x0020_0000 != 0,
     })
 }
 
