@@ -189,6 +189,16 @@ pub fn read_input_at(
             kind: kind_of(stat.mode),
         });
     }
+    // A regular file says its size: one past the limit is refused before
+    // a byte is read (a pipe, or a file growing meanwhile, is bounded by
+    // the read below).
+    if stat.regular && stat.size > limit {
+        return Err(InputError::TooLarge {
+            path: path.to_owned(),
+            limit,
+            what,
+        });
+    }
     let file = File::from(linux::reopen_read(named.as_fd(), false).map_err(open_err)?);
     if fifo {
         // A pipe with no writer reads as end of file: no hang.
