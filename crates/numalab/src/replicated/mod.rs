@@ -56,6 +56,8 @@ mod locality;
 mod log;
 #[cfg(not(loom))]
 mod pages;
+#[cfg(not(loom))]
+mod pool;
 mod rwlock;
 mod storage;
 mod sync;
