@@ -398,7 +398,7 @@ impl Csv {
 }
 
 /// Bytes as MiB with one decimal.
-pub fn mib(bytes: u64) -> String {
+pub fn mib_figure(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
 }
 

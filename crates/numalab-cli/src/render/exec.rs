@@ -9,7 +9,7 @@ use numalab::locate::MemoryKind;
 use numalab_bench::exec::ExecReport;
 
 use super::{Render, Style};
-use crate::output::{self, mib, Csv};
+use crate::output::{self, mib_figure, Csv};
 
 impl Render for ExecReport {
     /// The same columns in both styles.
@@ -77,10 +77,10 @@ fn human(report: &ExecReport) -> String {
                 .and_then(|m| m.get(&node))
                 .copied()
                 .unwrap_or(0);
-            row.push(mib(bytes));
+            row.push(mib_figure(bytes));
         }
-        row.push(mib(peak.get(&node).copied().unwrap_or(0)));
-        row.push(mib(at_exit.get(&node).copied().unwrap_or(0)));
+        row.push(mib_figure(peak.get(&node).copied().unwrap_or(0)));
+        row.push(mib_figure(at_exit.get(&node).copied().unwrap_or(0)));
         table.add_row(row);
     }
     out.push_str(&output::render(&table));

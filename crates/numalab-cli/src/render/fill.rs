@@ -8,7 +8,7 @@ use numalab::units::Size;
 use numalab_bench::fill::FillReport;
 
 use super::{numa_balancing as balancing, Render, Style};
-use crate::output::{self, mib, Csv};
+use crate::output::{self, mib_figure, Csv};
 
 impl Render for FillReport {
     /// The same columns in both styles.
@@ -46,17 +46,17 @@ fn human(report: &FillReport) -> String {
     for node in &report.nodes {
         table.add_row(vec![
             node.node.to_string(),
-            mib(node.bytes),
+            mib_figure(node.bytes),
             format!("{:.1}%", 100.0 * node.share),
-            node.free_before.map_or("?".into(), mib),
-            node.free_after.map_or("?".into(), mib),
+            node.free_before.map_or("?".into(), mib_figure),
+            node.free_after.map_or("?".into(), mib_figure),
         ]);
     }
     out.push_str(&output::render(&table));
     let process = report
         .process_bytes
         .iter()
-        .map(|(n, b)| format!("node{n} {}", mib(*b)))
+        .map(|(n, b)| format!("node{n} {}", mib_figure(*b)))
         .collect::<Vec<_>>()
         .join(", ");
     let _ = writeln!(

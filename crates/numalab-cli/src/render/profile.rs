@@ -13,7 +13,7 @@ use numalab::units::count;
 use numalab_bench::profile::ProfileReport;
 
 use super::{Render, Style};
-use crate::output::{self, mib, Csv};
+use crate::output::{self, mib_figure, Csv};
 
 /// The most timeline rows in a table.
 pub const ROWS: usize = 30;
@@ -154,10 +154,10 @@ fn human(report: &ProfileReport) -> String {
             row.extend(
                 nodes
                     .iter()
-                    .map(|n| mib(per_node.get(n).copied().unwrap_or(0))),
+                    .map(|n| mib_figure(per_node.get(n).copied().unwrap_or(0))),
             );
-            row.push(mib(kind_bytes(sample, &PRIVATE)));
-            row.push(mib(kind_bytes(sample, &[MemoryKind::File])));
+            row.push(mib_figure(kind_bytes(sample, &PRIVATE)));
+            row.push(mib_figure(kind_bytes(sample, &[MemoryKind::File])));
             row.push(
                 sample
                     .threads_by_node
@@ -187,7 +187,7 @@ fn human(report: &ProfileReport) -> String {
             "nothing seen (the program ended before the first sample?)".to_owned()
         } else {
             peak.iter()
-                .map(|(node, bytes)| format!("node{node} {} MiB", mib(*bytes)))
+                .map(|(node, bytes)| format!("node{node} {} MiB", mib_figure(*bytes)))
                 .collect::<Vec<_>>()
                 .join(", ")
         }
@@ -199,7 +199,7 @@ fn human(report: &ProfileReport) -> String {
             at_exit
                 .per_node()
                 .iter()
-                .map(|(node, bytes)| format!("node{node} {} MiB", mib(*bytes)))
+                .map(|(node, bytes)| format!("node{node} {} MiB", mib_figure(*bytes)))
                 .collect::<Vec<_>>()
                 .join(", ")
         );

@@ -238,7 +238,7 @@ impl LstopoNodes {
     }
 }
 
-fn mib(bytes: u64) -> f64 {
+fn in_mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 20)
 }
 
@@ -268,7 +268,7 @@ pub fn hardware(guest: &Guest, out: &mut Outcome) -> Result<()> {
             numactl.cpus.get(&id).cloned().unwrap_or_default(),
             node.map(|n| n.cpus.clone()).unwrap_or_default(),
         );
-        let ours = node.map_or(0.0, |n| mib(n.memory_bytes));
+        let ours = node.map_or(0.0, |n| in_mib(n.memory_bytes));
         let theirs = numactl.size_mib.get(&id).copied().unwrap_or(0) as f64;
         out.check(
             format!("node {id} memory: numactl"),
@@ -277,7 +277,7 @@ pub fn hardware(guest: &Guest, out: &mut Outcome) -> Result<()> {
             close(theirs, ours),
         );
         if let Some(&bytes) = lstopo.memory.get(&id) {
-            let theirs = mib(bytes);
+            let theirs = in_mib(bytes);
             out.check(
                 format!("node {id} memory: lstopo"),
                 format!("{theirs:.0} MiB (±1%)"),

@@ -9,7 +9,7 @@ fn cli_topology(guest: &Guest) -> Result<Topology> {
     Ok(guest.topo_report()?.topology.clone())
 }
 
-fn mib(bytes: u64) -> String {
+fn whole_mib(bytes: u64) -> String {
     format!("{:.0} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
@@ -43,8 +43,8 @@ pub fn nodes(guest: &Guest, out: &mut Outcome) -> Result<()> {
         let found = node.map_or(0, |n| n.memory_bytes);
         out.check(
             format!("node {id} memory"),
-            format!("{} to {}", mib(low), mib(high)),
-            mib(found),
+            format!("{} to {}", whole_mib(low), whole_mib(high)),
+            whole_mib(found),
             (low..=high).contains(&found),
         );
     }
