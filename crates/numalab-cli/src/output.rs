@@ -397,7 +397,8 @@ impl Csv {
     }
 }
 
-/// Bytes as MiB with one decimal.
+/// Bytes as MiB with one decimal, the number alone: a cell of a column
+/// headed MiB ([`numalab::units::mib`] writes the unit, for messages).
 pub fn mib_figure(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
 }
