@@ -240,6 +240,18 @@ pub fn distinct_targets(targets: &[(&str, &Path)]) -> Result<()> {
     Ok(())
 }
 
+/// A command's result file (`-o`) and HTML page (`--html`), each named
+/// by its flag, for [`distinct_targets`] and [`not_an_input`].
+pub fn file_and_page<'a>(
+    file: Option<&'a Path>,
+    page: Option<&'a Path>,
+) -> Vec<(&'static str, &'a Path)> {
+    let file = file.map(|path| ("--output", path));
+    file.into_iter()
+        .chain(page.map(|page| ("--html", page)))
+        .collect()
+}
+
 /// The device and inode of the file at `path` (not following a link),
 /// if there is one.
 pub fn file_id(path: &Path) -> Option<(u64, u64)> {

@@ -166,13 +166,7 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
             Some((format!("host {name}'s report {file}"), source.id()))
         }))
         .collect();
-    let outputs: Vec<(&str, &Path)> = args
-        .output
-        .file()
-        .map(|path| ("--output", path))
-        .into_iter()
-        .chain(args.html.as_deref().map(|page| ("--html", page)))
-        .collect();
+    let outputs = output::file_and_page(args.output.file(), args.html.as_deref());
     output::not_an_input(&outputs, &inputs)?;
     say_left_out(&report.left_out);
     render::emit(&report, &args.output)?;

@@ -150,12 +150,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
             output::file_id(path).map(|id| (format!("{flag} {shown}"), id))
         })
         .collect();
-    let outputs: Vec<(&str, &Path)> = out
-        .file()
-        .map(|path| ("--output", path))
-        .into_iter()
-        .chain(args.html.as_deref().map(|page| ("--html", page)))
-        .collect();
+    let outputs = output::file_and_page(out.file(), args.html.as_deref());
     output::not_an_input(&outputs, &inputs)?;
     let page_path = args
         .html

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use numalab::affinity::BindError;
-use numalab::audit::{audit, audit_in_units};
+use numalab::audit::{audit, audit_in_units, PlacementAudit};
 use numalab::locate::{PageHistogram, Sample};
 use numalab::replicated::{Mode, ReplicaSet, Replicated, ReplicatedError};
 use numalab::system::Environment;
@@ -24,7 +24,7 @@ use super::clock::Clock;
 use super::config::{Experiment, MAX_BYTES_PER_RUN, MAX_OPS};
 use super::counters::{Available, ThreadCounters};
 use super::floor::{short_runs, Lengthened, NoiseFloor};
-use super::plan::{Plan, PlanError};
+use super::plan::{Plan, PlanError, RegionPlan};
 use super::result::{
     figures, thread_figures, Cause, CounterInfo, EngineCost, Percentiles, RegionCheck, Repeat,
     ReplicaCheck, RunReport, ThreadRun, Warning, WarningKind, RUN_SCHEMA, SCHEMA_VERSION,
@@ -687,19 +687,34 @@ fn check_regions(plan: &Plan, regions: &[Region]) -> Vec<RegionCheck> {
                 _ => None,
             };
             RegionCheck {
-                region: r.region,
-                bytes: r.bytes,
-                requested: r.requested.clone(),
-                policy: r.policy.clone(),
-                thread_nodes,
-                audit: check,
-                as_requested,
-                note,
-                replicas: Vec::new(),
                 huge_page_bytes,
+                ..region_check(r, thread_nodes, check, as_requested, note)
             }
         })
         .collect()
+}
+
+/// A region's check as found: what was asked for and what the audit
+/// says; no copies, no huge pages (the callers add theirs).
+fn region_check(
+    r: &RegionPlan,
+    thread_nodes: NodeSet,
+    audit: PlacementAudit,
+    as_requested: bool,
+    note: String,
+) -> RegionCheck {
+    RegionCheck {
+        region: r.region,
+        bytes: r.bytes,
+        requested: r.requested.clone(),
+        policy: r.policy.clone(),
+        thread_nodes,
+        audit,
+        as_requested,
+        note,
+        replicas: Vec::new(),
+        huge_page_bytes: None,
+    }
 }
 
 /// Where each copy of a replicated region is: every page of copy `i` on
@@ -762,16 +777,8 @@ fn check_replicated(
         (false, format!("replicate: {}", strays.join("; ")))
     };
     RegionCheck {
-        region: r.region,
-        bytes: r.bytes,
-        requested: r.requested.clone(),
-        policy: r.policy.clone(),
-        thread_nodes,
-        audit: check,
-        as_requested,
-        note,
         replicas,
-        huge_page_bytes: None,
+        ..region_check(r, thread_nodes, check, as_requested, note)
     }
 }
 
