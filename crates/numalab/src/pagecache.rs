@@ -151,7 +151,7 @@ impl fmt::Display for PageCacheError {
         match self {
             PageCacheError::NotRegular(kind) => write!(
                 f,
-                "is a {kind}, not a regular file: only regular files have cached pages to count"
+                "is a {kind}, not a regular file: only regular files have pages in the page cache"
             ),
             PageCacheError::Os(err) => write!(f, "{err}"),
             PageCacheError::Locate(err) => write!(f, "{err}"),
@@ -226,7 +226,7 @@ pub fn file_size(file: &File) -> Result<u64, PageCacheError> {
 /// assert!(matches!(link, PageCacheError::NotRegular("symbolic link")), "{link}");
 /// assert!(open_for_cache("/proc/self/exe".as_ref(), true).is_ok());
 /// let device = open_for_cache("/dev/null".as_ref(), true).unwrap_err();
-/// assert_eq!(device.to_string(), "is a character device, not a regular file: only regular files have cached pages to count");
+/// assert_eq!(device.to_string(), "is a character device, not a regular file: only regular files have pages in the page cache");
 /// ```
 pub fn open_for_cache(path: &std::path::Path, follow: bool) -> Result<File, PageCacheError> {
     open_for_cache_at(None, path, follow)

@@ -101,10 +101,13 @@ fn threshold(text: &str) -> Result<f64, String> {
 
 /// `--max-groups`: at least 1.
 fn groups(text: &str) -> Result<usize, String> {
-    text.parse()
-        .ok()
-        .filter(|n| *n >= 1)
-        .ok_or_else(|| format!("give 1 or more groups, not \"{text}\""))
+    match text.parse::<usize>() {
+        Ok(0) => Err("give 1 or more groups, not 0".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "\"{text}\" is not a number of groups (a whole number from 1)"
+        )),
+    }
 }
 
 /// `--threads`: 1 to 64.

@@ -22,6 +22,7 @@ use crate::signals::Interrupts;
 /// nodes its threads ran on and, where the machine has a PMU, its loads,
 /// stores and remote memory accesses
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("watched").args(["pid", "command"]).required(true)))]
 #[command(after_help = "Examples:\n  \
     numalab profile -- sort -S 2G big.txt        run sort and watch it to its end\n  \
     numalab profile --pid 4242 --duration 30s    watch a running process for 30 s\n  \
@@ -39,12 +40,7 @@ cannot be run). With --pid, Ctrl-C ends the watch and the samples so far are rep
 pub struct ProfileArgs {
     /// Watch this running process (all its threads, and the processes it
     /// starts) instead of running a command
-    #[arg(
-        long,
-        value_name = "PID",
-        conflicts_with = "command",
-        required_unless_present = "command"
-    )]
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
     pub pid: Option<i32>,
 
     /// Time between samples (e.g. 200ms, 1s) [default: 100ms at first,
@@ -185,6 +181,9 @@ fn parse_percent(text: &str) -> Result<f64, String> {
     if (0.1..=50.0).contains(&value) {
         Ok(value)
     } else {
-        Err(format!("{value}% is outside 0.1 to 50"))
+        Err(format!(
+            "{}% is outside 0.1 to 50",
+            text.trim().trim_end_matches('%')
+        ))
     }
 }
