@@ -13,6 +13,7 @@ pub mod fleet;
 pub mod host;
 pub mod kernels;
 pub mod matrix;
+pub mod message;
 pub mod pagecache;
 pub mod profile;
 pub mod report;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use numalab::pagecache::PageCacheError;
 use serde::{Deserialize, Serialize};
 
+use crate::message::Message;
 use crate::workers::WorkerError;
 
 /// The most readers in one cell.
@@ -256,15 +257,18 @@ impl BenchConfig {
 /// let config = BenchConfig { block_size: 0, ..BenchConfig::default() };
 /// let err = plan(&config, &topology).unwrap_err();
 /// assert!(matches!(err, BenchError::Invalid(_)));
-/// assert!(err.to_string().contains("--block-size"), "{err}");
+/// // The engine names its settings; `numalab pagecache bench` shows flags.
+/// assert!(err.to_string().starts_with("block_size must be 1 byte"), "{err}");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BenchError {
-    /// A setting is out of range or impossible on this machine.
+    /// A setting is out of range or impossible on this machine; the
+    /// message names settings for the caller to spell (`numalab` as its
+    /// flags).
     #[error("{0}")]
-    Invalid(String),
+    Invalid(Message),
     /// The file cannot be read, made or placed.
     #[error("{path}: {source}")]
     File {

@@ -14,6 +14,7 @@ use super::config::{
     MAX_SIZE, MAX_STAGGER, MAX_TOTAL_STAGGER,
 };
 use crate::matrix::shape::spread_cpus;
+use crate::message::Message;
 
 /// One cell of the plan: its readers' CPUs, or why it cannot run.
 ///
@@ -81,42 +82,42 @@ pub struct Plan {
 /// Checks `config` against the machine and names each cell's CPUs;
 /// nothing is written or read.
 pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchError> {
-    let invalid = |text: String| Err(BenchError::Invalid(text));
+    let invalid = |text: String| Err(invalid(text));
     if config.block_size == 0 || config.block_size > MAX_BLOCK {
         return invalid(format!(
-            "--block-size must be 1 byte to 1 GiB, not {}",
+            "«block_size» must be 1 byte to 1 GiB, not {}",
             config.block_size
         ));
     }
     if config.repeats == 0 || config.repeats > MAX_REPEATS {
         return invalid(format!(
-            "--repeats must be 1 to {MAX_REPEATS}, not {}",
+            "«repeats» must be 1 to {MAX_REPEATS}, not {}",
             config.repeats
         ));
     }
     if config.group == 0 || config.group > MAX_READERS {
         return invalid(format!(
-            "--group must be 1 to {MAX_READERS} readers, not {}",
+            "«group» must be 1 to {MAX_READERS} readers, not {}",
             config.group
         ));
     }
     if config.stagger > MAX_STAGGER {
         return invalid(format!(
-            "--stagger must be at most {}s, not {:?}",
+            "«stagger» must be at most {}s, not {:?}",
             MAX_STAGGER.as_secs(),
             config.stagger
         ));
     }
     if config.readers.is_empty() || config.readers.len() > 64 {
-        return invalid("--readers takes 1 to 64 counts".into());
+        return invalid("«readers» takes 1 to 64 counts".into());
     }
     if let Some(&bad) = config.readers.iter().find(|&&n| n == 0 || n > MAX_READERS) {
         return invalid(format!(
-            "--readers: each count must be 1 to {MAX_READERS}, not {bad}"
+            "«readers»: each count must be 1 to {MAX_READERS}, not {bad}"
         ));
     }
     if config.places.len() > 64 {
-        return invalid("--reader-node takes at most 64 placements".into());
+        return invalid("«places» takes at most 64 placements".into());
     }
     if let Some(copies) = &config.copies {
         let page = numalab::system::page_size() as u64;
@@ -125,24 +126,24 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
             || copies.chunk_size > 1 << 30
         {
             return invalid(format!(
-                "--copy-chunk must be a power of two from {page} bytes to 1 GiB, not {}",
+                "«chunk_size» must be a power of two from {page} bytes to 1 GiB, not {}",
                 copies.chunk_size
             ));
         }
         if config.method == Method::Mmap {
             return invalid(
-                "--replicate reads through copies a block at a time, as read(2) does; it cannot be combined with --mmap".into(),
+                "«replicate» reads through copies a block at a time, as read(2) does; it cannot be combined with «mmap»".into(),
             );
         }
         if let Some(every) = copies.write_every {
             if matches!(config.file, FileSource::Given(_)) {
                 return invalid(
-                    "--write-every writes to the file: only to one numalab makes, never to the FILE given".into(),
+                    "«write_every» writes to the file: only to one numalab makes, never to the «file» given".into(),
                 );
             }
             if every < Duration::from_micros(100) || every > MAX_STAGGER {
                 return invalid(format!(
-                    "--write-every must be 100us to {}s, not {every:?}",
+                    "«write_every» must be 100us to {}s, not {every:?}",
                     MAX_STAGGER.as_secs()
                 ));
             }
@@ -181,13 +182,13 @@ pub fn plan(config: &BenchConfig, topology: &Topology) -> Result<Plan, BenchErro
             });
         checked.map_err(|why| format!("{flag} {node}: {why}"))
     };
-    if let Err(why) = typed("--cache-node", cache_node, numalab::Role::Memory) {
+    if let Err(why) = typed("«cache_node»", cache_node, numalab::Role::Memory) {
         return invalid(why);
     }
     if !config.skip_impossible {
         for place in &config.places {
             if let ReaderPlace::Node(node) = place {
-                if let Err(why) = typed("--reader-node", *node, numalab::Role::Cpus) {
+                if let Err(why) = typed("«places»", *node, numalab::Role::Cpus) {
                     return invalid(why);
                 }
             }
@@ -382,8 +383,8 @@ fn check_totals(
         let available = memory.free_bytes.saturating_add(memory.file_lru_bytes) / 10 * 9;
         let room = available.saturating_sub(cached_here);
         if need > room && need <= available {
-            return Err(BenchError::Invalid(format!(
-                "the {} file to cache on node {node} leaves {} of its {} free or reclaimable for {}'{} {} of buffers: give a smaller --size",
+            return Err(invalid(format!(
+                "the {} file to cache on node {node} leaves {} of its {} free or reclaimable for {}'{} {} of buffers: give a smaller «size»",
                 format(size),
                 format(room),
                 format(available),
@@ -393,8 +394,8 @@ fn check_totals(
             )));
         }
         if need > room {
-            return Err(BenchError::Invalid(format!(
-                "{} x --block-size {} {} {} of buffers on node {node}, which has {} free or reclaimable: give fewer --readers or a smaller --block-size",
+            return Err(invalid(format!(
+                "{} x «block_size» {} {} {} of buffers on node {node}, which has {} free or reclaimable: give fewer «readers» or a smaller «block_size»",
                 count(cell.readers, "reader"),
                 format(buffer),
                 if cell.readers == 1 { "needs" } else { "need" },
@@ -404,8 +405,8 @@ fn check_totals(
         }
     }
     if waits > MAX_TOTAL_STAGGER {
-        return Err(BenchError::Invalid(format!(
-            "--stagger {:?} between groups of --group {} readers, over every cell and --repeats {}, adds up to {} of waiting; at most {} is allowed: give a shorter --stagger, larger groups or fewer repeats",
+        return Err(invalid(format!(
+            "«stagger» {:?} between groups of «group» {} readers, over every cell and «repeats» {}, adds up to {} of waiting; at most {} is allowed: give a shorter «stagger», larger groups or fewer repeats",
             config.stagger,
             config.group,
             config.repeats,
@@ -436,23 +437,20 @@ fn check_new_file(dir: &std::path::Path, size: u64, node: u32) -> Result<(), Ben
         source,
     };
     if size == 0 || size > MAX_SIZE {
-        return Err(BenchError::Invalid(format!(
-            "--size must be 1 byte to 1 TiB, not {}",
+        return Err(invalid(format!(
+            "«size» must be 1 byte to 1 TiB, not {}",
             numalab::units::format_size(size)
         )));
     }
     let meta = std::fs::metadata(dir).map_err(|e| wrap(PageCacheError::Os(e)))?;
     if !meta.is_dir() {
-        return Err(BenchError::Invalid(format!(
-            "--dir {}: not a directory",
-            dir.display()
-        )));
+        return Err(invalid(format!("«dir» {}: not a directory", dir.display())));
     }
     let available =
         numalab::files::available_bytes(dir).map_err(|e| wrap(PageCacheError::Os(e)))?;
     if size > available {
-        return Err(BenchError::Invalid(format!(
-            "--size {}: {} has only {} free",
+        return Err(invalid(format!(
+            "«size» {}: {} has only {} free",
             numalab::units::format_size(size),
             dir.display(),
             numalab::units::format_size(available)
@@ -463,8 +461,8 @@ fn check_new_file(dir: &std::path::Path, size: u64, node: u32) -> Result<(), Ben
     // Free memory and the page cache reclaim can give back.
     let room = memory.free_bytes + memory.file_lru_bytes;
     if size > room / 10 * 9 {
-        return Err(BenchError::Invalid(format!(
-            "--size {}: node {node} has {} free or reclaimable; a file that large cannot be cached on it (give a smaller --size or another --cache-node)",
+        return Err(invalid(format!(
+            "«size» {}: node {node} has {} free or reclaimable; a file that large cannot be cached on it (give a smaller «size» or another «cache_node»)",
             numalab::units::format_size(size),
             numalab::units::format_size(room)
         )));
@@ -499,4 +497,10 @@ fn reader_cpus(
         );
     }
     (cpus.iter().copied().cycle().take(count).collect(), None)
+}
+
+/// A setting refused: the message names settings between guillemets, for the caller
+/// to spell ([`Message`]).
+fn invalid(text: String) -> BenchError {
+    BenchError::Invalid(Message::new(text))
 }

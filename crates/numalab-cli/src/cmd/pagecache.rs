@@ -246,6 +246,37 @@ fn bench_config(args: &BenchArgs) -> BenchConfig {
     }
 }
 
+/// The bench's settings as `numalab pagecache bench` spells them.
+const FLAGS: [(&str, &str); 14] = [
+    ("block_size", "--block-size"),
+    ("repeats", "--repeats"),
+    ("group", "--group"),
+    ("stagger", "--stagger"),
+    ("readers", "--readers"),
+    ("places", "--reader-node"),
+    ("chunk_size", "--copy-chunk"),
+    ("replicate", "--replicate"),
+    ("mmap", "--mmap"),
+    ("write_every", "--write-every"),
+    ("file", "FILE"),
+    ("cache_node", "--cache-node"),
+    ("size", "--size"),
+    ("dir", "--dir"),
+];
+
+/// The bench's error, its settings spelt as this command's flags.
+fn with_flags(err: bench::BenchError) -> anyhow::Error {
+    match err {
+        bench::BenchError::Invalid(message) => anyhow::anyhow!(message.spelt(|name| {
+            FLAGS
+                .iter()
+                .find(|(setting, _)| *setting == name)
+                .map(|(_, flag)| *flag)
+        })),
+        other => other.into(),
+    }
+}
+
 /// Runs `numalab pagecache bench`: 0, or 128 + the signal that stopped
 /// it after writing the cells that finished.
 fn run_bench(args: &BenchArgs) -> Result<i32> {
@@ -253,7 +284,7 @@ fn run_bench(args: &BenchArgs) -> Result<i32> {
     let topology = Topology::system()?;
     // Every setting, node, CPU and the file are checked here, before
     // anything is written or read.
-    let plan = bench::plan(&bench_config(args), &topology)?;
+    let plan = bench::plan(&bench_config(args), &topology).map_err(with_flags)?;
     let control = control_for_terminal("");
     let interrupts = Interrupts::catch(&control)?;
     let report = bench::run(&plan, &topology, &control)?;
@@ -265,4 +296,41 @@ fn run_bench(args: &BenchArgs) -> Result<i32> {
             .unwrap_or(crate::exit::after_signal(signal_hook::consts::SIGINT)));
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every setting the bench's refusals name has a spelling here, and
+    /// every spelling is one of the command's flags (FILE is its
+    /// argument).
+    #[test]
+    fn every_setting_the_bench_names_is_spelt_as_a_flag_it_has() {
+        let engine = include_str!("../../../numalab-bench/src/pagecache/plan.rs");
+        let named = numalab_bench::message::Message::new(engine);
+        for setting in named.settings() {
+            assert!(
+                FLAGS.iter().any(|(name, _)| *name == setting),
+                "«{setting}» has no flag"
+            );
+        }
+        let command = <BenchArgs as clap::Args>::augment_args(clap::Command::new("bench"));
+        let longs: Vec<String> = command
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        for (_, flag) in FLAGS.iter().filter(|(_, flag)| *flag != "FILE") {
+            assert!(
+                longs.iter().any(|l| l == flag),
+                "{flag} is not a flag of pagecache bench"
+            );
+        }
+        let said =
+            numalab_bench::message::Message::new("«replicate» cannot be combined with «mmap»");
+        assert_eq!(
+            with_flags(bench::BenchError::Invalid(said)).to_string(),
+            "--replicate cannot be combined with --mmap"
+        );
+    }
 }
