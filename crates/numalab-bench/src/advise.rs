@@ -931,7 +931,7 @@ impl Schema for AdviseReport {
 #[non_exhaustive]
 pub enum AdviseError {
     /// `runs` below 2.
-    #[error("--runs {0}: at least 2 runs per placement are needed to judge their spread")]
+    #[error("runs = {0}: at least 2 runs per placement are needed to judge their spread")]
     TooFewRuns(usize),
     /// The command could not be started or followed.
     #[error(transparent)]

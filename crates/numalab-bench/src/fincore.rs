@@ -142,7 +142,7 @@ impl Schema for FincoreReport {
 #[derive(Debug, thiserror::Error)]
 pub enum FincoreError {
     /// A thread count of 0 or over [`MAX_THREADS`].
-    #[error("--threads {0}: give 1 to {MAX_THREADS} threads")]
+    #[error("threads = {0}: give 1 to {MAX_THREADS} threads")]
     Threads(usize),
     /// More files than [`MAX_FILES`].
     #[error("more than {MAX_FILES} files under the paths given, the most numalab fincore counts in one run; name fewer or deeper directories")]

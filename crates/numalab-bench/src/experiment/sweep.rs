@@ -57,7 +57,7 @@ pub enum SweepError {
         source: Box<PlanError>,
     },
     /// `run.control` without a `local` cell to repeat.
-    #[error("--control (run.control) repeats the local cells as an A/A control, and this sweep has none: add \"local\" to [sweep] \"memory.policy\"")]
+    #[error("run.control repeats the local cells as an A/A control, and this sweep has none: add \"local\" to [sweep] \"memory.policy\"")]
     NoLocalForControl,
 }
 
