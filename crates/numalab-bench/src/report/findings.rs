@@ -304,12 +304,15 @@ pub fn findings(topo: &TopoReport, matrix: &MatrixReport, sweep: &SweepReport) -
             .iter()
             .filter(|c| c.read_ratio_to_local == Some(1.0))
         {
-            if let Some(read) = &cell.read_gbps {
+            // A figure of no samples was not measured: no finding of it.
+            let measured =
+                |f: &Option<crate::matrix::Figure>| f.as_ref().filter(|f| f.summary.n > 0).cloned();
+            if let Some(read) = measured(&cell.read_gbps) {
                 let slowest_remote = bandwidth
                     .cells
                     .iter()
                     .filter(|c| c.initiator == cell.initiator && c.target != cell.target)
-                    .filter_map(|c| c.read_gbps.as_ref().map(|f| (c.target, f.summary.median)))
+                    .filter_map(|c| measured(&c.read_gbps).map(|f| (c.target, f.summary.median)))
                     .min_by(|a, b| a.1.total_cmp(&b.1));
                 let mut finding = Finding::new(
                     FindingKind::LocalBandwidth,

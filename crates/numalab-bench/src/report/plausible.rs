@@ -31,11 +31,24 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
     for c in matrix.latency.iter().flat_map(|m| &m.cells) {
         let at = cell(Metric::Latency, c.initiator, c.target);
         figure(&at.to_string(), &c.latency_ns, Metric::Latency)?;
+        if let Some(cycles) = c.cycles {
+            // A load of at most 10 ms at up to 100 GHz.
+            within(&format!("{at} in cycles"), cycles, 0.0..=1e9, "cycles")?;
+        }
+        share(&format!("{at}'s huge-page share"), c.pages.huge_share)?;
         if let Some(base) = &c.base_pages {
             figure(
                 &format!("{at} on 4 KiB pages"),
                 &base.latency_ns,
                 Metric::Latency,
+            )?;
+            // How much slower 4 KiB pages are than huge ones, as a share:
+            // more than -1 (faster by all its time) and at most 100 times.
+            within(
+                &format!("{at}'s 4 KiB-page inflation"),
+                base.inflation,
+                -0.999..=1e2,
+                "(a share of the huge-page time)",
             )?;
         }
     }
@@ -56,6 +69,12 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
     }
     if let Some(scaling) = &report.scaling {
         for point in &scaling.points {
+            if point.threads == 0 || point.threads > super::MAX_SAVED_CPUS {
+                return Err(format!(
+                    "its thread scaling has a point of {} threads: not a measurement",
+                    point.threads
+                ));
+            }
             let what = format!(
                 "read {}->{} with {} threads",
                 scaling.initiator, scaling.target, point.threads
@@ -115,8 +134,28 @@ fn figure(what: &str, figure: &Figure, metric: Metric) -> Result<(), String> {
     summary(what, &figure.summary, metric.plausible(), metric.unit())
 }
 
+/// One number within `range`.
+fn within(what: &str, value: f64, range: RangeInclusive<f64>, unit: &str) -> Result<(), String> {
+    if range.contains(&value) {
+        return Ok(());
+    }
+    Err(format!(
+        "its {what} is {value:e} {unit}: not a measurement (from {:e} to {:e})",
+        range.start(),
+        range.end()
+    ))
+}
+
+/// A share, when there is one: from 0 to 1.
+fn share(what: &str, value: Option<f64>) -> Result<(), String> {
+    value.map_or(Ok(()), |v| within(what, v, 0.0..=1.0, "of the pages"))
+}
+
 /// A summary of `n` samples: none (all zeros: not measured), or median,
-/// least, most and mean each within `range`.
+/// least, most and mean each within `range`, and a spread (CV) that is a
+/// number. (A median need not lie between the least and largest samples:
+/// findings and fleet read the median alone, and a file edited to move
+/// it is judged by it.)
 fn summary(what: &str, s: &Summary, range: RangeInclusive<f64>, unit: &str) -> Result<(), String> {
     let values = [
         ("median", s.median),
@@ -132,20 +171,25 @@ fn summary(what: &str, s: &Summary, range: RangeInclusive<f64>, unit: &str) -> R
             None => Ok(()),
         };
     }
-    match values.iter().find(|(_, v)| !range.contains(v)) {
-        Some((name, value)) => {
-            let is = match *name {
-                "median" => "is".to_owned(),
-                name => format!("has a {name} of"),
-            };
-            Err(format!(
-                "its {what} {is} {value:e} {unit}: not a measurement (a figure is from {:e} to {:e} {unit})",
-                range.start(),
-                range.end()
-            ))
-        }
-        None => Ok(()),
+    // Out of range first (the sentence names the figure), then in order.
+    if let Some((name, value)) = values.iter().find(|(_, v)| !range.contains(v)) {
+        let is = match *name {
+            "median" => "is".to_owned(),
+            name => format!("has a {name} of"),
+        };
+        return Err(format!(
+            "its {what} {is} {value:e} {unit}: not a measurement (a figure is from {:e} to {:e} {unit})",
+            range.start(),
+            range.end()
+        ));
     }
+    if !(s.cv.is_finite() && s.cv >= 0.0 && s.stddev.is_finite() && s.stddev >= 0.0) {
+        return Err(format!(
+            "its {what} has a spread of {} (CV {}): not a measurement",
+            s.stddev, s.cv
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -202,5 +246,19 @@ mod tests {
             doc["matrix"]["latency"]["cells"][0]["latency_ns"]["n"] = 1000.into();
         })
         .contains("counts 1000 samples but lists"));
+        // Hostile pass 3's re-check: cycles, a thread count, an endless
+        // spread.
+        assert!(refused(&|doc| {
+            doc["matrix"]["latency"]["cells"][0]["cycles"] = 1e308.into();
+        })
+        .contains("in cycles is 1e308"));
+        assert!(refused(&|doc| {
+            doc["scaling"]["points"][0]["threads"] = 0.into();
+        })
+        .contains("a point of 0 threads"));
+        assert!(refused(&|doc| {
+            doc["matrix"]["latency"]["cells"][0]["latency_ns"]["cv"] = (-1.0).into();
+        })
+        .contains("has a spread of"));
     }
 }
