@@ -261,6 +261,19 @@ pub fn file_id(path: &Path) -> Option<(u64, u64)> {
         .map(|meta| (meta.dev(), meta.ino()))
 }
 
+/// An input as [`not_an_input`] knows it: what to call it (`what` and the
+/// path) and the device and inode of the file read, a link followed as
+/// reading it follows one; `None` when there is none.
+pub fn input(what: &str, path: &Path) -> Option<(String, (u64, u64))> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let shown = printable_field(&path.display().to_string()).into_owned();
+    Some((
+        format!("{what} {shown}").trim_start().to_owned(),
+        (meta.dev(), meta.ino()),
+    ))
+}
+
 /// Refuses an output that is one of the files the command reads (each
 /// input: what to call it, and its device and inode): writing it would
 /// replace what was read (`report --from r.json --html r.json`, `fleet

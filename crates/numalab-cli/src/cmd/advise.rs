@@ -17,7 +17,7 @@ use numalab_bench::experiment::values::Seconds;
 use numalab_bench::matrix::MatrixReport;
 
 use crate::exit::{after_signal, cannot_run};
-use crate::output::OutputArgs;
+use crate::output::{self, OutputArgs};
 use crate::render;
 
 /// Run a command under every placement that makes sense on this machine,
@@ -98,6 +98,12 @@ const MAX_MATRIX_BYTES: u64 = 64 << 20;
 /// Runs `numalab advise`; returns the exit status to leave with.
 pub fn run(args: &AdviseArgs) -> Result<i32> {
     args.output.check()?;
+    let read: Vec<_> = args
+        .matrix
+        .iter()
+        .filter_map(|path| output::input("--matrix", path))
+        .collect();
+    output::not_an_input(&output::file_and_page(args.output.file(), None), &read)?;
     // Before anything is measured: a shell's 127 or 126.
     if let Err(source) = numalab::launch::find_program(&args.command[0]) {
         return Ok(cannot_run("advise", &args.command[0], &source));

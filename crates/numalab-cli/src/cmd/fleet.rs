@@ -151,15 +151,18 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
         }
         Err(err) => return Err(err.into()),
     };
-    // Nothing written over a file merged or named: a host's report lost
-    // to the fleet's page could not be made again.
+    // Nothing written over a file named, merged or read and left out: a
+    // host's report lost to the fleet's page could not be made again.
     let inputs: Vec<(String, (u64, u64))> = args
         .dirs
         .iter()
-        .filter_map(|path| {
-            let shown = output::printable_field(&path.display().to_string()).into_owned();
-            output::file_id(path).map(|id| (shown, id))
-        })
+        .filter_map(|path| output::input("", path))
+        .chain(
+            report
+                .left_out
+                .iter()
+                .filter_map(|left| output::input("", Path::new(&left.path))),
+        )
         .chain(report.hosts.iter().filter_map(|host| {
             let source = host.source.as_ref()?;
             let (name, file) = (
@@ -174,7 +177,7 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     say_left_out(&report.left_out);
     render::emit(&report, &args.output)?;
     if let Some(page) = &args.html {
-        let pages = host_pages(&report, page);
+        let pages = host_pages(&report, page, &inputs);
         output::write_atomically(page, html_page(&report, &pages).as_bytes())?;
     }
     if !args.fail_on_outliers {
@@ -217,7 +220,11 @@ pub const MAX_HOST_PAGES: usize = 200;
 /// they were read through, never by path); at most [`MAX_HOST_PAGES`], flagged hosts
 /// first. Returns host → link relative to the fleet page; a page that
 /// cannot be made is said on standard error and left out.
-fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
+fn host_pages(
+    report: &FleetReport,
+    page: &Path,
+    inputs: &[(String, (u64, u64))],
+) -> BTreeMap<String, String> {
     let mut standing_out = report.standing_out();
     let mut links = BTreeMap::new();
     if standing_out.is_empty() {
@@ -272,6 +279,15 @@ fn host_pages(report: &FleetReport, page: &Path) -> BTreeMap<String, String> {
         while !used.insert(file.clone()) {
             file = format!("{name}-{n}.html");
             n += 1;
+        }
+        // A page never replaces a file this fleet read.
+        let target = dir.join(&file);
+        if let Err(err) = output::not_an_input(&[("a host page", &target)], inputs) {
+            eprintln!(
+                "numalab fleet: no report page for {}: {err:#}",
+                output::printable_field(&entry.host)
+            );
+            continue;
         }
         let bytes = entry
             .source

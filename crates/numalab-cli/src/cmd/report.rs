@@ -145,10 +145,7 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         .iter()
         .map(|path| ("--from", path))
         .chain(args.profile.iter().map(|path| ("--profile", path)))
-        .filter_map(|(flag, path)| {
-            let shown = output::printable_field(&path.display().to_string()).into_owned();
-            output::file_id(path).map(|id| (format!("{flag} {shown}"), id))
-        })
+        .filter_map(|(flag, path)| output::input(flag, path))
         .collect();
     let outputs = output::file_and_page(out.file(), args.html.as_deref());
     output::not_an_input(&outputs, &inputs)?;
@@ -225,7 +222,7 @@ fn read_profiles_within(paths: &[PathBuf], limit: usize) -> Result<Vec<ProfileRe
     let mut seen = Vec::new();
     for path in paths {
         let shown = output::printable_field(&path.display().to_string()).into_owned();
-        if let Some(id) = output::file_id(path) {
+        if let Some((_, id)) = output::input("", path) {
             if seen.contains(&id) {
                 bail!("--profile {shown} is given twice: name each profile once");
             }

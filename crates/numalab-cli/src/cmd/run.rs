@@ -10,7 +10,7 @@ use numalab_bench::control::Control;
 use numalab_bench::experiment::Plan;
 
 use crate::exp::{self, ProgressDisplay};
-use crate::output::OutputArgs;
+use crate::output::{self, OutputArgs};
 use crate::render;
 
 /// Run an experiment file: pinned threads access placed memory; prints the
@@ -45,6 +45,11 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> Result<i32> {
     // Before anything is measured: a bad -o would lose the measurement.
     args.output.check()?;
+    // The experiment file is not to be replaced by its result.
+    let read: Vec<_> = output::input("the experiment", &args.experiment)
+        .into_iter()
+        .collect();
+    output::not_an_input(&output::file_and_page(args.output.file(), None), &read)?;
     let control = Control::default();
     let interrupts = crate::signals::Interrupts::catch(&control)?;
     let experiment = exp::load(&args.experiment, &args.sets)?;

@@ -12,7 +12,7 @@ use numalab_bench::control::Control;
 use numalab_bench::experiment::sweep::{plan_sweep, run_sweep};
 
 use crate::exp::{self, ProgressDisplay};
-use crate::output::OutputArgs;
+use crate::output::{self, OutputArgs};
 use crate::render::{self, experiment::text, figures};
 
 /// Run every cell of an experiment file's `[sweep]` grid (e.g. threads x
@@ -72,6 +72,11 @@ pub struct SweepArgs {
 pub fn run(args: &SweepArgs) -> Result<i32> {
     // Before anything is measured: a bad -o would lose the measurement.
     args.output.check()?;
+    // The experiment file is not to be replaced by its result.
+    let read: Vec<_> = output::input("the experiment", &args.experiment)
+        .into_iter()
+        .collect();
+    output::not_an_input(&output::file_and_page(args.output.file(), None), &read)?;
     let control = Control::default();
     let interrupts = crate::signals::Interrupts::catch(&control)?;
     let mut experiment = exp::load(&args.experiment, &args.sets)?;

@@ -617,3 +617,44 @@ fn an_html_page_named_dash_is_refused_and_nothing_written() {
         assert_eq!(dir.files(), ["r.json"], "{args:?}");
     }
 }
+
+/// The re-check of hostile pass 3 replaced inputs through other doors:
+/// `--from` a link to the page's file, `run`'s own experiment as `-o`,
+/// `advise --matrix` as `-o`. Each is refused before anything is written
+/// or run, the input kept.
+#[test]
+fn an_output_over_an_input_is_refused_whatever_the_door() {
+    let dir = Scratch::new("output-over-input");
+    let saved = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/results/report-cxl.json");
+    std::fs::copy(&saved, dir.0.join("target.json")).unwrap();
+    std::os::unix::fs::symlink("target.json", dir.0.join("link.json")).unwrap();
+    std::fs::write(dir.0.join("e.toml"), "[memory]\nsize = \"1MiB\"\n").unwrap();
+    std::fs::write(dir.0.join("m.json"), "{}").unwrap();
+    let before: Vec<Vec<u8>> = ["target.json", "e.toml", "m.json"]
+        .iter()
+        .map(|f| std::fs::read(dir.0.join(f)).unwrap())
+        .collect();
+    for args in [
+        vec!["report", "--from", "link.json", "--html", "target.json"],
+        vec!["run", "e.toml", "-o", "e.toml"],
+        vec!["sweep", "e.toml", "-o", "e.toml"],
+        vec!["advise", "--matrix", "m.json", "-o", "m.json", "--", "true"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_numalab"))
+            .args(&args)
+            .current_dir(&dir.0)
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        assert!(
+            stderr(&out).contains("which this command reads: writing it would replace it"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let after: Vec<Vec<u8>> = ["target.json", "e.toml", "m.json"]
+        .iter()
+        .map(|f| std::fs::read(dir.0.join(f)).unwrap())
+        .collect();
+    assert_eq!(before, after);
+}

@@ -598,4 +598,17 @@ fn an_output_over_a_merged_report_is_refused_and_the_report_kept() {
         );
         assert_eq!(std::fs::read(&target).unwrap(), before, "{flag}");
     }
+    // A file read and left out (not a report) is an input all the same.
+    let notes = dir.0.join("notes.json");
+    std::fs::write(&notes, "{}").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(["fleet", "--json"])
+        .arg(&dir.0)
+        .arg("-o")
+        .arg(&notes)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("would replace it"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&notes).unwrap(), b"{}");
 }
