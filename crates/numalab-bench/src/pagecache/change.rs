@@ -225,10 +225,13 @@ impl Room {
             ));
         }
         (size > self.total).then(|| {
+            // Sizes that round alike are told apart in bytes.
+            let (size, left) = match (format_size(size), format_size(self.total)) {
+                (a, b) if a == b => (format!("{size} bytes"), format!("{} bytes", self.total)),
+                pair => pair,
+            };
             format!(
-                "is {}, more than the {} of node {node}'s {} of memory the files loaded before it leave: loaded together, their caches cannot all be there (nothing read; load it alone)",
-                format_size(size),
-                format_size(self.total),
+                "is {size}, more than the {left} of node {node}'s {} of memory the files loaded before it leave: loaded together, their caches cannot all be there (nothing read; load it alone)",
                 format_size(self.node)
             )
         })

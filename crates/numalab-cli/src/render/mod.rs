@@ -121,12 +121,16 @@ impl Style {
     /// A name from outside (a file's path, a host's name) as one table
     /// cell: control characters written as escapes (`\n`, `\x1b`), and
     /// in Markdown `\` and `|` escaped too, so a name cannot close its
-    /// cell and forge the ones after it.
+    /// cell and forge the ones after it, and `<` written `&lt;`, so a
+    /// name is never taken for HTML by a viewer that renders it.
     pub fn field(self, text: &str) -> String {
         let text = output::printable_field(text);
         match self {
             Style::Plain => text.into_owned(),
-            Style::Markdown => text.replace('\\', "\\\\").replace('|', "\\|"),
+            Style::Markdown => text
+                .replace('\\', "\\\\")
+                .replace('|', "\\|")
+                .replace('<', "&lt;"),
         }
     }
 

@@ -609,6 +609,10 @@ fn an_output_over_a_merged_report_is_refused_and_the_report_kept() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("would replace it"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("would replace it"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(std::fs::read(&notes).unwrap(), b"{}");
 }
