@@ -30,6 +30,7 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
     };
     for c in matrix.latency.iter().flat_map(|m| &m.cells) {
         let at = cell(Metric::Latency, c.initiator, c.target);
+        sampled(&at.to_string(), &c.latency_ns.summary)?;
         figure(&at.to_string(), &c.latency_ns, Metric::Latency)?;
         if let Some(cycles) = c.cycles {
             // A load of at most 10 ms at up to 100 GHz.
@@ -79,6 +80,7 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
                 "read {}->{} with {} threads",
                 scaling.initiator, scaling.target, point.threads
             );
+            sampled(&what, &point.read_gbps.summary)?;
             figure(&what, &point.read_gbps, Metric::Read)?;
         }
     }
@@ -90,6 +92,14 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
             continue;
         };
         let what = |name: &str| format!("sweep cell {}'s {name}", i + 1);
+        // A cell with figures ran: each of them is of its repeats.
+        for (name, value) in [
+            ("time to last", &figures.time_to_last_s),
+            ("bandwidth", &figures.gb_per_s),
+            ("operation rate", &figures.mops_per_s),
+        ] {
+            sampled(&what(name), value)?;
+        }
         summary(
             &what("time to last"),
             &figures.time_to_last_s,
@@ -132,6 +142,17 @@ fn figure(what: &str, figure: &Figure, metric: Metric) -> Result<(), String> {
         ));
     }
     summary(what, &figure.summary, metric.plausible(), metric.unit())
+}
+
+/// A figure that is only there when it was measured (an idle latency, a
+/// point of thread scaling, a sweep cell's time) has samples.
+fn sampled(what: &str, s: &Summary) -> Result<(), String> {
+    if s.n == 0 {
+        return Err(format!(
+            "its {what} has no samples, which a figure measured always has: not a measurement"
+        ));
+    }
+    Ok(())
 }
 
 /// One number within `range`.
@@ -246,8 +267,16 @@ mod tests {
             doc["matrix"]["latency"]["cells"][0]["latency_ns"]["n"] = 1000.into();
         })
         .contains("counts 1000 samples but lists"));
-        // Hostile pass 3's re-check: cycles, a thread count, an endless
-        // spread.
+        // Hostile pass 3's re-check: an idle latency of no samples,
+        // cycles, a thread count, an endless spread.
+        assert!(refused(&|doc| {
+            let figure = &mut doc["matrix"]["latency"]["cells"][0]["latency_ns"];
+            for field in ["n", "median", "min", "max", "mean", "stddev", "cv"] {
+                figure[field] = 0.into();
+            }
+            figure["samples"] = serde_json::json!([]);
+        })
+        .contains("has no samples, which a figure measured always has"));
         assert!(refused(&|doc| {
             doc["matrix"]["latency"]["cells"][0]["cycles"] = 1e308.into();
         })
