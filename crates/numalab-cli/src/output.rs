@@ -274,6 +274,31 @@ pub fn input(what: &str, path: &Path) -> Option<(String, (u64, u64))> {
     ))
 }
 
+/// Refuses `-o` naming one of the `paths` a command was given, or (when
+/// it exists) a file inside a directory it was given: `fincore data -o
+/// data` or `pagecache load f -o f` would replace the file they were
+/// asked about.
+pub fn not_over_paths(output: Option<&Path>, paths: &[PathBuf]) -> Result<()> {
+    let Some(out) = output else {
+        return Ok(());
+    };
+    let inputs: Vec<_> = paths.iter().filter_map(|p| input("", p)).collect();
+    not_an_input(&[("--output", out)], &inputs)?;
+    let Ok(real) = std::fs::canonicalize(out) else {
+        return Ok(());
+    };
+    for dir in paths.iter().filter(|p| p.is_dir()) {
+        if std::fs::canonicalize(dir).is_ok_and(|dir| real.starts_with(dir)) {
+            anyhow::bail!(
+                "--output {} is inside {}, which this command reads: writing it would replace a file it looks at; name a file elsewhere",
+                printable_field(&out.display().to_string()),
+                printable_field(&dir.display().to_string())
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Refuses an output that is one of the files the command reads (each
 /// input: what to call it, and its device and inode): writing it would
 /// replace what was read (`report --from r.json --html r.json`, `fleet

@@ -68,6 +68,56 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
             }
         }
     }
+    // Ratios beside the firmware's: a remote/local ratio from a tenth to
+    // a hundred, a SLIT ratio (SLIT 10 to 255 over 10) from 1 to 25.5.
+    let ratio = |what: String, value: Option<f64>, range: RangeInclusive<f64>| {
+        value.map_or(Ok(()), |v| within(&what, v, range, "times"))
+    };
+    for c in matrix.latency.iter().flat_map(|m| &m.cells) {
+        let at = cell(Metric::Latency, c.initiator, c.target);
+        ratio(
+            format!("{at}'s ratio to local"),
+            c.ratio_to_local,
+            0.1..=100.0,
+        )?;
+        ratio(
+            format!("{at}'s SLIT ratio"),
+            c.firmware.slit_ratio,
+            0.1..=25.5,
+        )?;
+    }
+    for c in matrix.bandwidth.iter().flat_map(|m| &m.cells) {
+        let at = cell(Metric::Read, c.initiator, c.target);
+        ratio(
+            format!("{at}'s ratio to local"),
+            c.read_ratio_to_local,
+            1e-3..=100.0,
+        )?;
+        ratio(
+            format!("{at}'s SLIT ratio"),
+            c.firmware.slit_ratio,
+            0.1..=25.5,
+        )?;
+    }
+    for curve in matrix.loaded.iter().flatten() {
+        for point in &curve.points {
+            let what = format!(
+                "loaded latency {}->{} at {} GB/s",
+                curve.initiator, curve.target, point.load_gbps
+            );
+            within(
+                &what,
+                point.load_gbps,
+                0.0..=*Metric::Read.plausible().end(),
+                "GB/s",
+            )?;
+            figure(&what, &point.latency_ns, Metric::Latency)?;
+        }
+    }
+    for c in matrix.c2c.iter().flat_map(|m| &m.cells) {
+        let what = format!("cache-to-cache latency {}->{}", c.cpu_a, c.cpu_b);
+        figure(&what, &c.latency_ns, Metric::Latency)?;
+    }
     if let Some(scaling) = &report.scaling {
         for point in &scaling.points {
             if point.threads == 0 || point.threads > super::MAX_SAVED_CPUS {
@@ -281,6 +331,11 @@ mod tests {
             doc["matrix"]["latency"]["cells"][0]["cycles"] = 1e308.into();
         })
         .contains("in cycles is 1e308"));
+        // The final check: cache-to-cache and loaded latencies, ratios.
+        assert!(refused(&|doc| {
+            doc["matrix"]["latency"]["cells"][0]["ratio_to_local"] = 1e308.into();
+        })
+        .contains("ratio to local is 1e308"));
         assert!(refused(&|doc| {
             doc["scaling"]["points"][0]["threads"] = 0.into();
         })

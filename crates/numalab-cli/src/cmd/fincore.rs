@@ -58,6 +58,7 @@ fn threads(text: &str) -> Result<usize, String> {
 /// could not be counted.
 pub fn run(args: &FincoreArgs) -> Result<i32> {
     args.output.check()?;
+    crate::output::not_over_paths(args.output.file(), &args.paths)?;
     let mut options = FincoreOptions::default();
     if let Some(threads) = args.threads {
         options.threads = threads;

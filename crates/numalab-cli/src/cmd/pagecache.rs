@@ -186,6 +186,7 @@ pub fn run(args: &PagecacheArgs) -> Result<i32> {
         Action::Bench(bench) => return run_bench(bench),
     };
     output.check()?;
+    crate::output::not_over_paths(output.file(), files)?;
     let change = match args.action {
         Action::Load {
             node, drop_first, ..

@@ -53,6 +53,17 @@ pub fn run(args: &PlotArgs) -> Result<()> {
         "result files numalab plots",
     )?;
     crate::plot::check_stem(&stem)?;
+    // No figure over the results it is drawn from (`plot r.svg`).
+    let figure = |ext: &str| {
+        let mut name = stem.clone().into_os_string();
+        name.push(format!(".{ext}"));
+        std::path::PathBuf::from(name)
+    };
+    let (svg, png) = (figure("svg"), figure("png"));
+    let read: Vec<_> = crate::output::input("the results", path)
+        .into_iter()
+        .collect();
+    crate::output::not_an_input(&[("a figure", &svg), ("a figure", &png)], &read)?;
     // Only the envelope first: the rest of the file is read once, into
     // the result its schema names, never held as a tree of JSON values
     // (which takes ten times the text and more).

@@ -658,3 +658,40 @@ fn an_output_over_an_input_is_refused_whatever_the_door() {
         .collect();
     assert_eq!(before, after);
 }
+
+/// The last re-check of hostile pass 3: `fincore f -o f` and `pagecache
+/// load|drop f -o f` replaced the very file they were asked about, and a
+/// result named `r.svg` was replaced by its own figure. Refused, the
+/// file kept.
+#[test]
+fn a_command_never_writes_over_the_file_it_was_given() {
+    let dir = Scratch::new("output-over-given");
+    std::fs::write(dir.0.join("data.txt"), "precious\n").unwrap();
+    let saved = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/results/report-cxl.json");
+    std::fs::copy(&saved, dir.0.join("r.svg")).unwrap();
+    let before = std::fs::read(dir.0.join("r.svg")).unwrap();
+    for args in [
+        vec!["fincore", "data.txt", "--json", "-o", "data.txt"],
+        vec!["fincore", ".", "--json", "-o", "data.txt"],
+        vec!["pagecache", "drop", "data.txt", "--json", "-o", "data.txt"],
+        vec!["pagecache", "load", "-N", "0", "data.txt", "--json", "-o", "data.txt"],
+        vec!["plot", "r.svg"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_numalab"))
+            .args(&args)
+            .current_dir(&dir.0)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("which this command reads"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(
+            std::fs::read(dir.0.join("data.txt")).unwrap(),
+            b"precious\n"
+        );
+    }
+    assert_eq!(std::fs::read(dir.0.join("r.svg")).unwrap(), before);
+}
