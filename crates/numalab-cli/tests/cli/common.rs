@@ -10,6 +10,15 @@ pub fn numalab(args: &[&str]) -> Output {
         .expect("numalab runs")
 }
 
+/// `numalab args` run in `dir` (relative paths resolve there).
+pub fn numalab_at(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_numalab"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("numalab runs")
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -603,11 +603,7 @@ fn an_html_page_named_dash_is_refused_and_nothing_written() {
         vec!["report", "--from", "r.json", "--html", "-"],
         vec!["fleet", ".", "--html", "-"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_numalab"))
-            .args(&args)
-            .current_dir(&dir.0)
-            .output()
-            .unwrap();
+        let out = numalab_at(&dir.0, &args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
         assert!(
             stderr(&out).contains("--html -: the page is written to a file"),
@@ -640,11 +636,7 @@ fn an_output_over_an_input_is_refused_whatever_the_door() {
         vec!["sweep", "e.toml", "-o", "e.toml"],
         vec!["advise", "--matrix", "m.json", "-o", "m.json", "--", "true"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_numalab"))
-            .args(&args)
-            .current_dir(&dir.0)
-            .output()
-            .unwrap();
+        let out = numalab_at(&dir.0, &args);
         assert_ne!(out.status.code(), Some(0), "{args:?}");
         assert!(
             stderr(&out).contains("which this command reads: writing it would replace it"),
@@ -674,14 +666,19 @@ fn a_command_never_writes_over_the_file_it_was_given() {
         vec!["fincore", "data.txt", "--json", "-o", "data.txt"],
         vec!["fincore", ".", "--json", "-o", "data.txt"],
         vec!["pagecache", "drop", "data.txt", "--json", "-o", "data.txt"],
-        vec!["pagecache", "load", "-N", "0", "data.txt", "--json", "-o", "data.txt"],
+        vec![
+            "pagecache",
+            "load",
+            "-N",
+            "0",
+            "data.txt",
+            "--json",
+            "-o",
+            "data.txt",
+        ],
         vec!["plot", "r.svg"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_numalab"))
-            .args(&args)
-            .current_dir(&dir.0)
-            .output()
-            .unwrap();
+        let out = numalab_at(&dir.0, &args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
         assert!(
             stderr(&out).contains("which this command reads"),
