@@ -27,7 +27,8 @@ done
 
 cargo build --release --locked -q -p numalab-cli
 cargo bench --locked -q -p numalab-bench --bench engine --no-run 2>/dev/null
-numalab=target/release/numalab
+# cargo builds where CARGO_TARGET_DIR says, when it is set.
+numalab=${CARGO_TARGET_DIR:-target}/release/numalab
 engine() { cargo bench --locked -q -p numalab-bench --bench engine -- "$@"; }
 
 threads=$(nproc)

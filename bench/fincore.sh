@@ -26,7 +26,8 @@ done
 command -v fincore >/dev/null || { echo "fincore.sh: util-linux fincore is needed (apt-get install util-linux)" >&2; exit 2; }
 
 cargo build --release --locked -q -p numalab-cli
-numalab=$PWD/target/release/numalab
+# cargo builds where CARGO_TARGET_DIR says, when it is set.
+numalab=$(realpath -m "${CARGO_TARGET_DIR:-target}")/release/numalab
 dir=$PWD/target/bench-fincore
 rm -rf "$dir"
 mkdir -p "$dir/small"

@@ -34,7 +34,8 @@ fi
 command -v cc >/dev/null || { echo "matrix-quality: needs a C compiler (apt-get install gcc)" >&2; exit 1; }
 
 cargo build --release --locked -q -p numalab-cli
-numalab=target/release/numalab
+# cargo builds where CARGO_TARGET_DIR says, when it is set.
+numalab=${CARGO_TARGET_DIR:-target}/release/numalab
 chase=target/bench-chase
 cc -O2 -Wall -o "$chase" bench/chase.c
 

@@ -27,7 +27,8 @@ done
 rounds=${ROUNDS:-7}
 
 cargo build --release --locked -q -p numalab-cli
-numalab=$PWD/target/release/numalab
+# cargo builds where CARGO_TARGET_DIR says, when it is set.
+numalab=$(realpath -m "${CARGO_TARGET_DIR:-target}")/release/numalab
 node=$("$numalab" topo --json | jq '[.topology.nodes[] | select(.memory_bytes > 0 and (.cpus | length) > 0)][0].id')
 mapfile -t cpus < <("$numalab" topo --json | jq -r --argjson n "$node" '.topology.nodes[] | select(.id == $n) | .cpus[]')
 if [ $# -gt 0 ]; then readers=("$@"); else
