@@ -69,7 +69,8 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
         }
     }
     // Ratios beside the firmware's: a remote/local ratio from a tenth to
-    // a hundred, a SLIT ratio (SLIT 10 to 255 over 10) from 1 to 25.5.
+    // a hundred, a SLIT ratio (SLIT 10 to 255 over the local 10) up to
+    // 25.5, from a tenth for firmware that rates remote below local.
     let ratio = |what: String, value: Option<f64>, range: RangeInclusive<f64>| {
         value.map_or(Ok(()), |v| within(&what, v, range, "times"))
     };
@@ -101,16 +102,14 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
     }
     for curve in matrix.loaded.iter().flatten() {
         for point in &curve.points {
-            let what = format!(
-                "loaded latency {}->{} at {} GB/s",
-                curve.initiator, curve.target, point.load_gbps
-            );
+            let curve_name = format!("loaded latency {}->{}", curve.initiator, curve.target);
             within(
-                &what,
+                &format!("{curve_name}'s load"),
                 point.load_gbps,
                 0.0..=*Metric::Read.plausible().end(),
                 "GB/s",
             )?;
+            let what = format!("{curve_name} at {:.1} GB/s", point.load_gbps);
             figure(&what, &point.latency_ns, Metric::Latency)?;
         }
     }
