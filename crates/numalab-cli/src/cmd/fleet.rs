@@ -57,7 +57,7 @@ pub struct FleetArgs {
 
     /// With --fail-on-outliers: how many machine fingerprints the fleet
     /// may have (2 for a cluster of two kinds of node)
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = groups)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = groups, requires = "fail_on_outliers")]
     pub max_groups: usize,
 
     /// Also write one self-contained HTML page to FILE: the groups, the

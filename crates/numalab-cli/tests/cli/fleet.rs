@@ -616,3 +616,16 @@ fn an_output_over_a_merged_report_is_refused_and_the_report_kept() {
     );
     assert_eq!(std::fs::read(&notes).unwrap(), b"{}");
 }
+
+/// `--max-groups` means something only with `--fail-on-outliers`; alone
+/// it was accepted and ignored.
+#[test]
+fn max_groups_without_fail_on_outliers_is_a_usage_error() {
+    let out = numalab(&["fleet", ".", "--max-groups", "3"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--fail-on-outliers"),
+        "{}",
+        stderr(&out)
+    );
+}
