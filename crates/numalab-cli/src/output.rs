@@ -274,6 +274,13 @@ pub fn input(what: &str, path: &Path) -> Option<(String, (u64, u64))> {
     ))
 }
 
+/// Refuses `-o` naming the one file a command reads (`what`: how to call
+/// it): `run e.toml -o e.toml` would replace its experiment.
+pub fn not_over_input(output: Option<&Path>, what: &str, path: &Path) -> Result<()> {
+    let read: Vec<_> = input(what, path).into_iter().collect();
+    not_an_input(&file_and_page(output, None), &read)
+}
+
 /// Refuses `-o` naming one of the `paths` a command was given, or (when
 /// it exists) a file inside a directory it was given: `fincore data -o
 /// data` or `pagecache load f -o f` would replace the file they were

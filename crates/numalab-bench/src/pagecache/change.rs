@@ -176,7 +176,10 @@ pub fn change_with(
             let total = NodeMemory::read(node)
                 .map_err(|source| FincoreError::Node { node, source })?
                 .total_bytes;
-            Some(Room { node: total, total })
+            Some(Room {
+                node: total,
+                left: total,
+            })
         }
         CacheAction::Drop => None,
     };
@@ -192,8 +195,8 @@ pub fn change_with(
             .and_then(|file| one_change(&file, path, action, room, drop_first));
         match result {
             Ok(changed) => {
-                if let (Some(left), Some(read)) = (&mut room, changed.read_bytes) {
-                    left.total = left.total.saturating_sub(read);
+                if let (Some(room), Some(read)) = (&mut room, changed.read_bytes) {
+                    room.left = room.left.saturating_sub(read);
                 }
                 change.files.push(changed);
             }
@@ -209,7 +212,7 @@ pub fn change_with(
 #[derive(Debug, Clone, Copy)]
 struct Room {
     node: u64,
-    total: u64,
+    left: u64,
 }
 
 impl Room {
@@ -224,10 +227,10 @@ impl Room {
                 format_size(self.node)
             ));
         }
-        (size > self.total).then(|| {
+        (size > self.left).then(|| {
             // Sizes that round alike are told apart in bytes.
-            let (size, left) = match (format_size(size), format_size(self.total)) {
-                (a, b) if a == b => (format!("{size} bytes"), format!("{} bytes", self.total)),
+            let (size, left) = match (format_size(size), format_size(self.left)) {
+                (a, b) if a == b => (format!("{size} bytes"), format!("{} bytes", self.left)),
                 pair => pair,
             };
             format!(

@@ -37,6 +37,7 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
             within(&format!("{at} in cycles"), cycles, 0.0..=1e9, "cycles")?;
         }
         share(&format!("{at}'s huge-page share"), c.pages.huge_share)?;
+        ratios(at, c.ratio_to_local, 0.1..=100.0, c.firmware.slit_ratio)?;
         if let Some(base) = &c.base_pages {
             figure(
                 &format!("{at} on 4 KiB pages"),
@@ -54,6 +55,13 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
         }
     }
     for c in matrix.bandwidth.iter().flat_map(|m| &m.cells) {
+        let at = cell(Metric::Read, c.initiator, c.target);
+        ratios(
+            at,
+            c.read_ratio_to_local,
+            1e-3..=100.0,
+            c.firmware.slit_ratio,
+        )?;
         for (metric, value) in [
             (Metric::Read, &c.read_gbps),
             (Metric::Write, &c.write_gbps),
@@ -67,38 +75,6 @@ pub(super) fn check(report: &Report) -> Result<(), String> {
                 )?;
             }
         }
-    }
-    // Ratios beside the firmware's: a remote/local ratio from a tenth to
-    // a hundred, a SLIT ratio (SLIT 10 to 255 over the local 10) up to
-    // 25.5, from a tenth for firmware that rates remote below local.
-    let ratio = |what: String, value: Option<f64>, range: RangeInclusive<f64>| {
-        value.map_or(Ok(()), |v| within(&what, v, range, "times"))
-    };
-    for c in matrix.latency.iter().flat_map(|m| &m.cells) {
-        let at = cell(Metric::Latency, c.initiator, c.target);
-        ratio(
-            format!("{at}'s ratio to local"),
-            c.ratio_to_local,
-            0.1..=100.0,
-        )?;
-        ratio(
-            format!("{at}'s SLIT ratio"),
-            c.firmware.slit_ratio,
-            0.1..=25.5,
-        )?;
-    }
-    for c in matrix.bandwidth.iter().flat_map(|m| &m.cells) {
-        let at = cell(Metric::Read, c.initiator, c.target);
-        ratio(
-            format!("{at}'s ratio to local"),
-            c.read_ratio_to_local,
-            1e-3..=100.0,
-        )?;
-        ratio(
-            format!("{at}'s SLIT ratio"),
-            c.firmware.slit_ratio,
-            0.1..=25.5,
-        )?;
     }
     for curve in matrix.loaded.iter().flatten() {
         for point in &curve.points {
@@ -216,9 +192,32 @@ fn within(what: &str, value: f64, range: RangeInclusive<f64>, unit: &str) -> Res
     ))
 }
 
+/// [`within`] of a number that may be absent.
+fn within_if(
+    what: &str,
+    value: Option<f64>,
+    range: RangeInclusive<f64>,
+    unit: &str,
+) -> Result<(), String> {
+    value.map_or(Ok(()), |v| within(what, v, range, unit))
+}
+
 /// A share, when there is one: from 0 to 1.
 fn share(what: &str, value: Option<f64>) -> Result<(), String> {
-    value.map_or(Ok(()), |v| within(what, v, 0.0..=1.0, "of the pages"))
+    within_if(what, value, 0.0..=1.0, "of the pages")
+}
+
+/// A cell's ratio to its local cell (within `to_local`) and the
+/// firmware's SLIT ratio beside it: SLIT 10 to 255 over the local 10, up
+/// to 25.5, from a tenth for firmware that rates remote below local.
+fn ratios(
+    at: Cell,
+    to_local: Option<f64>,
+    range: RangeInclusive<f64>,
+    slit: Option<f64>,
+) -> Result<(), String> {
+    within_if(&format!("{at}'s ratio to local"), to_local, range, "times")?;
+    within_if(&format!("{at}'s SLIT ratio"), slit, 0.1..=25.5, "times")
 }
 
 /// A summary of `n` samples: none (all zeros: not measured), or median,

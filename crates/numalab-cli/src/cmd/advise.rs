@@ -98,12 +98,9 @@ const MAX_MATRIX_BYTES: u64 = 64 << 20;
 /// Runs `numalab advise`; returns the exit status to leave with.
 pub fn run(args: &AdviseArgs) -> Result<i32> {
     args.output.check()?;
-    let read: Vec<_> = args
-        .matrix
-        .iter()
-        .filter_map(|path| output::input("--matrix", path))
-        .collect();
-    output::not_an_input(&output::file_and_page(args.output.file(), None), &read)?;
+    if let Some(matrix) = &args.matrix {
+        output::not_over_input(args.output.file(), "--matrix", matrix)?;
+    }
     // Before anything is measured: a shell's 127 or 126.
     if let Err(source) = numalab::launch::find_program(&args.command[0]) {
         return Ok(cannot_run("advise", &args.command[0], &source));

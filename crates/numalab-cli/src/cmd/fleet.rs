@@ -132,10 +132,9 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     args.output.check()?;
     if let Some(page) = &args.html {
         output::check_page_target(page)?;
-        if let Some(out) = args.output.file() {
-            output::distinct_targets(&[("--output", out), ("--html", page)])?;
-        }
     }
+    let outputs = output::file_and_page(args.output.file(), args.html.as_deref());
+    output::distinct_targets(&outputs)?;
     let mut options = FleetOptions {
         threshold: args.threshold,
         ..FleetOptions::default()
@@ -172,7 +171,6 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
             Some((format!("host {name}'s report {file}"), source.id()))
         }))
         .collect();
-    let outputs = output::file_and_page(args.output.file(), args.html.as_deref());
     output::not_an_input(&outputs, &inputs)?;
     say_left_out(&report.left_out);
     render::emit(&report, &args.output)?;

@@ -137,9 +137,8 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
     if let Some(page) = &args.html {
         output::check_page_target(page)?;
     }
-    if let (Some(out), Some(page)) = (&args.output, &args.html) {
-        output::distinct_targets(&[("--output", out), ("--html", page)])?;
-    }
+    let outputs = output::file_and_page(out.file(), args.html.as_deref());
+    output::distinct_targets(&outputs)?;
     let inputs: Vec<(String, (u64, u64))> = args
         .from
         .iter()
@@ -147,7 +146,6 @@ pub fn run(args: &ReportArgs) -> Result<i32> {
         .chain(args.profile.iter().map(|path| ("--profile", path)))
         .filter_map(|(flag, path)| output::input(flag, path))
         .collect();
-    let outputs = output::file_and_page(out.file(), args.html.as_deref());
     output::not_an_input(&outputs, &inputs)?;
     let page_path = args
         .html

@@ -46,10 +46,7 @@ pub fn run(args: &RunArgs) -> Result<i32> {
     // Before anything is measured: a bad -o would lose the measurement.
     args.output.check()?;
     // The experiment file is not to be replaced by its result.
-    let read: Vec<_> = output::input("the experiment", &args.experiment)
-        .into_iter()
-        .collect();
-    output::not_an_input(&output::file_and_page(args.output.file(), None), &read)?;
+    output::not_over_input(args.output.file(), "the experiment", &args.experiment)?;
     let control = Control::default();
     let interrupts = crate::signals::Interrupts::catch(&control)?;
     let experiment = exp::load(&args.experiment, &args.sets)?;
