@@ -35,6 +35,7 @@ use crate::exec::{self, ExecConfig, ExecError};
 use crate::matrix::{
     BandwidthMatrix, MatrixConfig, MatrixError, Measurements, NodeSelection, Shape,
 };
+use crate::message::Message;
 use crate::stats::{self, Difference, Summary, Verdict};
 
 /// One placement to try.
@@ -931,14 +932,14 @@ impl Schema for AdviseReport {
 #[non_exhaustive]
 pub enum AdviseError {
     /// `runs` below 2.
-    #[error("runs = {0}: at least 2 runs per placement are needed to judge their spread")]
+    #[error("{}", self.message().unwrap_or_else(|| Message::new("")))]
     TooFewRuns(usize),
     /// The command could not be started or followed.
     #[error(transparent)]
     Exec(#[from] ExecError),
     /// It fails under first touch, the placement every other is compared
     /// with.
-    #[error("the command {exit} under first touch (the default placement), so there is nothing to compare the other placements with; make it succeed first (its output is shown with --show-output)")]
+    #[error("{}", self.message().unwrap_or_else(|| Message::new("")))]
     FailsByDefault {
         /// How it ended.
         exit: ExitText,
@@ -949,11 +950,36 @@ pub enum AdviseError {
     #[error(transparent)]
     Matrix(#[from] MatrixError),
     /// Its first run, under first touch, took longer than its limit.
-    #[error("the command did not end within {} under first touch (its first run), so it was ended and nothing was compared; give a longer --timeout (or a shorter workload)", seconds_text(*limit))]
+    #[error("{}", self.message().unwrap_or_else(|| Message::new("")))]
     TimesOutByDefault {
         /// The limit ([`run_limit`]).
         limit: Duration,
     },
+}
+
+impl AdviseError {
+    /// What went wrong, its settings named `«field»` of [`AdviseConfig`]
+    /// for the caller to spell ([`Message::spelt`]), where the error
+    /// names settings.
+    pub fn message(&self) -> Option<Message> {
+        Some(Message::new(match self {
+            AdviseError::TooFewRuns(runs) => format!(
+                "«runs»={runs}: at least 2 runs per placement are needed to judge their spread"
+            ),
+            AdviseError::FailsByDefault { exit, .. } => format!(
+                "the command {exit} under first touch (the default placement), so there is \
+                 nothing to compare the other placements with; make it succeed first (its \
+                 output is shown with «show_output»)"
+            ),
+            AdviseError::TimesOutByDefault { limit } => format!(
+                "the command did not end within {} under first touch (its first run), so it \
+                 was ended and nothing was compared; give a longer «timeout» (or a shorter \
+                 workload)",
+                seconds_text(*limit)
+            ),
+            _ => return None,
+        }))
+    }
 }
 
 /// An exit described in words: `exits 3`, `is killed by signal 9`.

@@ -5,6 +5,7 @@ mod args;
 mod cmd;
 mod exit;
 mod exp;
+mod flags;
 mod output;
 mod placement;
 mod plot;

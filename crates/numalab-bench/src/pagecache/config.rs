@@ -295,3 +295,14 @@ pub enum BenchError {
         size: u64,
     },
 }
+
+impl BenchError {
+    /// What went wrong, its settings named `«field»` for the caller to
+    /// spell ([`Message::spelt`]), where the error names settings.
+    pub fn message(&self) -> Option<Message> {
+        match self {
+            BenchError::Invalid(message) => Some(message.clone()),
+            _ => None,
+        }
+    }
+}

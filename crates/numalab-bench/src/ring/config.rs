@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use numalab::ring::{Backpressure, RingOptions, MAX_BLOCKS, MAX_READERS};
 use numalab::HugePages;
+
+use crate::message::Message;
 use serde::{Deserialize, Serialize};
 
 /// Most streams `numalab ring` runs at once (`--streams`).
@@ -24,34 +26,37 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 pub const HEADER_ROOM: usize = 64;
 
 /// A count, size or duration of a [`RingConfig`] outside its limit. Each
-/// names the option as the command line spells it.
+/// names the setting by its field in [`RingConfig`]; [`ConfigError::message`]
+/// lets a caller spell it its own way (`numalab ring` shows `--streams`).
 ///
 /// ```
 /// use numalab_bench::ring::{ConfigError, RingConfig};
 ///
 /// let mut config = RingConfig::new("numalab");
 /// config.streams = 0;
-/// assert!(matches!(config.check(), Err(ConfigError::NoStreams)));
+/// let err = config.check().unwrap_err();
+/// assert!(matches!(err, ConfigError::NoStreams));
+/// assert_eq!(err.to_string(), "streams=0: at least one stream is needed");
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// No stream.
-    #[error("--streams=0: at least one stream is needed")]
+    #[error("{}", self.message())]
     NoStreams,
     /// A count, size or duration outside its limit
     /// ([`RingConfig::check`]).
-    #[error("--{flag}={value} {rule}")]
+    #[error("{}", self.message())]
     OutOfRange {
-        /// The option, as the command line spells it.
-        flag: &'static str,
+        /// The setting: its field in [`RingConfig`].
+        setting: &'static str,
         /// Its value.
         value: String,
         /// The rule it breaks, with the limit.
         rule: String,
     },
     /// Sizes the ring itself refuses.
-    #[error("--block-size, --blocks")]
+    #[error("{}", self.message())]
     Ring {
         /// Why.
         #[source]
@@ -59,7 +64,23 @@ pub enum ConfigError {
     },
 }
 
-/// `--timeout SECONDS` as a duration: more than 0, at most
+impl ConfigError {
+    /// What went wrong, its settings named `«field»` for the caller to
+    /// spell ([`Message::spelt`]).
+    pub fn message(&self) -> Message {
+        match self {
+            ConfigError::NoStreams => Message::new("«streams»=0: at least one stream is needed"),
+            ConfigError::OutOfRange {
+                setting,
+                value,
+                rule,
+            } => Message::new(format!("«{setting}»={value} {rule}")),
+            ConfigError::Ring { .. } => Message::new("«block_size», «blocks»"),
+        }
+    }
+}
+
+/// `timeout` in seconds as a duration: more than 0, at most
 /// [`MAX_TIMEOUT`] (checked before the conversion, which cannot hold
 /// every number).
 ///
@@ -71,7 +92,7 @@ pub enum ConfigError {
 /// let err = timeout_from_secs(1e20).unwrap_err();
 /// assert_eq!(
 ///     err.to_string(),
-///     "--timeout=100000000000000000000 is more than 86400, the most seconds a \
+///     "timeout=100000000000000000000 is more than 86400, the most seconds a \
 ///      numalab ring process waits for the other side"
 /// );
 /// assert!(timeout_from_secs(0.0).is_err() && timeout_from_secs(f64::NAN).is_err());
@@ -79,7 +100,7 @@ pub enum ConfigError {
 /// ```
 pub fn timeout_from_secs(secs: f64) -> Result<Duration, ConfigError> {
     let out = |rule: String| ConfigError::OutOfRange {
-        flag: "timeout",
+        setting: "timeout",
         value: secs.to_string(),
         rule,
     };
@@ -168,7 +189,7 @@ impl std::str::FromStr for Mode {
 /// Everything `numalab ring` measures with. Node and CPU choices are kept
 /// as the command line spells them (`0,1`; `0-3/4-7`: one value for every
 /// stream, or one per stream); [`plan`](super::plan) resolves them against
-/// the machine, and its errors name the option (`--memory-node=…`).
+/// the machine, and its errors name the setting (`memory_node=…`).
 ///
 /// ```
 /// use numalab_bench::ring::{Mode, RingConfig};
@@ -272,8 +293,8 @@ impl RingConfig {
     }
 
     /// Checks every count, size and duration against its limit, before
-    /// anything is planned, made or started; the error names the option as
-    /// the command line spells it, its value and the limit.
+    /// anything is planned, made or started; the error names the setting,
+    /// its value and the limit.
     ///
     /// ```
     /// use numalab_bench::ring::{ConfigError, RingConfig};
@@ -283,15 +304,19 @@ impl RingConfig {
     /// config.streams = 100_000;
     /// assert_eq!(
     ///     config.check().unwrap_err().to_string(),
-    ///     "--streams=100000 is more than 256, the most streams numalab ring runs at once"
+    ///     "streams=100000 is more than 256, the most streams numalab ring runs at once"
     /// );
     /// config.streams = 1;
     /// config.timeout = std::time::Duration::from_secs(1 << 40);
-    /// assert!(matches!(config.check(), Err(ConfigError::OutOfRange { flag: "timeout", .. })));
+    /// assert!(matches!(config.check(), Err(ConfigError::OutOfRange { setting: "timeout", .. })));
     /// ```
     pub fn check(&self) -> Result<(), ConfigError> {
-        let out = |flag: &'static str, value: String, rule: String| {
-            Err(ConfigError::OutOfRange { flag, value, rule })
+        let out = |setting: &'static str, value: String, rule: String| {
+            Err(ConfigError::OutOfRange {
+                setting,
+                value,
+                rule,
+            })
         };
         if self.layout.is_none() {
             if self.streams == 0 {
@@ -328,14 +353,14 @@ impl RingConfig {
         }
         if self.block_size < 64 || !self.block_size.is_multiple_of(64) {
             return out(
-                "block-size",
+                "block_size",
                 self.block_size.to_string(),
                 "is not a multiple of 64 bytes".into(),
             );
         }
         if self.block_size > MAX_BLOCK_SIZE {
             return out(
-                "block-size",
+                "block_size",
                 self.block_size.to_string(),
                 format!(
                     "is more than {MAX_BLOCK_SIZE} (1 TiB), the largest block numalab ring makes"

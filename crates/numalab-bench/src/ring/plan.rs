@@ -7,6 +7,7 @@ use numalab::{CpuSet, NodeSet, SpecError, Topology};
 use serde::{Deserialize, Serialize};
 
 use super::config::{ConfigError, Layout, RingConfig};
+use crate::message::Message;
 
 /// Where one stream's parts run.
 ///
@@ -70,8 +71,9 @@ pub struct CellPlan {
     pub streams: Result<Vec<StreamPlan>, String>,
 }
 
-/// Why the node or CPU choices cannot be planned. Each names the option
-/// as the command line spells it.
+/// Why the node or CPU choices cannot be planned. Each names the setting
+/// by its field in [`RingConfig`]; [`PlanError::message`] lets a caller
+/// spell it its own way (`numalab ring` shows `--memory-node`).
 ///
 /// ```
 /// use numalab::{SpecError, Topology};
@@ -80,9 +82,11 @@ pub struct CellPlan {
 /// let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
 /// let mut config = RingConfig::new("numalab");
 /// config.memory_node = Some("7".into());
-/// match plan::cells(&config, &topology).unwrap_err() {
-///     PlanError::Spec { flag, source: SpecError::NoSuchNode { node, .. }, .. } => {
-///         assert_eq!((flag.as_str(), node), ("memory-node", 7))
+/// let err = plan::cells(&config, &topology).unwrap_err();
+/// assert_eq!(err.to_string(), "memory_node=7");
+/// match err {
+///     PlanError::Spec { setting, source: SpecError::NoSuchNode { node, .. }, .. } => {
+///         assert_eq!((setting, node), ("memory_node", 7))
 ///     }
 ///     other => panic!("unexpected {other}"),
 /// }
@@ -101,10 +105,10 @@ pub enum PlanError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// A node list with something that is not a node number.
-    #[error("--{flag}={spec}: {value:?} is not a node number")]
+    #[error("{}", self.message())]
     NotANode {
-        /// The option.
-        flag: String,
+        /// The setting: its field in [`RingConfig`].
+        setting: &'static str,
         /// Its value.
         spec: String,
         /// The part that is not a number.
@@ -114,13 +118,10 @@ pub enum PlanError {
         source: std::num::ParseIntError,
     },
     /// A node list with neither one value nor one per stream.
-    #[error(
-        "--{flag}={spec}: {} for {}; give one, or one per stream",
-        count(*found, "value"), count(*streams, "stream")
-    )]
+    #[error("{}", self.message())]
     NodeCount {
-        /// The option.
-        flag: String,
+        /// The setting: its field in [`RingConfig`].
+        setting: &'static str,
         /// Its value.
         spec: String,
         /// Values given.
@@ -129,13 +130,10 @@ pub enum PlanError {
         streams: usize,
     },
     /// A CPU set list with neither one set nor one per stream.
-    #[error(
-        "--{flag}={spec}: {} for {}; give one, or one per stream (separated by /)",
-        count(*found, "CPU set"), count(*streams, "stream")
-    )]
+    #[error("{}", self.message())]
     CpuCount {
-        /// The option.
-        flag: String,
+        /// The setting: its field in [`RingConfig`].
+        setting: &'static str,
         /// Its value.
         spec: String,
         /// Sets given.
@@ -145,10 +143,10 @@ pub enum PlanError {
     },
     /// A node or CPU that does not exist, is not allowed, or lacks what
     /// its role needs.
-    #[error("--{flag}={spec}")]
+    #[error("{}", self.message())]
     Spec {
-        /// The option.
-        flag: String,
+        /// The setting: its field in [`RingConfig`].
+        setting: &'static str,
         /// The value at fault.
         spec: String,
         /// Why.
@@ -157,12 +155,51 @@ pub enum PlanError {
     },
 }
 
-fn node_list(spec: &str, streams: usize, flag: &str) -> Result<Vec<u32>, PlanError> {
+impl PlanError {
+    /// What went wrong, its settings named `«field»` for the caller to
+    /// spell ([`Message::spelt`]).
+    pub fn message(&self) -> Message {
+        match self {
+            PlanError::Config(err) => err.message(),
+            PlanError::NotANode {
+                setting,
+                spec,
+                value,
+                ..
+            } => Message::new(format!(
+                "«{setting}»={spec}: {value:?} is not a node number"
+            )),
+            PlanError::NodeCount {
+                setting,
+                spec,
+                found,
+                streams,
+            } => Message::new(format!(
+                "«{setting}»={spec}: {} for {}; give one, or one per stream",
+                count(*found, "value"),
+                count(*streams, "stream")
+            )),
+            PlanError::CpuCount {
+                setting,
+                spec,
+                found,
+                streams,
+            } => Message::new(format!(
+                "«{setting}»={spec}: {} for {}; give one, or one per stream (separated by /)",
+                count(*found, "CPU set"),
+                count(*streams, "stream")
+            )),
+            PlanError::Spec { setting, spec, .. } => Message::new(format!("«{setting}»={spec}")),
+        }
+    }
+}
+
+fn node_list(spec: &str, streams: usize, setting: &'static str) -> Result<Vec<u32>, PlanError> {
     let values: Vec<u32> = spec
         .split(',')
         .map(|v| {
             v.trim().parse().map_err(|source| PlanError::NotANode {
-                flag: flag.to_owned(),
+                setting,
                 spec: spec.to_owned(),
                 value: v.to_owned(),
                 source,
@@ -173,7 +210,7 @@ fn node_list(spec: &str, streams: usize, flag: &str) -> Result<Vec<u32>, PlanErr
         1 => Ok(vec![values[0]; streams]),
         n if n == streams => Ok(values),
         found => Err(PlanError::NodeCount {
-            flag: flag.to_owned(),
+            setting,
             spec: spec.to_owned(),
             found,
             streams,
@@ -185,13 +222,13 @@ fn cpu_list(
     topology: &Topology,
     spec: &str,
     streams: usize,
-    flag: &str,
+    setting: &'static str,
 ) -> Result<Vec<CpuSet>, PlanError> {
     let values: Vec<CpuSet> = spec
         .split('/')
         .map(|v| {
             topology.parse_cpus(v).map_err(|source| PlanError::Spec {
-                flag: flag.to_owned(),
+                setting,
                 spec: spec.to_owned(),
                 source,
             })
@@ -201,7 +238,7 @@ fn cpu_list(
         1 => Ok(vec![values[0].clone(); streams]),
         n if n == streams => Ok(values),
         found => Err(PlanError::CpuCount {
-            flag: flag.to_owned(),
+            setting,
             spec: spec.to_owned(),
             found,
             streams,
@@ -242,12 +279,12 @@ pub fn custom_streams(
         .first()
         .unwrap_or(0);
     let memory = match &config.memory_node {
-        Some(spec) => node_list(spec, n, "memory-node")?,
+        Some(spec) => node_list(spec, n, "memory_node")?,
         None => vec![default_memory; n],
     };
-    let node_error = |flag: String, node: u32| {
+    let node_error = |setting: &'static str, node: u32| {
         move |source| PlanError::Spec {
-            flag,
+            setting,
             spec: node.to_string(),
             source,
         }
@@ -255,19 +292,20 @@ pub fn custom_streams(
     for &node in &memory {
         topology
             .check_memory_nodes(&NodeSet::single(node))
-            .map_err(node_error("memory-node".into(), node))?;
+            .map_err(node_error("memory_node", node))?;
     }
     type Side = (Vec<Option<u32>>, Vec<CpuSet>);
+    // The side's node and CPU settings.
     let side = |node_spec: &Option<String>,
                 cpu_spec: &Option<String>,
-                flag: &str|
+                (node_setting, cpu_setting): (&'static str, &'static str)|
      -> Result<Side, PlanError> {
         if let Some(spec) = cpu_spec {
-            let cpus = cpu_list(topology, spec, n, &format!("{flag}-cpus"))?;
+            let cpus = cpu_list(topology, spec, n, cpu_setting)?;
             return Ok((vec![None; n], cpus));
         }
         let nodes = match node_spec {
-            Some(spec) => node_list(spec, n, &format!("{flag}-node"))?,
+            Some(spec) => node_list(spec, n, node_setting)?,
             // With CPUs of its own, the memory's node; else the nearest
             // node that has CPUs.
             None => memory
@@ -284,13 +322,21 @@ pub fn custom_streams(
         for &node in &nodes {
             topology
                 .check_cpu_nodes(&NodeSet::single(node))
-                .map_err(node_error(format!("{flag}-node"), node))?;
+                .map_err(node_error(node_setting, node))?;
             cpus.push(cpus_of_node(topology, node));
         }
         Ok((nodes.into_iter().map(Some).collect(), cpus))
     };
-    let (writer_nodes, writer_cpus) = side(&config.writer_node, &config.writer_cpus, "writer")?;
-    let (reader_nodes, reader_cpus) = side(&config.reader_node, &config.reader_cpus, "reader")?;
+    let (writer_nodes, writer_cpus) = side(
+        &config.writer_node,
+        &config.writer_cpus,
+        ("writer_node", "writer_cpus"),
+    )?;
+    let (reader_nodes, reader_cpus) = side(
+        &config.reader_node,
+        &config.reader_cpus,
+        ("reader_node", "reader_cpus"),
+    )?;
     Ok((0..n)
         .map(|i| StreamPlan {
             memory_node: memory[i],
@@ -438,21 +484,18 @@ mod tests {
     #[test]
     fn node_and_cpu_lists_take_one_value_or_one_per_stream() {
         let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1").unwrap();
-        assert_eq!(node_list("1", 2, "memory-node").unwrap(), [1, 1]);
-        assert_eq!(node_list("0,1", 2, "memory-node").unwrap(), [0, 1]);
-        let err = node_list("0,0,0", 2, "memory-node").unwrap_err();
+        assert_eq!(node_list("1", 2, "memory_node").unwrap(), [1, 1]);
+        assert_eq!(node_list("0,1", 2, "memory_node").unwrap(), [0, 1]);
+        let err = node_list("0,0,0", 2, "memory_node").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "--memory-node=0,0,0: 3 values for 2 streams; give one, or one per stream"
+            "memory_node=0,0,0: 3 values for 2 streams; give one, or one per stream"
         );
-        let err = node_list("x", 1, "writer-node").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "--writer-node=x: \"x\" is not a node number"
-        );
-        let cpus = cpu_list(&topology, "0/2-3", 2, "reader-cpus").unwrap();
+        let err = node_list("x", 1, "writer_node").unwrap_err();
+        assert_eq!(err.to_string(), "writer_node=x: \"x\" is not a node number");
+        let cpus = cpu_list(&topology, "0/2-3", 2, "reader_cpus").unwrap();
         assert_eq!(cpus[1], "2-3".parse::<CpuSet>().unwrap());
-        assert!(cpu_list(&topology, "0/1/2", 2, "reader-cpus").is_err());
+        assert!(cpu_list(&topology, "0/1/2", 2, "reader_cpus").is_err());
     }
 
     #[test]
@@ -472,7 +515,7 @@ mod tests {
         assert_eq!(cells[0].name, "memory 1, writer cpus 0, reader 1");
         config.memory_node = Some("7".into());
         let err = super::cells(&config, &topology).unwrap_err();
-        assert!(err.to_string().starts_with("--memory-node=7"), "{err}");
+        assert!(err.to_string().starts_with("memory_node=7"), "{err}");
         config.streams = 0;
         assert!(matches!(
             super::cells(&config, &topology),

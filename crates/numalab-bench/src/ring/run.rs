@@ -20,6 +20,7 @@ use super::plan::{self, PlanError, StreamPlan};
 use super::result::{CellResult, CellStatus, ProcessPlacement, RingReport, Settings, StreamResult};
 use super::worker::{Role, WorkerConfig, WorkerReport};
 use crate::control::Control;
+use crate::message::Message;
 
 /// Why `numalab ring` stopped.
 ///
@@ -37,7 +38,13 @@ use crate::control::Control;
 ///     matches!(err, RunError::Plan(PlanError::Config(ConfigError::NoStreams))),
 ///     "{err}"
 /// );
-/// assert_eq!(err.to_string(), "--streams=0: at least one stream is needed");
+/// assert_eq!(err.to_string(), "streams=0: at least one stream is needed");
+/// // `numalab ring` spells the setting as its flag.
+/// let flag = |name: &str| (name == "streams").then_some("--streams");
+/// assert_eq!(
+///     err.message().unwrap().spelt(flag),
+///     "--streams=0: at least one stream is needed"
+/// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +56,7 @@ pub enum RunError {
     Plan(#[from] PlanError),
     /// The rings of a cell do not fit in memory together (checked before
     /// any is made).
-    #[error("--streams={streams} --blocks={blocks} --block-size={block_size}")]
+    #[error("{}", no_room(*streams, *blocks, *block_size))]
     NoRoom {
         /// Streams of the cell, one ring each.
         streams: usize,
@@ -101,6 +108,35 @@ pub enum RunError {
         /// Bytes the writer wrote.
         written: u64,
     },
+}
+
+impl From<ConfigError> for RunError {
+    fn from(err: ConfigError) -> RunError {
+        RunError::Plan(err.into())
+    }
+}
+
+impl RunError {
+    /// What went wrong, its settings named `«field»` for the caller to
+    /// spell ([`Message::spelt`]), where the error names settings.
+    pub fn message(&self) -> Option<Message> {
+        match self {
+            RunError::Plan(err) => Some(err.message()),
+            RunError::NoRoom {
+                streams,
+                blocks,
+                block_size,
+                ..
+            } => Some(no_room(*streams, *blocks, *block_size)),
+            _ => None,
+        }
+    }
+}
+
+fn no_room(streams: usize, blocks: u64, block_size: u64) -> Message {
+    Message::new(format!(
+        "«streams»={streams} «blocks»={blocks} «block_size»={block_size}"
+    ))
 }
 
 /// `err` and every error under it, joined by `: `.

@@ -17,6 +17,7 @@ use numalab_bench::experiment::values::Seconds;
 use numalab_bench::matrix::MatrixReport;
 
 use crate::exit::{after_signal, cannot_run};
+use crate::flags::{self, Flags};
 use crate::output::{self, OutputArgs};
 use crate::render;
 
@@ -92,6 +93,20 @@ fn kinds() -> impl clap::builder::TypedValueParser<Value = Kind> {
         .try_map(|name| name.parse::<Kind>())
 }
 
+/// The engine's settings as `numalab advise` spells them.
+const FLAGS: &Flags = &[
+    ("runs", "--runs"),
+    ("warmup", "--warmup"),
+    ("show_output", "--show-output"),
+    ("timeout", "--timeout"),
+];
+
+/// The engine's error as this command shows it, settings spelt as flags.
+fn shown(err: &AdviseError) -> String {
+    err.message()
+        .map_or_else(|| err.to_string(), |m| flags::spell(&m, FLAGS))
+}
+
 /// The largest matrix result read with --matrix.
 const MAX_MATRIX_BYTES: u64 = 64 << 20;
 
@@ -154,18 +169,18 @@ pub fn run(args: &AdviseArgs) -> Result<i32> {
             eprintln!("numalab advise: signal {signal} arrived before the command started; it was not run");
             return Ok(after_signal(signal));
         }
-        Err(AdviseError::FailsByDefault { exit, code }) => {
-            eprintln!(
-                "numalab advise: {}",
-                AdviseError::FailsByDefault { exit, code }
-            );
+        Err(err @ AdviseError::FailsByDefault { code, .. }) => {
+            eprintln!("numalab advise: {}", shown(&err));
             return Ok(code);
         }
         Err(err @ AdviseError::TimesOutByDefault { .. }) => {
-            eprintln!("numalab advise: {err}");
+            eprintln!("numalab advise: {}", shown(&err));
             return Ok(124);
         }
-        Err(err) => return Err(err.into()),
+        Err(err) => {
+            let message = err.message();
+            return Err(flags::with_flags(err, message, FLAGS));
+        }
     };
     render::emit(&report, &args.output)?;
     if let Some(code) = report.failed_by_default {
@@ -190,4 +205,45 @@ fn read_matrix(path: &std::path::Path) -> Result<MatrixReport> {
         );
     }
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use numalab::launch::Exit;
+    use numalab_bench::advise::ExitText;
+
+    use super::*;
+
+    /// The engine's refusals name settings this command spells as flags
+    /// it has.
+    #[test]
+    fn every_setting_the_engine_names_is_spelt_as_a_flag_it_has() {
+        let errors = [
+            AdviseError::TooFewRuns(1),
+            AdviseError::FailsByDefault {
+                exit: ExitText(Exit::Code(3)),
+                code: 3,
+            },
+            AdviseError::TimesOutByDefault {
+                limit: Duration::from_secs(60),
+            },
+        ];
+        let texts: Vec<String> = errors.iter().map(shown).collect();
+        assert!(texts[0].starts_with("--runs=1: "), "{}", texts[0]);
+        assert!(texts[1].ends_with("(its output is shown with --show-output)"));
+        assert!(texts[2].contains("give a longer --timeout"), "{}", texts[2]);
+        for err in &errors {
+            let message = err.message().unwrap();
+            assert_eq!(flags::unspelt(&message, FLAGS), Vec::<&str>::new());
+        }
+        let longs = flags::longs_of::<AdviseArgs>();
+        for (_, flag) in FLAGS {
+            assert!(
+                longs.iter().any(|l| l == flag),
+                "{flag} is not a flag of advise"
+            );
+        }
+    }
 }

@@ -15,6 +15,7 @@ use numalab_bench::pagecache::{
 };
 use numalab_bench::pagecache::{change, change_with, CacheAction, ChangeError};
 
+use crate::flags::{self, Flags};
 use crate::output::OutputArgs;
 use crate::render;
 use crate::signals::{control_for_terminal, Interrupts};
@@ -248,7 +249,7 @@ fn bench_config(args: &BenchArgs) -> BenchConfig {
 }
 
 /// The bench's settings as `numalab pagecache bench` spells them.
-const FLAGS: [(&str, &str); 14] = [
+const FLAGS: &Flags = &[
     ("block_size", "--block-size"),
     ("repeats", "--repeats"),
     ("group", "--group"),
@@ -267,15 +268,8 @@ const FLAGS: [(&str, &str); 14] = [
 
 /// The bench's error, its settings spelt as this command's flags.
 fn with_flags(err: bench::BenchError) -> anyhow::Error {
-    match err {
-        bench::BenchError::Invalid(message) => anyhow::anyhow!(message.spelt(|name| {
-            FLAGS
-                .iter()
-                .find(|(setting, _)| *setting == name)
-                .map(|(_, flag)| *flag)
-        })),
-        other => other.into(),
-    }
+    let message = err.message();
+    flags::with_flags(err, message, FLAGS)
 }
 
 /// Runs `numalab pagecache bench`: 0, or 128 + the signal that stopped
@@ -310,17 +304,8 @@ mod tests {
     fn every_setting_the_bench_names_is_spelt_as_a_flag_it_has() {
         let engine = include_str!("../../../numalab-bench/src/pagecache/plan.rs");
         let named = numalab_bench::message::Message::new(engine);
-        for setting in named.settings() {
-            assert!(
-                FLAGS.iter().any(|(name, _)| *name == setting),
-                "«{setting}» has no flag"
-            );
-        }
-        let command = <BenchArgs as clap::Args>::augment_args(clap::Command::new("bench"));
-        let longs: Vec<String> = command
-            .get_arguments()
-            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
-            .collect();
+        assert_eq!(flags::unspelt(&named, FLAGS), Vec::<&str>::new());
+        let longs = flags::longs_of::<BenchArgs>();
         for (_, flag) in FLAGS.iter().filter(|(_, flag)| *flag != "FILE") {
             assert!(
                 longs.iter().any(|l| l == flag),

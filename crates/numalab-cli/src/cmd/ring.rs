@@ -12,9 +12,10 @@ use numalab::ring;
 use numalab::{CpuSet, HugePages, Topology};
 use numalab_bench::ring::config::timeout_from_secs;
 use numalab_bench::ring::{
-    self as engine, CellStatus, RingConfig, RingListReport, Role, WorkerConfig,
+    self as engine, CellStatus, RingConfig, RingListReport, Role, RunError, WorkerConfig,
 };
 
+use crate::flags::{self, Flags};
 use crate::output::{self, OutputArgs};
 use crate::render;
 use crate::signals::{control_for_terminal, Interrupts};
@@ -201,7 +202,7 @@ pub fn run(args: &RingArgs) -> Result<i32> {
     // kernel that their parent is gone, remove the segments).
     let control = control_for_terminal("");
     let interrupts = Interrupts::catch(&control)?;
-    let report = engine::run(&config, &topology, &control)?;
+    let report = engine::run(&config, &topology, &control).map_err(with_flags)?;
     render::emit(&report, &args.output)?;
     if report.interrupted {
         // A worker ended by Ctrl-C may be all that was seen of it.
@@ -249,13 +250,35 @@ fn config(args: &RingArgs) -> Result<RingConfig> {
         mode: args.mode.into(),
         huge_pages: args.huge_pages,
         mlock: args.mlock,
-        timeout: timeout_from_secs(args.timeout)?,
+        timeout: timeout_from_secs(args.timeout).map_err(with_flags)?,
         verify: args.verify,
         worker_exe: std::env::current_exe()
             .context("finding the numalab binary to start workers")?,
     };
-    config.check()?;
+    config.check().map_err(with_flags)?;
     Ok(config)
+}
+
+/// The engine's settings as `numalab ring` (and its workers) spell them.
+const FLAGS: &Flags = &[
+    ("streams", "--streams"),
+    ("memory_node", "--memory-node"),
+    ("writer_node", "--writer-node"),
+    ("reader_node", "--reader-node"),
+    ("writer_cpus", "--writer-cpus"),
+    ("reader_cpus", "--reader-cpus"),
+    ("readers", "--readers"),
+    ("volume", "--volume"),
+    ("block_size", "--block-size"),
+    ("blocks", "--blocks"),
+    ("timeout", "--timeout"),
+];
+
+/// The engine's error, its settings spelt as this command's flags.
+fn with_flags(err: impl Into<RunError>) -> anyhow::Error {
+    let err = err.into();
+    let message = err.message();
+    flags::with_flags(err, message, FLAGS)
 }
 
 // ---------------------------------------------------------------------------
@@ -302,7 +325,7 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
         .cpus
         .parse()
         .with_context(|| format!("--cpus={}", args.cpus))?;
-    let timeout = timeout_from_secs(args.timeout)?;
+    let timeout = timeout_from_secs(args.timeout).map_err(with_flags)?;
     end_with_the_ring(&args.name)?;
     let report = engine::worker::run(&WorkerConfig {
         role,
@@ -350,4 +373,63 @@ fn end_with_the_ring(name: &str) -> Result<()> {
         })
         .context("starting the worker's signal thread")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each setting the engine refuses is shown as the flag that set it,
+    /// and every spelling is one of the command's flags.
+    #[test]
+    fn every_setting_the_engine_names_is_spelt_as_a_flag_it_has() {
+        let topology = Topology::from_synthetic("pack:2 numa:1 core:2 pu:1").unwrap();
+        type Change = fn(&mut RingConfig);
+        let cases: [(Change, &str); 12] = [
+            (
+                |c| c.streams = 0,
+                "--streams=0: at least one stream is needed",
+            ),
+            (|c| c.streams = 300, "--streams=300 is more than 256"),
+            (|c| c.readers = 0, "--readers=0 is not from 1"),
+            (|c| c.block_size = 65, "--block-size=65 is not a multiple"),
+            (|c| c.blocks = 1, "--blocks=1 is not from 2"),
+            (|c| c.volume = 1, "--volume=1 is less than one block"),
+            (
+                |c| c.timeout = Duration::from_secs(1 << 40),
+                "--timeout=1099511627776 is more than 86400",
+            ),
+            (|c| c.memory_node = Some("7".into()), "--memory-node=7: "),
+            (
+                |c| c.writer_node = Some("x".into()),
+                "--writer-node=x: \"x\" is not a node number",
+            ),
+            (
+                |c| c.reader_node = Some("0,0,0".into()),
+                "--reader-node=0,0,0: 3 values for 1 stream",
+            ),
+            (|c| c.writer_cpus = Some("99".into()), "--writer-cpus=99: "),
+            (
+                |c| c.reader_cpus = Some("0/1".into()),
+                "--reader-cpus=0/1: 2 CPU sets for 1 stream",
+            ),
+        ];
+        for (change, shown) in cases {
+            let mut config = RingConfig::new("numalab");
+            change(&mut config);
+            let err = match config.check() {
+                Err(err) => with_flags(err),
+                Ok(()) => with_flags(engine::plan::cells(&config, &topology).unwrap_err()),
+            };
+            let text = crate::describe(&err);
+            assert!(text.starts_with(shown), "{text:?} is not {shown:?}…");
+        }
+        let longs = flags::longs_of::<RingArgs>();
+        for (_, flag) in FLAGS {
+            assert!(
+                longs.iter().any(|l| l == flag),
+                "{flag} is not a flag of ring"
+            );
+        }
+    }
 }
