@@ -90,6 +90,13 @@ pub enum SizeError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RingError {
+    /// A held block given back twice, or one the handle has moved past
+    /// ([`HeldBlock`](super::HeldBlock)).
+    #[error("block {seq} is not held any more: it was published or given back already")]
+    NotHeld {
+        /// The block's sequence number.
+        seq: u64,
+    },
     /// The name cannot be used for a segment.
     #[error("invalid ring name {name:?}: {reason}")]
     InvalidName {

@@ -98,6 +98,8 @@ mod copy;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
+mod held;
+#[cfg(not(loom))]
 mod layout;
 #[cfg(not(loom))]
 mod limits;
@@ -121,6 +123,7 @@ pub use self::{
         STREAMING_FROM,
     },
     error::{RingError, SizeError},
+    held::HeldBlock,
     layout::{validate_header, HEADER_SIZE},
     limits::{MAX_BLOCKS, MAX_META_SIZE, MAX_READERS},
     meta::{Transfer, TransferHeader},

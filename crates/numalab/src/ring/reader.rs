@@ -455,6 +455,23 @@ impl Reader {
     pub fn stats(&self) -> RingStats {
         RingStats::read(&self.seg, &self.lock_fd)
     }
+
+    pub(super) fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// Whether block `seq` is lent whole (by `borrow`) now.
+    pub(super) fn holds(&self, seq: u64) -> bool {
+        self.cursor
+            .is_some_and(|cursor| cursor.seq == seq && cursor.offset == 0)
+    }
+
+    /// Gives back the block `borrow` lent, as dropping its `ReadBlock`
+    /// does.
+    pub(super) fn release_borrowed(&mut self) {
+        self.release();
+        self.pending_end = false;
+    }
 }
 
 impl Drop for Reader {
@@ -548,7 +565,6 @@ impl Deref for ReadBlock<'_> {
 
 impl Drop for ReadBlock<'_> {
     fn drop(&mut self) {
-        self.reader.release();
-        self.reader.pending_end = false;
+        self.reader.release_borrowed();
     }
 }

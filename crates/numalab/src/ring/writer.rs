@@ -392,6 +392,16 @@ impl Writer {
     pub fn stats(&self) -> RingStats {
         RingStats::read(&self.seg, &self.lock_fd)
     }
+
+    pub(super) fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// Whether block `seq` is the next to publish and nothing was copied
+    /// into it.
+    pub(super) fn is_next(&self, seq: u64) -> bool {
+        self.next == seq && self.filled.is_none()
+    }
 }
 
 impl Drop for Writer {
