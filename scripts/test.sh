@@ -21,6 +21,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 step "cargo test"
 cargo test --workspace --exclude numalab-emu --locked
 
+step "Python package: the wheel built by maturin, its pytest suite against it (scripts/python.sh)"
+scripts/python.sh
+
 step "fuzzing: every parser's target for 5 s, and every regression input (bench/fuzz.sh)"
 NUMALAB_FUZZ_SEED=1 bench/fuzz.sh 35s
 
