@@ -196,3 +196,14 @@ def test_fincore_counts_what_util_linux_counts(tmp_path):
     both = numalab.fincore(path, tmp_path / "missing", strict=False)
     assert [f["path"] for f in both["failed"]] == [str(tmp_path / "missing")]
     assert both["total"]["cached"] == int(theirs[0])
+
+
+def test_the_readmes_python_example_runs_as_written(capsys):
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text()
+    example = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(example.strip().splitlines()) == 5
+    exec(compile(example, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "Pages(" in out and "interleave:" in out and "total_bytes" in out

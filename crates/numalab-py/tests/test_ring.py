@@ -4,6 +4,7 @@ read and written by `numalab ring`'s Rust workers both ways."""
 import json
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -171,3 +172,50 @@ def test_a_corrupted_word_is_caught_by_the_rust_reader(ring_name, numalab_bin):
             writer.write(data)
         out, err = worker.communicate(timeout=LIMIT)
         assert worker.returncode != 0 and "byte 40 of the stream is wrong" in err, err
+
+
+def test_ctrl_c_ends_a_wait_without_a_limit(ring_name, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "wait.py"
+    script.write_text(
+        "import sys, numalab\n"
+        f"ring = numalab.Ring.create({ring_name!r}, block_size=4096, blocks=2)\n"
+        "reader = ring.reader()\n"
+        "print('waiting', flush=True)\n"
+        "try:\n"
+        "    reader.next_block()\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(3)\n"
+    )
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "waiting"
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=LIMIT)
+    assert (child.returncode, out.strip()) == (3, "interrupted")
+
+
+def test_a_handle_in_use_by_another_thread_is_refused_not_deadlocked(ring_name):
+    with numalab.Ring.create(ring_name, block_size=4096, blocks=2) as ring:
+        reader = ring.reader()
+        waiting = threading.Thread(target=lambda: list(reader))
+        waiting.start()
+        # Once the other thread is in its wait it holds the handle until
+        # data comes: ask until it is refused (LIMIT only bounds a failure).
+        writer = ring.writer(timeout=LIMIT)
+        refused, deadline = None, time.monotonic() + LIMIT
+        while refused is None and time.monotonic() < deadline:
+            try:
+                reader.set_timeout(None)
+            except numalab.InvalidState as err:
+                refused = err
+            time.sleep(0.001)
+        assert refused is not None and "another thread" in str(refused)
+        writer.write(np.ones(4096, dtype=np.uint8))
+        writer.finish()
+        waiting.join(LIMIT)
+        assert not waiting.is_alive()
+        reader.close()
