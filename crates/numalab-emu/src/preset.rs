@@ -95,6 +95,11 @@ pub struct Preset {
     /// HMAT entries.
     #[serde(default)]
     pub(crate) hmat: Vec<HmatSpec>,
+    /// Boots with the Python package (the host's interpreter, NumPy and
+    /// numalab's wheel, about 50 MiB more initramfs), for check
+    /// `python.place`.
+    #[serde(default)]
+    pub python: bool,
 }
 
 impl NodeSpec {

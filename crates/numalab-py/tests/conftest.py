@@ -79,6 +79,19 @@ def nodes_with_memory():
     return out
 
 
+def kernel_list(nodes):
+    """Nodes as the kernel writes a list in numa_maps: `0-1`, `0,2`."""
+    nodes = sorted(nodes)
+    parts, start = [], None
+    for i, n in enumerate(nodes):
+        if start is None:
+            start = n
+        if i + 1 == len(nodes) or nodes[i + 1] != n + 1:
+            parts.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ",".join(parts)
+
+
 @pytest.fixture
 def ring_name(request):
     """A ring name no other test or run uses; removed after the test."""

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import numalab
-from conftest import kernel_thread_policy, numa_maps_entry, nodes_with_memory
+from conftest import kernel_list, kernel_thread_policy, numa_maps_entry, nodes_with_memory
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -34,7 +34,7 @@ def test_empty_is_bound_before_its_first_touch_and_lands_there():
 
 def test_zeros_interleaves_over_every_node_with_memory():
     a = numalab.zeros(1 << 20, np.uint32, policy="interleave:all")
-    expected = ",".join(map(str, nodes_with_memory()))
+    expected = kernel_list(nodes_with_memory())
     policy, values, nodes = numa_maps_entry(address(a))
     assert policy == f"interleave:{expected}"
     # zeros() touched every page: the kernel counts them all.

@@ -31,6 +31,7 @@ pub mod fill;
 pub mod matrix;
 pub mod oracle;
 pub mod pagecache;
+pub mod python;
 pub mod replicated;
 pub mod report;
 pub mod ring;
@@ -266,6 +267,11 @@ pub const CHECKS: &[Check] = &[
         name: "oracle.hwloc-export",
         about: "numalab matrix --quick --hwloc-xml read back by lstopo -i FILE --memattrs in the guest: every cell's value, its initiator's cpuset the preset's CPUs of that node (memory-less ones too) and its target node (CPU-less ones too), nothing else",
         run: oracle::hwloc_export,
+    },
+    Check {
+        name: "python.place",
+        about: "import numalab in the guest's CPython: empty/zeros(policy=\"bind:N\") on every node with memory and place(np.ones(...), \"interleave:all\"), each read back from /proc/self/numa_maps (presets with python = true)",
+        run: python::place,
     },
     Check {
         name: "report.quick",
