@@ -184,8 +184,8 @@ def test_ctrl_c_ends_a_wait_without_a_limit(ring_name, tmp_path):
         "import sys, numalab\n"
         f"ring = numalab.Ring.create({ring_name!r}, block_size=4096, blocks=2)\n"
         "reader = ring.reader()\n"
-        "print('waiting', flush=True)\n"
         "try:\n"
+        "    print('waiting', flush=True)\n"
         "    reader.next_block()\n"
         "except KeyboardInterrupt:\n"
         "    print('interrupted', flush=True)\n"
@@ -193,6 +193,13 @@ def test_ctrl_c_ends_a_wait_without_a_limit(ring_name, tmp_path):
     )
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "waiting"
+    # Signal it once it sleeps in the wait (LIMIT only bounds a failure).
+    deadline = time.monotonic() + LIMIT
+    while time.monotonic() < deadline:
+        with open(f"/proc/{child.pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "S":
+                break
+        time.sleep(0.001)
     child.send_signal(signal.SIGINT)
     out, _ = child.communicate(timeout=LIMIT)
     assert (child.returncode, out.strip()) == (3, "interrupted")
