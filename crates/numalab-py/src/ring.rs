@@ -583,6 +583,29 @@ impl Reader {
     fn what(&self) -> String {
         format!("the reader of ring {:?}", self.name)
     }
+
+    /// Gives back the block lent, then runs `step` (a wait) within the
+    /// reader's timeout, in pieces; returns the state, still held, with
+    /// what `step` gave.
+    fn next<T: Send>(
+        &self,
+        py: Python<'_>,
+        step: fn(&mut lib::Reader) -> Result<T, RingError>,
+    ) -> PyResult<(MutexGuard<'_, ReaderState>, T)> {
+        let mut guard = take(&self.state, &self.what())?;
+        give_back(&mut guard);
+        let timeout = guard.timeout;
+        let Some(reader) = guard.reader.as_mut() else {
+            return Err(raise("Closed", format!("{} is closed", self.what())));
+        };
+        let out = wait(py, timeout, |piece| {
+            reader.set_timeout(Some(piece));
+            let out = step(reader);
+            reader.set_timeout(None);
+            out
+        })?;
+        Ok((guard, out))
+    }
 }
 
 #[pymethods]
@@ -598,32 +621,18 @@ impl Reader {
     /// Gives back the block lent before, then lends the next; None at the
     /// end of the stream.
     fn next_block(&self, py: Python<'_>) -> PyResult<Option<Py<Block>>> {
-        let mut guard = take(&self.state, &self.what())?;
-        let state = &mut *guard;
-        give_back(state);
-        let timeout = state.timeout;
-        let Some(reader) = state.reader.as_mut() else {
-            return Err(raise(
-                "Closed",
-                format!("the reader of ring {:?} is closed", self.name),
-            ));
-        };
-        let held = wait(py, timeout, |piece| {
-            reader.set_timeout(Some(piece));
-            let out = reader.hold();
-            reader.set_timeout(None);
-            out
-        })?;
+        let (mut state, held) = self.next(py, lib::Reader::hold)?;
         let Some(held) = held else {
             return Ok(None);
         };
+        let transfer = state.reader.as_ref().and_then(|r| r.transfer().cloned());
         let block = Py::new(
             py,
             Block {
                 held,
                 writable: false,
                 released: AtomicBool::new(false),
-                transfer: reader.transfer().cloned(),
+                transfer,
             },
         )?;
         state.current = Some(block.clone_ref(py));
@@ -647,23 +656,7 @@ impl Reader {
     /// Skips the rest of the current transfer and waits for the next:
     /// (id, header), or None at the end of the stream.
     fn next_transfer<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyDict>)>> {
-        let mut guard = take(&self.state, &self.what())?;
-        let state = &mut *guard;
-        give_back(state);
-        let timeout = state.timeout;
-        let Some(reader) = state.reader.as_mut() else {
-            return Err(raise(
-                "Closed",
-                format!("the reader of ring {:?} is closed", self.name),
-            ));
-        };
-        let transfer = wait(py, timeout, |piece| {
-            reader.set_timeout(Some(piece));
-            let out = reader.next_transfer();
-            reader.set_timeout(None);
-            out
-        })?;
-        match transfer {
+        match self.next(py, lib::Reader::next_transfer)?.1 {
             Some(t) => Ok(Some((t.id, header_dict(py, &t.header)?))),
             None => Ok(None),
         }

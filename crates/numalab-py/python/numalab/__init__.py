@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any, Dict, Union
 
-from . import _native
+from . import _errors, _native
 from ._errors import (
     Closed,
     Error,
@@ -120,20 +120,6 @@ __all__ = [
     "WriteBlock",
     "Transfer",
     "remove",
-    # errors
-    "Error",
-    "InvalidArgument",
-    "PolicyError",
-    "NodeError",
-    "Unsupported",
-    "NotMoved",
-    "PermissionDenied",
-    "NotFound",
-    "RingError",
-    "RingNotFound",
-    "RingExists",
-    "Timeout",
-    "Closed",
-    "Released",
-    "InvalidState",
+    # errors: numalab.Error and its kinds
+    *_errors.__all__,
 ]
