@@ -180,8 +180,11 @@ def test_ctrl_c_ends_a_wait_without_a_limit(ring_name, tmp_path):
     import sys
 
     script = tmp_path / "wait.py"
+    # A background job of a script starts with SIGINT ignored, and Python
+    # then leaves it so: the child asks for Python's own handler.
     script.write_text(
-        "import sys, numalab\n"
+        "import signal, sys, numalab\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"ring = numalab.Ring.create({ring_name!r}, block_size=4096, blocks=2)\n"
         "reader = ring.reader()\n"
         "try:\n"
