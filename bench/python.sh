@@ -4,7 +4,7 @@
 # 64 MiB blocks: Python >= 0.9x), and numalab.locate of 1 GiB against the
 # library's (<= 1.1x the time). A benchmark, not a test: run it on a quiet
 # machine.
-#   bash bench/python.sh [--quick]
+#   bash bench/python.sh [--quick] [--rounds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}

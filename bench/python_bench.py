@@ -1,6 +1,7 @@
 """The Python package's speed against the same loops in Rust, measured in
 one run (bash bench/python.sh runs it; arguments: the python_reference
-bench binary, then --quick or nothing).
+bench binary, the numalab binary, then --quick (1 GiB per run, 3 rounds)
+or nothing (4 GiB, 7 rounds), and --rounds N to change the rounds).
 
 * ring: a reader that sums each block in place with NumPy
   (``block.view(np.uint64).sum()``) against the same loop in Rust on the
@@ -38,6 +39,8 @@ reference = sys.argv[1]
 numalab_bin = sys.argv[2]
 quick = "--quick" in sys.argv[3:]
 rounds = 3 if quick else 7
+if "--rounds" in sys.argv:
+    rounds = int(sys.argv[sys.argv.index("--rounds") + 1])
 volume = (1 << 30) if quick else (4 << 30)
 blocks_sizes = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 cpus = sorted(os.sched_getaffinity(0))
