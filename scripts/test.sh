@@ -24,6 +24,9 @@ cargo test --workspace --exclude numalab-emu --locked
 step "Python package: the wheel built by maturin, its pytest suite against it (scripts/python.sh)"
 scripts/python.sh
 
+step "C and C++: libnumalab installed with numalab.h and numalab.pc, the examples, every call under ASan/UBSan (scripts/c.sh)"
+scripts/c.sh
+
 step "fuzzing: every parser's target for 5 s, and every regression input (bench/fuzz.sh)"
 NUMALAB_FUZZ_SEED=1 bench/fuzz.sh 35s
 
