@@ -81,9 +81,34 @@ cc -std=c11 -Wall -Wextra -Werror examples/c/place.c $(pkg-config --cflags numal
     "$lib/libnumalab.a" $(pkg-config --static --libs-only-l numalab | sed 's/-lnumalab//') -o "$build/place-static"
 cc -std=c11 -g -fsanitize=address,undefined -fno-omit-frame-pointer crates/numalab-c/tests/calls.c \
     $(pkg-config --cflags --libs numalab) -o "$build/calls"
+cc -std=c11 -O2 -Wall -Wextra -Werror crates/numalab-c/tests/ring.c $(pkg-config --cflags --libs numalab) -o "$build/ring"
 export LD_LIBRARY_PATH="$lib"
 "$build/place"
 "$build/place++"
 "$build/place-static"
 # LeakSanitizer would report the Rust runtime's one-time allocations.
 ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 "$build/calls"
+
+# The ring both ways with numalab ring's Rust workers, sequence-numbered
+# words checked on the reading side.
+cargo build -q --locked -p numalab-cli
+numalab="$target/debug/numalab"
+volume=$((40 * 65536 + 4096))
+interop() { # ROLE_OF_C WORKER_ROLE
+    local name="c-interop-$1-$$" pid
+    "$build/ring" "$name" "$1" "$volume" &
+    pid=$!
+    # The worker opens the ring once the C side has made it.
+    until [[ -e /dev/shm/numalab-ring.$name ]]; do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid"; return 1; }
+        sleep 0.01
+    done
+    "$numalab" ring-worker --role "$2" --name "$name" --cpus 0 --mode copy --timeout 60 \
+        --volume "$volume" --readers 1 --verify >"$build/worker-$2.json"
+    wait "$pid"
+    grep -q "\"bytes\":$volume" "$build/worker-$2.json" \
+        || { echo "c.sh: the Rust $2 moved other than $volume bytes: $(cat "$build/worker-$2.json")" >&2; return 1; }
+}
+interop write reader
+interop read writer
+echo "c.sh: the ring both ways between C and numalab ring's Rust workers ($volume bytes each)" >&2

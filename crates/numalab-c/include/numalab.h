@@ -12,6 +12,16 @@
 #include <stdint.h>
 
 /*
+ The block starts a transfer (`numalab_reader_acquire`'s `flags`).
+ */
+#define NUMALAB_BLOCK_START 1
+
+/*
+ The block ends a transfer.
+ */
+#define NUMALAB_BLOCK_END 2
+
+/*
  What a call did: `NUMALAB_OK`, or the kind of error (the message is
  [`numalab_last_error`]'s).
  */
@@ -74,9 +84,24 @@ typedef enum {
 } numalab_status;
 
 /*
+ One of the ring's readers.
+ */
+typedef struct numalab_reader numalab_reader;
+
+/*
+ A ring, made or opened by name.
+ */
+typedef struct numalab_ring numalab_ring;
+
+/*
  A thread's policy and CPUs as they were before [`numalab_thread_bind`].
  */
 typedef struct numalab_thread_state numalab_thread_state;
+
+/*
+ The ring's writer.
+ */
+typedef struct numalab_writer numalab_writer;
 
 #ifdef __cplusplus
 extern "C" {
@@ -193,6 +218,219 @@ numalab_status numalab_thread_bind(const char *policy_spec,
  `saved` came from `numalab_thread_bind` and was not restored yet.
  */
 numalab_status numalab_thread_restore(numalab_thread_state *saved);
+
+/*
+ Makes ring `name` (1 to 100 of `A-Z a-z 0-9 . _ -`): `size` bytes in
+ blocks of `block_size` (a multiple of 64, at least two blocks), placed
+ by `policy` (numactl's spelling; NULL: `local`) before any page is
+ touched. Closing the handle removes the name.
+
+ # Safety
+
+ `name` and `policy` are NUL-terminated strings (`policy` may be NULL);
+ `ring` points at a pointer.
+ */
+numalab_status numalab_ring_create(const char *name,
+                                   uintptr_t size,
+                                   uintptr_t block_size,
+                                   const char *policy,
+                                   numalab_ring **ring);
+
+/*
+ Opens ring `name`, made by another process (C, Rust, Python or
+ `numalab ring`); its header is checked first. Every process using a
+ ring must go through numalab.
+
+ # Safety
+
+ `name` is a NUL-terminated string; `ring` points at a pointer.
+ */
+numalab_status numalab_ring_open(const char *name, numalab_ring **ring);
+
+/*
+ The ring's block size and number of blocks (either may be NULL).
+
+ # Safety
+
+ `ring` is a live handle; the others point at integers or are NULL.
+ */
+numalab_status numalab_ring_geometry(numalab_ring *ring, uintptr_t *block_size, uintptr_t *blocks);
+
+/*
+ Lets go of the ring (a ring this process made loses its name). NULL
+ does nothing.
+
+ # Safety
+
+ `ring` came from `numalab_ring_create`/`open` and is closed once.
+ */
+numalab_status numalab_ring_close(numalab_ring *ring);
+
+/*
+ Attaches the ring's writer (one at a time).
+
+ # Safety
+
+ `ring` is a live handle; `writer` points at a pointer.
+ */
+numalab_status numalab_writer_attach(numalab_ring *ring, numalab_writer **writer);
+
+/*
+ How long a write or acquire may wait for space, in milliseconds
+ (negative: as long as it takes).
+
+ # Safety
+
+ `writer` is a live handle.
+ */
+numalab_status numalab_writer_set_timeout(numalab_writer *writer, int64_t timeout_ms);
+
+/*
+ Waits until `count` readers have joined, at most `timeout_ms`
+ (negative: as long as it takes).
+
+ # Safety
+
+ `writer` is a live handle.
+ */
+numalab_status numalab_writer_wait_for_readers(numalab_writer *writer,
+                                               uintptr_t count,
+                                               int64_t timeout_ms);
+
+/*
+ Begins a transfer whose header is `header`: lines of `KEY value`
+ (PSRDada's header format; keys without spaces, values of one line), or
+ NULL for none. Readers get it with the transfer's first block.
+
+ # Safety
+
+ `writer` is a live handle; `header` a NUL-terminated string or NULL.
+ */
+numalab_status numalab_writer_begin_transfer(numalab_writer *writer, const char *header);
+
+/*
+ The next whole block, to fill in place: `*data` and `*capacity` (the
+ block size). Publish it with [`numalab_writer_commit`]; until then the
+ writer lends no other and writes nothing.
+
+ # Safety
+
+ `writer` is a live handle; `data` and `capacity` point at a pointer and
+ an integer.
+ */
+numalab_status numalab_writer_acquire(numalab_writer *writer, void **data, uintptr_t *capacity);
+
+/*
+ Publishes the first `used` bytes of the acquired block, as the last of
+ its transfer when `last` is non-zero. No acquired block is
+ `NUMALAB_ESTATE`; `used` past the block is `NUMALAB_EINVAL`.
+
+ # Safety
+
+ `writer` is a live handle.
+ */
+numalab_status numalab_writer_commit(numalab_writer *writer, uintptr_t used, int last);
+
+/*
+ Copies `len` bytes into the ring, filling blocks one after another.
+
+ # Safety
+
+ `writer` is a live handle; `data` points at `len` readable bytes.
+ */
+numalab_status numalab_writer_write(numalab_writer *writer, const void *data, uintptr_t len);
+
+/*
+ Ends the current transfer.
+
+ # Safety
+
+ `writer` is a live handle.
+ */
+numalab_status numalab_writer_end_transfer(numalab_writer *writer);
+
+/*
+ Ends the stream (readers get `NUMALAB_END` once they have read
+ everything) and frees the handle. NULL does nothing.
+
+ # Safety
+
+ `writer` came from `numalab_writer_attach` and is closed once.
+ */
+numalab_status numalab_writer_close(numalab_writer *writer);
+
+/*
+ Joins the ring as a reader: it reads every block from now on, in
+ order.
+
+ # Safety
+
+ `ring` is a live handle; `reader` points at a pointer.
+ */
+numalab_status numalab_reader_join(numalab_ring *ring, numalab_reader **reader);
+
+/*
+ How long an acquire may wait for data, in milliseconds (negative: as
+ long as it takes).
+
+ # Safety
+
+ `reader` is a live handle.
+ */
+numalab_status numalab_reader_set_timeout(numalab_reader *reader, int64_t timeout_ms);
+
+/*
+ Lends the next block in place: `*data`, `*len` (the bytes the writer
+ committed) and `*flags` (`NUMALAB_BLOCK_START`, `NUMALAB_BLOCK_END`;
+ may be NULL). `NUMALAB_END` at the end of the stream. Give it back with
+ [`numalab_reader_release`] before the next acquire (acquiring again
+ gives the held block back first).
+
+ # Safety
+
+ `reader` is a live handle; `data` and `len` point at a pointer and an
+ integer; `flags` at an int or is NULL.
+ */
+numalab_status numalab_reader_acquire(numalab_reader *reader,
+                                      const void **data,
+                                      uintptr_t *len,
+                                      int *flags);
+
+/*
+ Gives the acquired block back to the writer. No block held (released
+ already) is `NUMALAB_ESTATE`.
+
+ # Safety
+
+ `reader` is a live handle.
+ */
+numalab_status numalab_reader_release(numalab_reader *reader);
+
+/*
+ The current transfer's number (from 1) and header, as `KEY value`
+ lines, into `header` (`header_len` bytes, NUL-terminated; a header that
+ does not fit is `NUMALAB_EINVAL` with the size needed in the message).
+ Either output may be NULL. No transfer yet is `NUMALAB_ESTATE`.
+
+ # Safety
+
+ `reader` is a live handle; `id` points at an integer or is NULL;
+ `header` at `header_len` bytes or is NULL.
+ */
+numalab_status numalab_reader_transfer(numalab_reader *reader,
+                                       uint64_t *id,
+                                       char *header,
+                                       uintptr_t header_len);
+
+/*
+ Gives back the held block, leaves the ring and frees the handle. NULL
+ does nothing.
+
+ # Safety
+
+ `reader` came from `numalab_reader_join` and is closed once.
+ */
+numalab_status numalab_reader_close(numalab_reader *reader);
 
 /*
  How many NUMA nodes the machine has.

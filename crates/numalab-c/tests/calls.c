@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures;
 
@@ -126,6 +127,66 @@ int main(void) {
     IS(numalab_thread_restore(NULL), NUMALAB_EINVAL);
     sched_getaffinity(0, sizeof after, &after);
     EXPECT(CPU_EQUAL(&before, &after), "a refused bind changed the CPUs");
+
+    /* The ring: both sides in this process, every misuse refused. */
+    char name[64];
+    snprintf(name, sizeof name, "c-calls-%d", (int)getpid());
+    numalab_ring *ring = NULL, *again = NULL;
+    IS(numalab_ring_open(name, &ring), NUMALAB_ENOTFOUND);
+    IS(numalab_ring_create(name, 4 * 4096, 4096, NULL, &ring), NUMALAB_OK);
+    IS(numalab_ring_create(name, 4 * 4096, 4096, NULL, &again), NUMALAB_EEXIST);
+    IS(numalab_ring_create("a/b", 4 * 4096, 4096, NULL, &again), NUMALAB_EINVAL);
+    IS(numalab_ring_create("c-calls-x", 4096, 4096, NULL, &again), NUMALAB_EINVAL); /* one block */
+    IS(numalab_ring_create("c-calls-x", 4 * 4096, 4096, "bind:x", &again), NUMALAB_EPOLICY);
+    size_t block_size = 0, blocks = 0;
+    IS(numalab_ring_geometry(ring, &block_size, &blocks), NUMALAB_OK);
+    EXPECT(block_size == 4096 && blocks == 4, "geometry %zu x %zu", blocks, block_size);
+    numalab_reader *reader = NULL;
+    numalab_writer *writer = NULL, *second = NULL;
+    IS(numalab_reader_join(ring, &reader), NUMALAB_OK);
+    IS(numalab_writer_attach(ring, &writer), NUMALAB_OK);
+    IS(numalab_writer_attach(ring, &second), NUMALAB_EOTHER); /* one writer at a time */
+    IS(numalab_reader_set_timeout(reader, 50), NUMALAB_OK);
+    const void *seen = NULL;
+    size_t seen_len = 0;
+    int flags = 0;
+    IS(numalab_reader_acquire(reader, &seen, &seen_len, &flags), NUMALAB_ETIMEDOUT);
+    IS(numalab_reader_release(reader), NUMALAB_ESTATE);
+    IS(numalab_writer_commit(writer, 1, 0), NUMALAB_ESTATE);
+    IS(numalab_writer_begin_transfer(writer, "SOURCE J0437-4715\nNCHAN 1024\n"), NUMALAB_OK);
+    IS(numalab_writer_begin_transfer(writer, "TWO WORDS\nKEY line\rbreak\n"), NUMALAB_EINVAL);
+    void *block = NULL;
+    size_t capacity = 0;
+    IS(numalab_writer_acquire(writer, &block, &capacity), NUMALAB_OK);
+    EXPECT(capacity == 4096, "capacity %zu", capacity);
+    IS(numalab_writer_acquire(writer, &block, &capacity), NUMALAB_ESTATE);
+    IS(numalab_writer_write(writer, "x", 1), NUMALAB_ESTATE);
+    memcpy(block, "hello", 5);
+    IS(numalab_writer_commit(writer, 4097, 0), NUMALAB_EINVAL); /* past the block */
+    IS(numalab_writer_commit(writer, 5, 1), NUMALAB_OK);
+    IS(numalab_writer_commit(writer, 5, 1), NUMALAB_ESTATE);
+    IS(numalab_reader_acquire(reader, &seen, &seen_len, &flags), NUMALAB_OK);
+    EXPECT(seen_len == 5 && memcmp(seen, "hello", 5) == 0, "read %zu bytes", seen_len);
+    EXPECT(flags == (NUMALAB_BLOCK_START | NUMALAB_BLOCK_END), "flags %d", flags);
+    uint64_t transfer = 0;
+    char head[64], tiny[4];
+    IS(numalab_reader_transfer(reader, &transfer, head, sizeof head), NUMALAB_OK);
+    EXPECT(transfer == 1 && strcmp(head, "SOURCE J0437-4715\nNCHAN 1024\n") == 0, "transfer %llu '%s'",
+           (unsigned long long)transfer, head);
+    IS(numalab_reader_transfer(reader, NULL, tiny, sizeof tiny), NUMALAB_EINVAL);
+    IS(numalab_reader_release(reader), NUMALAB_OK);
+    IS(numalab_reader_release(reader), NUMALAB_ESTATE); /* released twice */
+    IS(numalab_writer_write(writer, "0123456789", 10), NUMALAB_OK);
+    IS(numalab_writer_close(writer), NUMALAB_OK); /* the end of the stream */
+    IS(numalab_reader_acquire(reader, &seen, &seen_len, &flags), NUMALAB_OK);
+    EXPECT(seen_len == 10 && memcmp(seen, "0123456789", 10) == 0, "read %zu bytes", seen_len);
+    IS(numalab_reader_acquire(reader, &seen, &seen_len, &flags), NUMALAB_END);
+    IS(numalab_ring_close(ring), NUMALAB_OK); /* before its reader: allowed */
+    IS(numalab_reader_close(reader), NUMALAB_OK);
+    IS(numalab_ring_open(name, &ring), NUMALAB_ENOTFOUND); /* the name went with the ring */
+    IS(numalab_ring_geometry(NULL, &block_size, NULL), NUMALAB_EINVAL);
+    IS(numalab_reader_acquire(NULL, &seen, &seen_len, NULL), NUMALAB_EINVAL);
+    IS(numalab_writer_close(NULL), NUMALAB_OK);
 
     snprintf(want, sizeof want, "%s", numalab_version());
     EXPECT(strlen(want) > 0, "version");
