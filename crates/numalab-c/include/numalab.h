@@ -220,6 +220,24 @@ numalab_status numalab_thread_bind(const char *policy_spec,
 numalab_status numalab_thread_restore(numalab_thread_state *saved);
 
 /*
+ The pages of file `path` in the page cache: in all (`*cached`, may be
+ NULL), of how many it spans (`*pages`, may be NULL), and on each node
+ `n < nodes` (`per_node[n]`; a node past `nodes` holding pages is
+ `NUMALAB_EINVAL`). `path` must be a regular file; a link is followed.
+
+ # Safety
+
+ `path` is a NUL-terminated string; `per_node` points at `nodes`
+ integers (or is NULL with `nodes` 0); `cached` and `pages` at one each
+ or NULL.
+ */
+numalab_status numalab_fincore(const char *path,
+                               uint64_t *per_node,
+                               uintptr_t nodes,
+                               uint64_t *cached,
+                               uint64_t *pages);
+
+/*
  Makes ring `name` (1 to 100 of `A-Z a-z 0-9 . _ -`): `size` bytes in
  blocks of `block_size` (a multiple of 64, at least two blocks), placed
  by `policy` (numactl's spelling; NULL: `local`) before any page is

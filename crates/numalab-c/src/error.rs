@@ -59,6 +59,11 @@ impl Error {
     pub(crate) fn invalid(message: impl Into<String>) -> Error {
         Error::new(numalab_status::NUMALAB_EINVAL, message)
     }
+
+    /// The same error, its message after `what: `.
+    pub(crate) fn prefixed(self, what: &str) -> Error {
+        Error::new(self.status, format!("{what}: {}", self.message))
+    }
 }
 
 /// A node or CPU number past what Linux can address is a node error; any

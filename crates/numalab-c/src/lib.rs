@@ -12,6 +12,7 @@
 
 mod error;
 mod memory;
+mod pagecache;
 mod ring;
 mod topology;
 
@@ -20,6 +21,7 @@ pub use memory::{
     numalab_alloc, numalab_audit, numalab_free, numalab_locate, numalab_place, numalab_thread_bind,
     numalab_thread_restore, numalab_thread_state,
 };
+pub use pagecache::numalab_fincore;
 pub use ring::{
     numalab_reader, numalab_reader_acquire, numalab_reader_close, numalab_reader_join,
     numalab_reader_release, numalab_reader_set_timeout, numalab_reader_transfer, numalab_ring,

@@ -188,6 +188,37 @@ int main(void) {
     IS(numalab_reader_acquire(NULL, &seen, &seen_len, NULL), NUMALAB_EINVAL);
     IS(numalab_writer_close(NULL), NUMALAB_OK);
 
+    /* The page cache, against util-linux fincore when it is here. */
+    char file[] = "/tmp/numalab-c-calls-XXXXXX";
+    int fd = mkstemp(file);
+    EXPECT(fd >= 0, "mkstemp");
+    static char data[1 << 20];
+    memset(data, 7, sizeof data);
+    EXPECT(write(fd, data, sizeof data) == (ssize_t)sizeof data, "write");
+    close(fd);
+    uint64_t cache_nodes[8] = {0}, cached = 0, spans = 0;
+    IS(numalab_fincore(file, cache_nodes, 8, &cached, &spans), NUMALAB_OK);
+    EXPECT(spans == (1 << 20) / 4096, "spans %llu pages", (unsigned long long)spans);
+    uint64_t sum = 0;
+    for (int i = 0; i < 8; i++) sum += cache_nodes[i];
+    EXPECT(sum <= cached && cached <= spans, "cached %llu, on nodes %llu", (unsigned long long)cached,
+           (unsigned long long)sum);
+    char command[128];
+    snprintf(command, sizeof command, "fincore --raw --noheadings --output PAGES %s 2>/dev/null", file);
+    FILE *util = popen(command, "r");
+    unsigned long long theirs = 0;
+    if (util && fscanf(util, "%llu", &theirs) == 1) {
+        EXPECT(theirs == cached, "util-linux fincore %llu, numalab %llu", theirs, (unsigned long long)cached);
+    } else {
+        printf("calls: util-linux fincore not run here; numalab_fincore checked on its own\n");
+    }
+    if (util) pclose(util);
+    unlink(file);
+    IS(numalab_fincore(file, cache_nodes, 8, &cached, NULL), NUMALAB_ENOTFOUND);
+    IS(numalab_fincore("/dev/null", NULL, 0, NULL, NULL), NUMALAB_EINVAL);
+    IS(numalab_fincore(NULL, NULL, 0, NULL, NULL), NUMALAB_EINVAL);
+    IS(numalab_fincore("/etc/hostname", NULL, 4, NULL, NULL), NUMALAB_EINVAL);
+
     snprintf(want, sizeof want, "%s", numalab_version());
     EXPECT(strlen(want) > 0, "version");
     if (failures) {
