@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# numalab's ring from C (libnumalab) against the minimal C ring
+# (bench/cring.c), the same two processes and copies, in one run on this
+# machine: 64 KiB to 256 MiB blocks, 8 blocks a ring, writer on the first
+# CPU, reader on the last. Target: C through numalab >= 1.0x the C ring
+# where the Rust ring is (the ABI adds nothing measurable per block). Each
+# figure is the median of ROUNDS runs, alternating which goes first.
+# A benchmark, not a test: run it on a quiet machine.
+#   bash bench/c.sh [--quick]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=${CARGO_TARGET_DIR:-target}
+[[ $target = /* ]] || target="$PWD/$target"
+quick=0
+[[ "${1:-}" == "--quick" ]] && quick=1
+rounds=$([[ $quick == 1 ]] && echo 3 || echo 7)
+volume=$([[ $quick == 1 ]] && echo $((1 << 30)) || echo $((4 << 30)))
+volume=${NUMALAB_BENCH_VOLUME:-$volume}
+prefix="$target/c/prefix"
+bash scripts/c.sh --install "$prefix" >&2
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig" LD_LIBRARY_PATH="$prefix/lib"
+bin="$target/c/bench"
+mkdir -p "$bin"
+cc -O2 -o "$bin/cring" bench/cring.c
+cc -O2 -o "$bin/ring-c" bench/ring-c.c $(pkg-config --cflags --libs numalab)
+# The first and last CPU this process may use.
+read -r wcpu rcpu < <(awk '/^Cpus_allowed_list/ {n = split($2, r, /[,-]/); print r[1], r[n]}' /proc/self/status)
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+echo "== $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPU(s); $rounds rounds of $((volume >> 20)) MiB; writer CPU $wcpu, reader CPU $rcpu"
+printf '| block | C ring MB/s | C through numalab MB/s | numalab / C ring |\n|---|---|---|---|\n'
+for kib in 64 256 1024 4096 16384 65536 262144; do
+    block=$((kib << 10))
+    c=() n=()
+    for ((r = 0; r < rounds; r++)); do
+        if ((r % 2 == 0)); then
+            c+=("$("$bin/cring" "$block" 8 "$volume" "$wcpu" "$rcpu")")
+            n+=("$("$bin/ring-c" "$block" 8 "$volume" "$wcpu" "$rcpu")")
+        else
+            n+=("$("$bin/ring-c" "$block" 8 "$volume" "$wcpu" "$rcpu")")
+            c+=("$("$bin/cring" "$block" 8 "$volume" "$wcpu" "$rcpu")")
+        fi
+    done
+    cm=$(printf '%s\n' "${c[@]}" | median)
+    nm=$(printf '%s\n' "${n[@]}" | median)
+    awk -v k="$kib" -v c="$cm" -v n="$nm" 'BEGIN { printf "| %s KiB | %.0f | %.0f | %.2f |\n", k, c, n, n / c }'
+done
