@@ -173,6 +173,11 @@ impl Suite {
                 Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
                 Some(missing) => base.add_bytes(ORACLES_MISSING, missing.into_bytes(), 0o644),
             }
+            match c_program(&workspace, &workdir, &mut base)? {
+                None => {}
+                Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
+                Some(missing) => base.add_bytes(C_MISSING, missing.into_bytes(), 0o644),
+            }
             let mut python = Initramfs::new();
             match python_files(&workdir, &mut python)? {
                 None => {}
@@ -274,6 +279,72 @@ fn oracle_tools(fs: &mut Initramfs) -> Result<Option<String>> {
         };
         fs.add_executable(&format!("/bin/{name}"), &host)?;
     }
+    Ok(None)
+}
+
+/// The C program of check `c.place`, in the guest.
+pub const C_CHECK: &str = "/bin/numalab-c-check";
+/// Why the guest has no C program (the host lacked a compiler).
+pub const C_MISSING: &str = "/lib/numalab/c-missing";
+
+/// Builds `src/guest/c_check.c` against `libnumalab.a` (cargo builds
+/// crates/numalab-c) with the host's C compiler and puts it, stripped,
+/// with the libraries it needs, at [`C_CHECK`]. Returns why not, when
+/// there is no C compiler.
+fn c_program(workspace: &Path, workdir: &Path, fs: &mut Initramfs) -> Result<Option<String>> {
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    if Command::new(&cc).arg("--version").output().is_err() {
+        return Ok(Some(format!(
+            "no C compiler ({}): apt-get install gcc",
+            cc.to_string_lossy()
+        )));
+    }
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(&cargo)
+        .current_dir(workspace)
+        .args([
+            "build",
+            "--release",
+            "--message-format=json",
+            "-p",
+            "numalab-c",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("building libnumalab (cargo build -p numalab-c)")?;
+    if !output.status.success() {
+        bail!("cargo build -p numalab-c failed");
+    }
+    let library = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|m| {
+            m["filenames"]
+                .as_array()
+                .map(|f| {
+                    f.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+        .find(|f| f.ends_with("libnumalab_c.a"))
+        .context("cargo made no libnumalab_c.a")?;
+    let program = workdir.join("numalab-c-check");
+    let status = Command::new(&cc)
+        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-Wl,--gc-sections", "-o"])
+        .arg(&program)
+        .arg(workspace.join("crates/numalab-emu/src/guest/c_check.c"))
+        .arg("-I")
+        .arg(workspace.join("crates/numalab-c/include"))
+        .arg(&library)
+        .args(["-lhwloc", "-lpthread", "-ldl", "-lm", "-lgcc_s"])
+        .status()
+        .context("running the C compiler")?;
+    if !status.success() {
+        bail!("compiling src/guest/c_check.c failed");
+    }
+    fs.add_executable(C_CHECK, &stripped(&program, workdir))?;
     Ok(None)
 }
 

@@ -25,6 +25,7 @@
 
 pub mod advise;
 pub mod buffer;
+pub mod c;
 pub mod decide;
 pub mod exec;
 pub mod fill;
@@ -267,6 +268,11 @@ pub const CHECKS: &[Check] = &[
         name: "oracle.hwloc-export",
         about: "numalab matrix --quick --hwloc-xml read back by lstopo -i FILE --memattrs in the guest: every cell's value, its initiator's cpuset the preset's CPUs of that node (memory-less ones too) and its target node (CPU-less ones too), nothing else",
         run: oracle::hwloc_export,
+    },
+    Check {
+        name: "c.place",
+        about: "a C program linked with libnumalab.a: numalab_alloc(\"bind:N\") on every node with memory and numalab_alloc(\"interleave:all\"), numalab_locate against /proc/self/numa_maps, each where the preset says",
+        run: c::place,
     },
     Check {
         name: "python.place",
