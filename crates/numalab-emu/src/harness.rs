@@ -332,7 +332,14 @@ fn c_program(workspace: &Path, workdir: &Path, fs: &mut Initramfs) -> Result<Opt
         .context("cargo made no libnumalab_c.a")?;
     let program = workdir.join("numalab-c-check");
     let status = Command::new(&cc)
-        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-Wl,--gc-sections", "-o"])
+        .args([
+            "-O2",
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "-Wl,--gc-sections",
+            "-o",
+        ])
         .arg(&program)
         .arg(workspace.join("crates/numalab-emu/src/guest/c_check.c"))
         .arg("-I")
@@ -556,6 +563,8 @@ pub(crate) struct PresetRun {
 /// assert!(may_not_apply("pagecache.post", two, (6, 12)).is_err());
 /// assert!(may_not_apply("advise.decides", two, (6, 1)).is_ok());
 /// assert!(may_not_apply("advise.decides", two, (6, 12)).is_err());
+/// let cxl = presets.get("cxl").unwrap();
+/// assert!(may_not_apply("python.place", cxl, (6, 12)).is_ok());
 /// ```
 pub fn may_not_apply(check: &str, preset: &Preset, version: (u64, u64)) -> Result<(), String> {
     let memory = preset.memory_nodes().len();
@@ -596,6 +605,14 @@ pub fn may_not_apply(check: &str, preset: &Preset, version: (u64, u64)) -> Resul
         // Memory tiers are in sysfs from Linux 6.1; soft-dirty bits are in
         // every kernel the suite boots (Debian's, CONFIG_MEM_SOFT_DIRTY).
         "topo.tiers" => (version < (6, 1), "Linux 6.1 and later show memory tiers"),
+        "python.place" => (
+            !preset.python || !is_ci(),
+            "the preset boots with the Python package (python = true) and CI is set: it is required",
+        ),
+        "c.place" => (
+            !is_ci(),
+            "CI is set: a C compiler and libnumalab are required",
+        ),
         oracle
             if oracle.starts_with("oracle.")
                 || oracle == "pagecache.load-drop"
