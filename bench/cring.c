@@ -15,7 +15,7 @@
  * (10^6 bytes per second) for VOLUME_BYTES, rounded down to whole blocks.
  */
 #define _GNU_SOURCE
-#include <sched.h>
+#include "cbench.h"
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,40 +35,14 @@ struct shared {
     _Alignas(64) double mbps;
 };
 
-static void pin(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0) {
-        perror("cring: sched_setaffinity");
-        exit(1);
-    }
-}
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static unsigned long number(const char *text, const char *what) {
-    char *end;
-    unsigned long value = strtoul(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || value == 0) {
-        fprintf(stderr, "cring: %s must be a positive whole number, not \"%s\"\n", what, text);
-        exit(2);
-    }
-    return value;
-}
-
 int main(int argc, char **argv) {
     if (argc != 6) {
         fprintf(stderr, "usage: cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU\n");
         return 2;
     }
-    size_t block = number(argv[1], "BLOCK_BYTES");
-    size_t blocks = number(argv[2], "BLOCKS");
-    uint64_t count = number(argv[3], "VOLUME_BYTES") / block;
+    size_t block = number("cring", argv[1], "BLOCK_BYTES");
+    size_t blocks = number("cring", argv[2], "BLOCKS");
+    uint64_t count = number("cring", argv[3], "VOLUME_BYTES") / block;
     int writer_cpu = atoi(argv[4]), reader_cpu = atoi(argv[5]);
     if (count == 0)
         count = 1;
@@ -89,7 +63,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (reader == 0) {
-        pin(reader_cpu);
+        pin("cring", reader_cpu);
         uint8_t *out = malloc(block);
         memset(out, 1, block);
         atomic_fetch_add(&shared->ready, 1);
@@ -107,7 +81,7 @@ int main(int argc, char **argv) {
         _exit(0);
     }
 
-    pin(writer_cpu);
+    pin("cring", writer_cpu);
     size_t source_len = block < SOURCE_MAX ? block : SOURCE_MAX;
     uint8_t *source = malloc(source_len);
     memset(source, 2, source_len);

@@ -14,7 +14,7 @@
  */
 #define _GNU_SOURCE
 #include <numalab.h>
-#include <sched.h>
+#include "cbench.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,40 +35,14 @@
         }                                                                       \
     } while (0)
 
-static void pin(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0) {
-        perror("ring-c: sched_setaffinity");
-        exit(1);
-    }
-}
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static unsigned long number(const char *text, const char *what) {
-    char *end;
-    unsigned long value = strtoul(text, &end, 10);
-    if (*text == '\0' || *end != '\0' || value == 0) {
-        fprintf(stderr, "ring-c: %s must be a positive whole number, not \"%s\"\n", what, text);
-        exit(2);
-    }
-    return value;
-}
-
 int main(int argc, char **argv) {
     if (argc != 6) {
         fprintf(stderr, "usage: ring-c BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU\n");
         return 2;
     }
-    size_t block = number(argv[1], "BLOCK_BYTES");
-    size_t blocks = number(argv[2], "BLOCKS");
-    uint64_t count = number(argv[3], "VOLUME_BYTES") / block;
+    size_t block = number("ring-c", argv[1], "BLOCK_BYTES");
+    size_t blocks = number("ring-c", argv[2], "BLOCKS");
+    uint64_t count = number("ring-c", argv[3], "VOLUME_BYTES") / block;
     int writer_cpu = atoi(argv[4]), reader_cpu = atoi(argv[5]);
     if (count == 0) count = 1;
 
@@ -84,7 +58,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (child == 0) {
-        pin(reader_cpu);
+        pin("ring-c", reader_cpu);
         numalab_ring *mine;
         numalab_reader *reader;
         CHECK(numalab_ring_open(name, &mine));
@@ -111,7 +85,7 @@ int main(int argc, char **argv) {
         _exit(0);
     }
 
-    pin(writer_cpu);
+    pin("ring-c", writer_cpu);
     size_t source_len = block < SOURCE_MAX ? block : SOURCE_MAX;
     uint8_t *source = malloc(source_len);
     memset(source, 2, source_len);
