@@ -77,6 +77,7 @@ build="$target/c/build"
 mkdir -p "$build"
 cc -std=c11 -Wall -Wextra -Werror examples/c/place.c $(pkg-config --cflags --libs numalab) -o "$build/place"
 c++ -std=c++17 -Wall -Wextra -Werror examples/c/place.cpp $(pkg-config --cflags --libs numalab) -o "$build/place++"
+c++ -std=c++17 -Wall -Wextra -Werror -pthread examples/c/ring.cpp $(pkg-config --cflags --libs numalab) -o "$build/ring++"
 cc -std=c11 -Wall -Wextra -Werror examples/c/place.c $(pkg-config --cflags numalab) \
     "$lib/libnumalab.a" $(pkg-config --static --libs-only-l numalab | sed 's/-lnumalab//') -o "$build/place-static"
 cc -std=c11 -g -fsanitize=address,undefined -fno-omit-frame-pointer crates/numalab-c/tests/calls.c \
@@ -86,6 +87,7 @@ export LD_LIBRARY_PATH="$lib"
 "$build/place"
 "$build/place++"
 "$build/place-static"
+"$build/ring++"
 # LeakSanitizer would report the Rust runtime's one-time allocations.
 ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1 "$build/calls"
 
