@@ -170,18 +170,27 @@ impl Suite {
             base.add_executable("/bin/numalab-guest", &stripped(&binaries.guest, &workdir))?;
             match oracle_tools(&mut base)? {
                 None => {}
-                Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
+                Some(missing) if is_ci() => return Err(DiskMissing(missing, DISK_FIX).into()),
                 Some(missing) => base.add_bytes(ORACLES_MISSING, missing.into_bytes(), 0o644),
             }
             match c_program(&workspace, &workdir, &mut base)? {
                 None => {}
-                Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
+                Some(missing) if is_ci() => {
+                    return Err(DiskMissing(missing, "apt-get install gcc").into())
+                }
                 Some(missing) => base.add_bytes(C_MISSING, missing.into_bytes(), 0o644),
             }
             let mut python = Initramfs::new();
             match python_files(&workdir, &mut python)? {
                 None => {}
-                Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
+                Some(missing) if is_ci() => {
+                    return Err(DiskMissing(
+                        missing,
+                        "bash scripts/python.sh (it builds the wheel and installs it into \
+                         target/py-venv), or point NUMALAB_EMU_PYTHON at a Python with numalab",
+                    )
+                    .into())
+                }
                 Some(missing) => base.add_bytes(PYTHON_MISSING, missing.into_bytes(), 0o644),
             }
             let mut initramfs = Vec::new();
@@ -190,7 +199,7 @@ impl Suite {
                 let mut fs = base.clone();
                 match disk_files(&kernel.path, &mut fs)? {
                     None => {}
-                    Some(missing) if is_ci() => return Err(DiskMissing(missing).into()),
+                    Some(missing) if is_ci() => return Err(DiskMissing(missing, DISK_FIX).into()),
                     Some(missing) => fs.add_bytes(DISK_MISSING, missing.into_bytes(), 0o644),
                 }
                 initramfs.push(fs.write_cached(&workdir, &kernel.release)?);
@@ -213,11 +222,9 @@ impl Suite {
             })
         };
         build().map_err(|err| match err.downcast::<DiskMissing>() {
-            Ok(DiskMissing(what)) => PrepareError::Missing(Missing {
+            Ok(DiskMissing(what, fix)) => PrepareError::Missing(Missing {
                 what,
-                fix: "install with apt-get install util-linux linux-image-amd64 (its modules), or \
-                      point NUMALAB_EMU_KERNEL at a kernel whose modules are in /lib/modules"
-                    .into(),
+                fix: fix.into(),
             }),
             Err(err) => PrepareError::Failed(err),
         })
@@ -377,7 +384,7 @@ fn python_files(workdir: &Path, fs: &mut Initramfs) -> Result<Option<String>> {
     };
     if !python.is_file() {
         return Ok(Some(format!(
-            "{} not found: build and install the Python package first (bash scripts/python.sh)",
+            "{} not found (the Python package's virtual environment)",
             python.display()
         )));
     }
@@ -423,7 +430,12 @@ fn python_files(workdir: &Path, fs: &mut Initramfs) -> Result<Option<String>> {
 /// A host file the guest's disk or oracle checks need is missing (under
 /// CI: a failure).
 #[derive(Debug)]
-struct DiskMissing(String);
+struct DiskMissing(String, &'static str);
+
+/// What to do about missing disk or oracle files.
+const DISK_FIX: &str =
+    "install with apt-get install util-linux linux-image-amd64 (its modules), or \
+                        point NUMALAB_EMU_KERNEL at a kernel whose modules are in /lib/modules";
 
 impl std::fmt::Display for DiskMissing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1034,6 +1046,9 @@ pub fn boot_with_expectations(
     }
     let mut suite = suite;
     suite.initramfs[kernel] = path.clone();
+    // The guest must boot this archive, even for a preset that would boot
+    // the one with Python.
+    suite.python_initramfs[kernel] = None;
     let run = suite.run(preset, kernel, options);
     let _ = std::fs::remove_file(&path);
     let mut text = format!("{}\n{}", run.summary(), run.checks_table());
