@@ -176,6 +176,42 @@ pub(crate) fn out<'a, T>(ptr: *mut T, what: &str) -> Result<&'a mut T, Error> {
     unsafe { ptr.as_mut() }.ok_or_else(|| Error::invalid(format!("{what} is NULL")))
 }
 
+/// A caller's array of `nodes` counts per node, refused when NULL with
+/// `nodes` above 0 (checked before any work).
+pub(crate) fn counts<'a>(ptr: *mut u64, nodes: usize, what: &str) -> Result<&'a mut [u64], Error> {
+    if nodes == 0 {
+        return Ok(&mut []);
+    }
+    if ptr.is_null() {
+        return Err(Error::invalid(format!("{what} is NULL")));
+    }
+    // SAFETY: `nodes` integers at `ptr`, the caller's word (the header
+    // says so).
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, nodes) })
+}
+
+/// Fills `counts` with `per_node` (zero elsewhere); a node holding pages
+/// past the counts given is an error.
+pub(crate) fn fill_counts(
+    counts: &mut [u64],
+    per_node: &std::collections::BTreeMap<u32, u64>,
+) -> Result<(), Error> {
+    let nodes = counts.len();
+    if let Some((node, _)) = per_node
+        .iter()
+        .find(|(n, c)| **c > 0 && **n as usize >= nodes)
+    {
+        return Err(Error::invalid(format!(
+            "pages on node {node}, past the {nodes} counts given"
+        )));
+    }
+    counts.fill(0);
+    for (node, count) in per_node {
+        counts[*node as usize] = *count;
+    }
+    Ok(())
+}
+
 /// The calling thread's last error message: empty before any error. The
 /// string stays valid until the next numalab call on this thread.
 #[no_mangle]

@@ -9,7 +9,7 @@ use numalab::audit::audit;
 use numalab::locate::{locate, Sample};
 use numalab::{affinity, BufferOptions, CpuSet, MemPolicy, NodeBuffer, NodeSet, RangeMode};
 
-use crate::error::{boundary, numalab_status, out, text, Error};
+use crate::error::{boundary, counts, fill_counts, numalab_status, out, text, Error};
 use crate::topology::topology;
 
 /// The buffers `numalab_alloc` handed out, by address: `numalab_free`
@@ -106,29 +106,9 @@ pub unsafe extern "C" fn numalab_locate(
     not_present: *mut u64,
 ) -> numalab_status {
     boundary(|| {
-        if pages.is_null() && nodes > 0 {
-            return Err(Error::invalid("pages is NULL"));
-        }
+        let counts = counts(pages, nodes, "pages")?;
         let found = locate(addr.cast(), len, Sample::All)?;
-        let counts: &mut [u64] = if nodes == 0 {
-            &mut []
-        } else {
-            // SAFETY: the caller passes `nodes` integers at `pages`.
-            unsafe { std::slice::from_raw_parts_mut(pages, nodes) }
-        };
-        if let Some((&node, _)) = found
-            .per_node
-            .iter()
-            .find(|(n, c)| **c > 0 && **n as usize >= nodes)
-        {
-            return Err(Error::invalid(format!(
-                "pages on node {node}, past the {nodes} counts given"
-            )));
-        }
-        counts.fill(0);
-        for (node, count) in &found.per_node {
-            counts[*node as usize] = *count;
-        }
+        fill_counts(counts, &found.per_node)?;
         // SAFETY: NULL or one integer, as documented.
         if let Some(slot) = unsafe { not_present.as_mut() } {
             *slot = found.not_present;

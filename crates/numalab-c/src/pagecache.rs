@@ -5,7 +5,7 @@ use std::ffi::c_char;
 
 use numalab::pagecache::{file_cache, open_for_cache, PageCacheError};
 
-use crate::error::{boundary, numalab_status, text, Error};
+use crate::error::{boundary, counts, fill_counts, numalab_status, text, Error};
 
 impl From<PageCacheError> for Error {
     fn from(err: PageCacheError) -> Error {
@@ -41,30 +41,12 @@ pub unsafe extern "C" fn numalab_fincore(
     pages: *mut u64,
 ) -> numalab_status {
     boundary(|| {
-        if per_node.is_null() && nodes > 0 {
-            return Err(Error::invalid("per_node is NULL"));
-        }
+        let counts = counts(per_node, nodes, "per_node")?;
         let path = text(path, "path")?;
         let file =
             open_for_cache(path.as_ref(), true).map_err(|err| Error::from(err).prefixed(path))?;
         let cache = file_cache(&file).map_err(|err| Error::from(err).prefixed(path))?;
-        if let Some((&node, _)) = cache
-            .per_node
-            .iter()
-            .find(|(n, c)| **c > 0 && **n as usize >= nodes)
-        {
-            return Err(Error::invalid(format!(
-                "{path}: pages on node {node}, past the {nodes} counts given"
-            )));
-        }
-        if nodes > 0 {
-            // SAFETY: `nodes` integers at `per_node`, the caller's word.
-            let counts = unsafe { std::slice::from_raw_parts_mut(per_node, nodes) };
-            counts.fill(0);
-            for (node, count) in &cache.per_node {
-                counts[*node as usize] = *count;
-            }
-        }
+        fill_counts(counts, &cache.per_node).map_err(|err| err.prefixed(path))?;
         // SAFETY: NULL or one integer each.
         unsafe {
             if let Some(slot) = cached.as_mut() {
