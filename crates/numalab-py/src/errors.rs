@@ -42,16 +42,21 @@ pub fn from_spec(err: SpecError) -> PyErr {
     raise(kind, err.to_string())
 }
 
-pub fn from_policy(err: PolicyError) -> PyErr {
-    let kind = match &err {
+/// The exception for a policy error, wherever it comes from (a buffer,
+/// a ring's placement, a thread).
+fn policy_kind(err: &PolicyError) -> &'static str {
+    match err {
         PolicyError::Node(SpecError::Parse(_)) | PolicyError::Parse { .. } => "PolicyError",
         PolicyError::Node(_) => "NodeError",
         PolicyError::Unsupported { .. } => "Unsupported",
         PolicyError::Rejected { source, .. } => os_kind(source),
         PolicyError::NotMoved { .. } => "NotMoved",
         _ => "Error",
-    };
-    raise(kind, err.to_string())
+    }
+}
+
+pub fn from_policy(err: PolicyError) -> PyErr {
+    raise(policy_kind(&err), err.to_string())
 }
 
 pub fn from_buffer(err: BufferError) -> PyErr {
@@ -68,9 +73,7 @@ pub fn from_ring(err: RingError) -> PyErr {
         RingError::Exists { .. } => "RingExists",
         RingError::Timeout { .. } => "Timeout",
         RingError::NotHeld { .. } => "Released",
-        RingError::Placement(BufferError::Policy(policy)) => {
-            return from_policy_ref(policy, err.to_string())
-        }
+        RingError::Placement(BufferError::Policy(policy)) => policy_kind(policy),
         RingError::Placement(BufferError::InsufficientMemory { .. }) => "NodeError",
         RingError::InvalidName { .. } | RingError::InvalidSize(_) | RingError::Size(_) => {
             "InvalidArgument"
@@ -82,15 +85,6 @@ pub fn from_ring(err: RingError) -> PyErr {
         },
     };
     raise(kind, err.to_string())
-}
-
-fn from_policy_ref(policy: &PolicyError, message: String) -> PyErr {
-    let kind = match policy {
-        PolicyError::Node(SpecError::Parse(_)) | PolicyError::Parse { .. } => "PolicyError",
-        PolicyError::Node(_) => "NodeError",
-        _ => "Error",
-    };
-    raise(kind, message)
 }
 
 /// The operating system's error under `err`, if that is its cause.
