@@ -263,7 +263,9 @@ impl MemPolicy {
     /// have put it: `mbind` alone moves only pages outside the new nodes,
     /// so a range all on node 0 moved to `interleave:0-3` would stay on
     /// node 0; numalab then moves each page to its node with
-    /// `move_pages(2)`.
+    /// `move_pages(2)`. A huge page moves whole, to the node the
+    /// interleave gives its huge-page-sized slot, as Linux places huge
+    /// pages under an interleave.
     pub fn apply_to_range(
         &self,
         addr: *const u8,
@@ -469,35 +471,75 @@ fn interleave_target(index: u64, weights: &[(u32, u32)]) -> u32 {
 
 /// Moves every present page of `[addr, addr + len)` to the node the
 /// interleave gives it; returns how many could not move.
+///
+/// A huge page moves whole, so it is asked for once, to the node the
+/// interleave gives its huge-page-sized slot (as Linux places huge pages
+/// under an interleave). Asking for each of its base pages instead would
+/// move it back and forth between the nodes, once per page, and leave it
+/// wherever its last page was meant to go.
 fn spread(addr: *const u8, len: usize, weights: &[(u32, u32)]) -> io::Result<u64> {
     const BATCH: usize = 16 * 1024;
     let page = linux::page_size();
-    let first = addr as usize / page;
-    let end = (addr as usize + len).div_ceil(page);
+    let unit = (procfs::thp_size() as usize).max(page);
+    let start = addr as usize;
+    let end = (start + len).div_ceil(page) * page;
+    let mut huge = huge_windows(start, end, unit).into_iter().peekable();
     let mut stuck = 0;
-    let mut index = first;
+    let mut at = start;
     let (mut pages, mut nodes, mut status) = (Vec::new(), Vec::new(), Vec::new());
-    while index < end {
-        let n = (end - index).min(BATCH);
+    while at < end {
         pages.clear();
         nodes.clear();
-        for i in index..index + n {
-            pages.push((i * page) as *const u8);
-            nodes.push(interleave_target(i as u64, weights) as i32);
+        while at < end && pages.len() < BATCH {
+            let (index, step) = if huge.next_if_eq(&at).is_some() {
+                (at / unit, unit)
+            } else {
+                (at / page, page)
+            };
+            pages.push(at as *const u8);
+            nodes.push(interleave_target(index as u64, weights) as i32);
+            at += step;
         }
         status.clear();
-        status.resize(n, 0);
+        status.resize(pages.len(), 0);
         linux::move_pages_to(&pages, &nodes, &mut status)?;
-        // A page of a transparent huge page moves with the whole huge
-        // page (to the first target asked for it) and then reports its
-        // node: only negative statuses other than "not present" are stuck.
+        // Not present: nothing to move.
         stuck += status
             .iter()
             .filter(|&&s| s < 0 && s != -libc::ENOENT)
             .count() as u64;
-        index += n;
     }
     Ok(stuck)
+}
+
+/// The huge pages in `[start, end)`: the start of each `unit`-sized,
+/// aligned window inside the range that one huge page maps, in increasing
+/// order. Exact where the kernel has `PAGEMAP_SCAN` (Linux 6.7); before
+/// that, which windows a huge page maps cannot be told without
+/// privileges, so every window of a mapping that holds huge pages at all
+/// (`smaps`) counts as one: its pages then move together, still spread
+/// evenly a window at a time.
+fn huge_windows(start: usize, end: usize, unit: usize) -> Vec<usize> {
+    let stretches = match linux::huge_stretches(start, end) {
+        Ok(Some(stretches)) => stretches,
+        Ok(None) | Err(_) => procfs::huge_mappings_of_self(start as u64, end as u64)
+            .unwrap_or_default()
+            .iter()
+            .map(|m| (m.start as usize, m.end as usize))
+            .collect(),
+    };
+    let mut windows = Vec::new();
+    for (lo, hi) in stretches {
+        let hi = hi.min(end);
+        let mut window = lo.max(start).next_multiple_of(unit);
+        while window + unit <= hi {
+            windows.push(window);
+            window += unit;
+        }
+    }
+    windows.sort_unstable();
+    windows.dedup();
+    windows
 }
 
 /// Parses `0=3,1=1` or `0:3,1:1` into node weights (1–255 each).
@@ -970,6 +1012,44 @@ mod tests {
         assert!(old
             .require(&MemPolicy::Interleave(NodeSet::single(0)))
             .is_ok());
+    }
+
+    #[test]
+    fn finds_the_huge_pages_smaps_counts() {
+        // Half of 8 MiB may have transparent huge pages, half may not:
+        // the windows found must be the huge pages smaps counts, all in
+        // the first half.
+        let unit = procfs::thp_size() as usize;
+        let len = 4 * unit;
+        let addr = linux::map_anonymous_aligned(len, unit).unwrap();
+        let half = len / 2;
+        linux::madvise(addr, half, linux::Advice::HugePage).unwrap();
+        // SAFETY: addr + half lies inside the fresh mapping.
+        let second = unsafe { addr.add(half) };
+        linux::madvise(second, half, linux::Advice::NoHugePage).unwrap();
+        // SAFETY: addr is a fresh private mapping of len bytes.
+        unsafe { std::slice::from_raw_parts_mut(addr, len) }.fill(1);
+        let (start, end) = (addr as usize, addr as usize + len);
+        let smaps = procfs::anon_huge_bytes(start as u64, end as u64).unwrap();
+        // SAFETY: nothing refers to the mapping any more.
+        let unmap = || unsafe { linux::unmap(addr, len) }.unwrap();
+        if smaps == 0 {
+            unmap();
+            let why =
+                "no transparent huge pages here (/sys/kernel/mm/transparent_hugepage/enabled)";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let windows = huge_windows(start, end, unit);
+        unmap();
+        assert_eq!((windows.len() * unit) as u64, smaps, "{windows:x?}");
+        assert!(
+            windows
+                .iter()
+                .all(|w| w % unit == 0 && *w >= start && w + unit <= start + half),
+            "{windows:x?} in {start:#x}..{end:#x}"
+        );
     }
 
     #[test]

@@ -48,8 +48,8 @@ fn show(pages: &[(u32, u64)]) -> String {
 /// `empty(bind:N)` and `zeros(bind:N)` on N, for each node with memory;
 /// an array of base pages moved by `place(interleave:all)` split evenly
 /// (to within a page) over the nodes with memory, and NumPy's own array
-/// the same to within the transparent huge pages it has (each moves
-/// whole).
+/// and an array of huge pages the same to within a transparent huge page
+/// where it has them (each moves whole).
 pub fn place(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let env = match fs::read_to_string(PYTHON_ENV) {
         Ok(env) => env,
@@ -82,10 +82,12 @@ pub fn place(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let report: Value = serde_json::from_slice(&output.stdout)
         .with_context(|| format!("reading {:?}", String::from_utf8_lossy(&output.stdout)))?;
     out.note(format!(
-        "Python {}, NumPy {}, numalab {}",
+        "Python {}, NumPy {}, numalab {}; pages in transparent huge pages (smaps): {} of the array of huge pages, {} of np.ones(...)",
         report["python"].as_str().unwrap_or("?"),
         report["numpy"].as_str().unwrap_or("?"),
-        report["numalab"].as_str().unwrap_or("?")
+        report["numalab"].as_str().unwrap_or("?"),
+        report["place_huge"]["huge_kib"].as_u64().unwrap_or(0) / 4,
+        report["place_numpy"]["huge_kib"].as_u64().unwrap_or(0) / 4,
     ));
     let total = report["pages"].as_u64().unwrap_or(0);
     let memory = guest.preset.memory_nodes();
@@ -106,9 +108,16 @@ pub fn place(guest: &Guest, out: &mut Outcome) -> Result<()> {
     }
     // numa_maps writes node lists as the kernel does: `0-1`, `0,2`.
     let interleave = format!("interleave:{memory}");
-    for (key, what, slack) in [
-        ("place", "an array of base pages", 1),
-        ("place_numpy", "np.ones(...)", 0),
+    // A transparent huge page moves whole: its base pages, from the kernel.
+    let huge_page = fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(2 << 20)
+        / 4096;
+    for (key, what) in [
+        ("place", "an array of base pages"),
+        ("place_huge", "an array of huge pages"),
+        ("place_numpy", "np.ones(...)"),
     ] {
         let placed = &report[key];
         out.same(
@@ -117,12 +126,7 @@ pub fn place(guest: &Guest, out: &mut Outcome) -> Result<()> {
             placed["policy"].as_str().unwrap_or("none"),
         );
         let huge = placed["huge_kib"].as_u64().unwrap_or(0) * 1024 / 4096;
-        if key == "place_numpy" {
-            out.note(format!(
-                "np.ones(...): {huge} of its pages in transparent huge pages (smaps)"
-            ));
-        }
-        let slack = slack.max(huge.min(total) + 1);
+        let slack = if huge > 0 { huge_page } else { 1 };
         let found = pages(placed);
         let sum: u64 = found.iter().map(|(_, c)| c).sum();
         let share = sum / memory.len().max(1) as u64;

@@ -105,6 +105,19 @@ def check():
     out["place"] = numa_maps(c.__array_interface__["data"][0])
     out["place"]["moved"] = placed.moved
     del c
+    # An array of two transparent huge pages (where the kernel gives
+    # them), moved: each huge page whole, to its own node.
+    huge = int(open("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size").read())
+    m = mmap.mmap(-1, 3 * huge, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    m.madvise(mmap.MADV_HUGEPAGE)
+    whole = np.frombuffer(m, dtype=np.uint8)
+    skip = -whole.__array_interface__["data"][0] % huge
+    h = whole[skip:skip + PAGES * PAGE]
+    h[:] = 1
+    numalab.place(h, "interleave:all")
+    out["place_huge"] = numa_maps(h.__array_interface__["data"][0])
+    out["place_huge"]["huge_kib"] = huge_kib(h.__array_interface__["data"][0])
+    del h, whole
     # NumPy's own array (malloc'd; transparent huge pages where the kernel
     # gives them, which move whole), moved.
     b = np.ones(PAGES * PAGE, dtype=np.uint8)

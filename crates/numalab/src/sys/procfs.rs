@@ -684,36 +684,86 @@ pub fn thp_size() -> u64 {
         .unwrap_or(2 << 20)
 }
 
-/// Bytes of transparent huge pages (`AnonHugePages`) backing
-/// `[start, end)`, from the text of `/proc/PID/smaps`. A mapping that only
-/// partly overlaps the range counts in proportion to the overlap.
-pub fn parse_smaps_huge_bytes(text: &str, start: u64, end: u64) -> u64 {
-    let mut total = 0.0f64;
-    let mut current: Option<(u64, u64)> = None;
+/// A mapping of `/proc/PID/smaps` with huge pages in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HugeMapping {
+    /// Its addresses, `start..end`.
+    pub start: u64,
+    pub end: u64,
+    /// Bytes of it in transparent huge pages (`AnonHugePages`).
+    pub transparent_bytes: u64,
+    /// Whether it is hugetlb memory (`KernelPageSize` above 4 kB), every
+    /// page of it huge.
+    pub hugetlb: bool,
+}
+
+/// The mappings overlapping `[start, end)` that hold huge pages, from the
+/// text of `/proc/PID/smaps`.
+pub fn parse_smaps_huge_mappings(text: &str, start: u64, end: u64) -> Vec<HugeMapping> {
+    let kb = |rest: &str| -> u64 {
+        rest.trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    };
+    let mut found: Vec<HugeMapping> = Vec::new();
+    let mut current: Option<HugeMapping> = None;
+    let mut flush = |mapping: Option<HugeMapping>| {
+        if let Some(m) = mapping.filter(|m| m.transparent_bytes > 0 || m.hugetlb) {
+            found.push(m);
+        }
+    };
     for line in text.lines() {
         let first = line.split_whitespace().next().unwrap_or("");
         if let Some((lo, hi)) = first.split_once('-') {
             if let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) {
-                current = Some((lo, hi));
+                flush(current.take());
+                let overlaps = lo < hi && lo < end && start < hi;
+                current = overlaps.then_some(HugeMapping {
+                    start: lo,
+                    end: hi,
+                    transparent_bytes: 0,
+                    hugetlb: false,
+                });
                 continue;
             }
         }
-        let (Some((lo, hi)), Some(rest)) = (current, line.strip_prefix("AnonHugePages:")) else {
+        let Some(mapping) = current.as_mut() else {
             continue;
         };
-        let overlap = end.min(hi).saturating_sub(start.max(lo));
-        if overlap == 0 || hi <= lo {
-            continue;
+        if let Some(rest) = line.strip_prefix("AnonHugePages:") {
+            mapping.transparent_bytes = kb(rest) * 1024;
+        } else if let Some(rest) = line.strip_prefix("KernelPageSize:") {
+            mapping.hugetlb = kb(rest) > 4;
         }
-        let kb: u64 = rest
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .unwrap_or(0);
-        total += (kb * 1024) as f64 * overlap as f64 / (hi - lo) as f64;
     }
+    flush(current);
+    found
+}
+
+/// Bytes of transparent huge pages (`AnonHugePages`) backing
+/// `[start, end)`, from the text of `/proc/PID/smaps`. A mapping that only
+/// partly overlaps the range counts in proportion to the overlap.
+pub fn parse_smaps_huge_bytes(text: &str, start: u64, end: u64) -> u64 {
+    let total: f64 = parse_smaps_huge_mappings(text, start, end)
+        .iter()
+        .map(|m| {
+            let overlap = end.min(m.end) - start.max(m.start);
+            m.transparent_bytes as f64 * overlap as f64 / (m.end - m.start) as f64
+        })
+        .sum();
     total.round() as u64
+}
+
+/// The mappings of this process overlapping `[start, end)` that hold huge
+/// pages.
+pub fn huge_mappings_of_self(start: u64, end: u64) -> io::Result<Vec<HugeMapping>> {
+    Ok(parse_smaps_huge_mappings(
+        &fs::read_to_string("/proc/self/smaps")?,
+        start,
+        end,
+    ))
 }
 
 /// Bytes of transparent huge pages backing `[start, end)` of this process.
@@ -926,6 +976,40 @@ AnonHugePages:         0 kB
             1 << 20
         );
         assert_eq!(parse_smaps_huge_bytes(text, 0x1000, 0x2000), 0);
+    }
+
+    #[test]
+    fn finds_the_mappings_with_huge_pages() {
+        let text = "\
+7f0000000000-7f0000400000 rw-p 00000000 00:00 0
+KernelPageSize:        4 kB
+AnonHugePages:      2048 kB
+7f0000400000-7f0000800000 rw-p 00000000 00:00 0
+KernelPageSize:        4 kB
+AnonHugePages:         0 kB
+7f0000800000-7f0000c00000 rw-s 00000000 00:10 5                          /dev/hugepages/ring
+KernelPageSize:     2048 kB
+AnonHugePages:         0 kB
+";
+        let found = parse_smaps_huge_mappings(text, 0x7f0000200000, 0x7f0000a00000);
+        assert_eq!(
+            found,
+            [
+                HugeMapping {
+                    start: 0x7f0000000000,
+                    end: 0x7f0000400000,
+                    transparent_bytes: 2 << 20,
+                    hugetlb: false
+                },
+                HugeMapping {
+                    start: 0x7f0000800000,
+                    end: 0x7f0000c00000,
+                    transparent_bytes: 0,
+                    hugetlb: true
+                }
+            ]
+        );
+        assert!(parse_smaps_huge_mappings(text, 0x7f0000400000, 0x7f0000800000).is_empty());
     }
 
     #[test]

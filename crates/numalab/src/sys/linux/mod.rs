@@ -463,6 +463,91 @@ pub unsafe fn discard(addr: *mut u8, len: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// `PAGEMAP_SCAN` (Linux 6.7): `_IOWR('f', 16, struct pm_scan_arg)`.
+const PAGEMAP_SCAN: libc::c_ulong = 0xC060_6610;
+/// A page that is present (`PAGE_IS_PRESENT`).
+const PAGE_IS_PRESENT: u64 = 1 << 3;
+/// A page mapped whole by a transparent huge page or a hugetlb page
+/// (`PAGE_IS_HUGE`).
+const PAGE_IS_HUGE: u64 = 1 << 6;
+
+/// `struct pm_scan_arg` of `<linux/fs.h>`.
+#[repr(C)]
+struct PmScanArg {
+    size: u64,
+    flags: u64,
+    start: u64,
+    end: u64,
+    walk_end: u64,
+    vec: u64,
+    vec_len: u64,
+    max_pages: u64,
+    category_inverted: u64,
+    category_mask: u64,
+    category_anyof_mask: u64,
+    return_mask: u64,
+}
+
+/// `struct page_region` of `<linux/fs.h>`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct PageRegion {
+    start: u64,
+    end: u64,
+    categories: u64,
+}
+
+/// The stretches of `[start, end)` in this process that present huge
+/// pages map whole (transparent huge pages mapped by one page-table entry,
+/// or hugetlb pages), from `PAGEMAP_SCAN` on `/proc/self/pagemap`;
+/// `None` where the kernel lacks it (before Linux 6.7). Neighbouring huge
+/// pages come as one stretch.
+pub fn huge_stretches(start: usize, end: usize) -> io::Result<Option<Vec<(usize, usize)>>> {
+    let pagemap = std::fs::File::open("/proc/self/pagemap")?;
+    let mut regions = [PageRegion::default(); 64];
+    let mut stretches = Vec::new();
+    let mut from = start as u64;
+    while from < end as u64 {
+        let mut arg = PmScanArg {
+            size: std::mem::size_of::<PmScanArg>() as u64,
+            flags: 0,
+            start: from,
+            end: end as u64,
+            walk_end: 0,
+            vec: regions.as_mut_ptr() as u64,
+            vec_len: regions.len() as u64,
+            max_pages: 0,
+            category_inverted: 0,
+            category_mask: PAGE_IS_PRESENT | PAGE_IS_HUGE,
+            category_anyof_mask: 0,
+            return_mask: PAGE_IS_HUGE,
+        };
+        // SAFETY: arg describes `regions`, which the kernel fills with at
+        // most vec_len entries; the scan only reads this process's page
+        // tables and changes nothing (no write-protect flags are given).
+        let found = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+        if found < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ENOTTY) {
+                return Ok(None);
+            }
+            return Err(err);
+        }
+        let found = (found as usize).min(regions.len());
+        stretches.extend(
+            regions[..found]
+                .iter()
+                .map(|r| (r.start as usize, r.end as usize)),
+        );
+        // The walk stops early only when `regions` is full.
+        if arg.walk_end <= from {
+            break;
+        }
+        from = arg.walk_end;
+    }
+    Ok(Some(stretches))
+}
+
 /// `mlock(2)`.
 pub fn mlock(addr: *const u8, len: usize) -> io::Result<()> {
     // SAFETY: locking pages in memory never changes their contents.
