@@ -12,6 +12,6 @@ target=${CARGO_TARGET_DIR:-target}
 bash scripts/python.sh --build >&2
 "$target/py-venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$target"/wheels/numalab-*.whl
 cargo build --release --locked -q -p numalab-cli
-cargo bench --locked -q -p numalab --bench python_reference --no-run 2>/dev/null
-reference=$(ls -t "$target"/release/deps/python_reference-* | grep -v '\.d$' | head -1)
+cargo bench --locked -q -p numalab --bench bindings_reference --no-run 2>/dev/null
+reference=$(ls -t "$target"/release/deps/bindings_reference-* | grep -v '\.d$' | head -1)
 "$target/py-venv/bin/python" bench/python_bench.py "$reference" "$target/release/numalab" "$@"

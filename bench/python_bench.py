@@ -1,17 +1,17 @@
 """The Python package's speed against the same loops in Rust, measured in
-one run (bash bench/python.sh runs it; arguments: the python_reference
+one run (bash bench/python.sh runs it; arguments: the bindings_reference
 bench binary, the numalab binary, then --quick (1 GiB per run, 3 rounds)
 or nothing (4 GiB, 7 rounds), and --rounds N to change the rounds).
 
 * ring: a reader that sums each block in place with NumPy
   (``block.view(np.uint64).sum()``) against the same loop in Rust on the
-  same ring (python_reference ring-sum), readers on the last CPU, the
+  same ring (bindings_reference ring-sum), readers on the last CPU, the
   writer on the first. Two writers:
   - ``numalab ring``'s Rust writer worker (``ring-worker --mode
     in-place``), which fills every block: the reader reads data another
     core just wrote, as a pipeline does. Target: Python >= 0.9x Rust from
     1 MiB to 64 MiB blocks.
-  - a writer that commits blocks without writing them (python_reference
+  - a writer that commits blocks without writing them (bindings_reference
     ring-commit): the reader sums data already in its cache, so the
     figure is the reader's own cost per block, Python's overhead and
     NumPy's summing against Rust's loop, at its harshest.
