@@ -158,3 +158,33 @@ def test_a_block_outlives_its_ring_without_a_crash(ring_name):
     assert int(array[0]) == 9
     with pytest.raises(numalab.Released):
         block.array
+
+
+def test_a_ring_this_user_may_not_open_is_permission_denied():
+    # The segment is made by this process; the opener is a process that
+    # may not read it: as root, one that has given up root for nobody
+    # (after importing numalab, so it needs no access to this
+    # environment); as anyone else, this user after the segment's mode
+    # is taken away (root would ignore the mode).
+    import os
+    import subprocess
+    import sys
+
+    opener = (
+        "import os, sys, numalab\n"
+        "if os.geteuid() == 0:\n"
+        "    os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+        "try:\n"
+        "    numalab.Ring.open(sys.argv[1])\n"
+        "except numalab.PermissionDenied as err:\n"
+        "    assert isinstance(err, PermissionError) and isinstance(err, numalab.Error)\n"
+        "    print(err)\n"
+        "    sys.exit(0)\n"
+        "sys.exit('opened a ring it may not read')\n"
+    )
+    with numalab.Ring.create(f"pytest-denied-{os.getpid()}", block_size=4096, blocks=2) as ring:
+        if os.geteuid() != 0:
+            os.chmod(ring.path, 0)
+        run = subprocess.run([sys.executable, "-c", opener, ring.name], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert ring.path in run.stdout, run.stdout
