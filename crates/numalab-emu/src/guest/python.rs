@@ -49,7 +49,8 @@ fn show(pages: &[(u32, u64)]) -> String {
 /// an array of base pages moved by `place(interleave:all)` split evenly
 /// (to within a page) over the nodes with memory, and NumPy's own array
 /// and an array of huge pages the same to within a transparent huge page
-/// where it has them (each moves whole).
+/// where it has them (each moves whole); a weighted interleave made where
+/// the kernel has it (Linux 6.9), `numalab.Unsupported` where not.
 pub fn place(guest: &Guest, out: &mut Outcome) -> Result<()> {
     let env = match fs::read_to_string(PYTHON_ENV) {
         Ok(env) => env,
@@ -141,5 +142,11 @@ pub fn place(guest: &Guest, out: &mut Outcome) -> Result<()> {
             even && sum >= total,
         );
     }
+    let weighted = guest.kernel_at_least(6, 9);
+    out.same(
+        "numalab.empty(policy=\"weighted-interleave:N=1\")",
+        if weighted { "made" } else { "Unsupported" },
+        report["weighted"].as_str().unwrap_or("none"),
+    );
     Ok(())
 }
