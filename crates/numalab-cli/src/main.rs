@@ -47,9 +47,19 @@ enum Command {
     Sweep(cmd::sweep::SweepArgs),
     Plot(cmd::plot::PlotArgs),
     Ring(cmd::ring::RingArgs),
+    Completions(cmd::manual::CompletionsArgs),
+    /// Write numalab's manual pages into a directory (for packagers)
+    #[command(hide = true)]
+    Manpages(cmd::manual::ManpagesArgs),
     /// A writer or reader process of `numalab ring`
     #[command(hide = true)]
     RingWorker(cmd::ring::WorkerArgs),
+}
+
+/// numalab's command line as clap sees it, for the completions and the
+/// manual pages.
+fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
 }
 
 /// Parses the command line; a usage error exits 2, or 125 for `exec`,
@@ -146,6 +156,12 @@ fn main() -> ExitCode {
         Command::Sweep(args) => cmd::sweep::run(args).map_err(|e| (e, 1)),
         Command::Plot(args) => cmd::plot::run(args).map(|()| 0).map_err(|e| (e, 1)),
         Command::Ring(args) => cmd::ring::run(args).map_err(|e| (e, 1)),
+        Command::Completions(args) => cmd::manual::completions(args, command())
+            .map(|()| 0)
+            .map_err(|e| (e, 1)),
+        Command::Manpages(args) => cmd::manual::manpages(args, command())
+            .map(|()| 0)
+            .map_err(|e| (e, 1)),
         Command::RingWorker(args) => cmd::ring::worker(args).map(|()| 0).map_err(|e| (e, 1)),
     };
     match result {

@@ -31,6 +31,7 @@ pub mod exec;
 pub mod fill;
 pub mod fincore;
 pub mod fleet;
+pub mod manual;
 pub mod matrix;
 pub mod pagecache;
 pub mod plot;

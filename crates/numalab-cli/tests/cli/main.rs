@@ -11,6 +11,7 @@ mod fill;
 mod fincore;
 mod fleet;
 mod help;
+mod manual;
 mod matrix;
 mod pagecache_bench;
 mod profile;
