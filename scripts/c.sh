@@ -42,17 +42,22 @@ fi
 cargo build --release --locked -q -p numalab-c
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 major=${version%%.*}
-lib="$prefix/lib"
-mkdir -p "$lib/pkgconfig" "$prefix/include"
-install -m 0755 -s "$target/release/libnumalab_c.so" "$lib/libnumalab.so.$version"
+# A packager stages the files under DESTDIR and may put the library in
+# its own LIBDIR (Debian: /usr/lib/x86_64-linux-gnu); numalab.pc names the
+# final places.
+libdir=${LIBDIR:-$prefix/lib}
+lib="${DESTDIR:-}$libdir"
+include="${DESTDIR:-}$prefix/include"
+mkdir -p "$lib/pkgconfig" "$include"
+install -m 0644 -s "$target/release/libnumalab_c.so" "$lib/libnumalab.so.$version"
 ln -sf "libnumalab.so.$version" "$lib/libnumalab.so.$major"
 ln -sf "libnumalab.so.$major" "$lib/libnumalab.so"
 install -m 0644 "$target/release/libnumalab_c.a" "$lib/libnumalab.a"
 strip --strip-debug "$lib/libnumalab.a"
-install -m 0644 "$header" "$prefix/include/numalab.h"
+install -m 0644 "$header" "$include/numalab.h"
 cat > "$lib/pkgconfig/numalab.pc" <<PC
 prefix=$prefix
-libdir=\${prefix}/lib
+libdir=$libdir
 includedir=\${prefix}/include
 
 Name: numalab

@@ -22,7 +22,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "numalab",
-    version = numalab::VERSION,
+    version = version(),
     propagate_version = true,
     max_term_width = 100
 )]
@@ -54,6 +54,18 @@ enum Command {
     /// A writer or reader process of `numalab ring`
     #[command(hide = true)]
     RingWorker(cmd::ring::WorkerArgs),
+}
+
+/// This build: numalab's version and commit, and `.dirty` when the
+/// sources it was built from had uncommitted changes (`0.2.0+3f2c1a9b7d4e`,
+/// `0.2.0+3f2c1a9b7d4e.dirty`).
+fn version() -> String {
+    let dirty = env!("NUMALAB_DIRTY");
+    match numalab::VERSION.contains('+') {
+        true => format!("{}{dirty}", numalab::VERSION),
+        false if dirty.is_empty() => numalab::VERSION.to_owned(),
+        false => format!("{}+dirty", numalab::VERSION),
+    }
 }
 
 /// numalab's command line as clap sees it, for the completions and the
