@@ -6,7 +6,8 @@
 #                               a C++ compiler for the fuzzer, python3 (with venv: the
 #                               Python package's wheel is built and tested in one), cbindgen
 #                               (numalab.h is checked against the code), man-db (the manual
-#                               pages are rendered), sqlite3 and
+#                               pages are rendered), dpkg-dev and lintian (the Debian
+#                               packages are built and checked), sqlite3 and
 #                               stress-ng: programs numalab profile is checked on,
 #                               chromium: the HTML pages checked in a real browser, and
 #                               slurmctld slurmd slurm-client munge: numalab fleet's batch
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 
 packages=(libhwloc-dev libudev-dev pkg-config numactl hwloc)
 case "${1:-}" in
-    --test) packages+=(qemu-system-x86 linux-image-amd64 linux-image-6.12-amd64 busybox-static cpio g++ gdb cbindgen man-db python3 python3-venv sqlite3 stress-ng chromium slurmctld slurmd slurm-client munge) ;;
+    --test) packages+=(qemu-system-x86 linux-image-amd64 linux-image-6.12-amd64 busybox-static cpio g++ gdb cbindgen man-db dpkg-dev lintian python3 python3-venv sqlite3 stress-ng chromium slurmctld slurmd slurm-client munge) ;;
     --fuzz) packages+=(g++ gdb) ;;
 esac
 

@@ -58,6 +58,9 @@ if [[ -z "${NUMALAB_EMU_KERNEL:-}" ]]; then
 fi
 cargo test -p numalab-emu --locked
 
+step "Debian packages: built, their files checked, lintian without errors (scripts/package.sh)"
+scripts/package.sh --no-wheel
+
 step "loom models of the ring's index protocol"
 RUSTFLAGS="--cfg loom" cargo test -p numalab --release --lib --locked \
   --target-dir target/loom ring::protocol::loom_models
