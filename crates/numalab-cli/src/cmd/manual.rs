@@ -55,7 +55,80 @@ pub fn completions(args: &CompletionsArgs, mut command: clap::Command) -> Result
             clap_complete::generate(clap_complete::Shell::Fish, &mut command, name, &mut script)
         }
     }
-    output::print_stdout(&String::from_utf8(script).context("the completion script")?)
+    let mut script = String::from_utf8(script).context("the completion script")?;
+    if let Shell::Bash = args.shell {
+        script = complete_nodes_in_bash(&script, &node_flags(&command));
+    }
+    output::print_stdout(&script)
+}
+
+/// The long flags that take node numbers (their value is `NODE…` in
+/// every command that has them), each with whether it takes a set of
+/// nodes (`NODES`: `all` is one).
+fn node_flags(command: &clap::Command) -> Vec<(String, bool)> {
+    type Seen = std::collections::BTreeMap<String, Option<bool>>;
+    fn visit(command: &clap::Command, flags: &mut Seen) {
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let names = arg.get_value_names().unwrap_or_default();
+            let nodes = !names.is_empty() && names.iter().all(|n| n.starts_with("NODE"));
+            let sets = names.iter().all(|n| n.starts_with("NODES"));
+            let this = nodes.then_some(sets);
+            let seen = flags.entry(long.to_owned()).or_insert(this);
+            if *seen != this {
+                *seen = None;
+            }
+        }
+        for sub in command.get_subcommands() {
+            visit(sub, flags);
+        }
+    }
+    let mut flags = Seen::new();
+    visit(command, &mut flags);
+    flags
+        .into_iter()
+        .filter_map(|(flag, sets)| sets.map(|sets| (flag, sets)))
+        .collect()
+}
+
+/// clap's bash script completes every value as a file name; for a flag
+/// that takes nodes, offer this machine's node numbers instead (read from
+/// /sys when Tab is pressed), and `all` where a set of nodes is taken.
+fn complete_nodes_in_bash(script: &str, flags: &[(String, bool)]) -> String {
+    const FILES: &str = r#"COMPREPLY=($(compgen -f "${cur}"))"#;
+    let mut out = String::with_capacity(script.len() + 512);
+    let mut node_flag: Option<bool> = None;
+    for line in script.lines() {
+        match node_flag {
+            Some(sets) if line.trim() == FILES => {
+                let words = if sets {
+                    "$(_numalab_nodes) all"
+                } else {
+                    "$(_numalab_nodes)"
+                };
+                let nodes = format!(r#"COMPREPLY=($(compgen -W "{words}" -- "${{cur}}"))"#);
+                out.push_str(&line.replace(FILES, &nodes));
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+        node_flag = line
+            .trim()
+            .strip_suffix(')')
+            .and_then(|t| t.strip_prefix("--"))
+            .and_then(|flag| flags.iter().find(|(f, _)| f == flag))
+            .map(|(_, sets)| *sets);
+    }
+    out.push_str(
+        "\n# The node numbers of this machine, for the flags that take nodes.\n\
+         _numalab_nodes() {\n    \
+             local n\n    \
+             for n in /sys/devices/system/node/node[0-9]*; do\n        \
+                 [[ -e $n ]] && echo \"${n##*/node}\"\n    \
+             done\n\
+         }\n",
+    );
+    out
 }
 
 pub fn manpages(args: &ManpagesArgs, command: clap::Command) -> Result<()> {

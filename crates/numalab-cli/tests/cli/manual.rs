@@ -1,7 +1,7 @@
 //! The manual pages and the shell completions, generated from the same
 //! clap definitions as `--help`: one page per command `--help` lists,
 //! each rendered by man(1) without a warning, and bash completing
-//! commands and flags.
+//! commands, flags and this machine's node numbers.
 
 use crate::common::*;
 use std::process::Command;
@@ -119,6 +119,27 @@ fn bash_completes_commands_and_flags() {
     assert_eq!(
         bash_completes(&script, &["numalab", "exec", "--mem"]),
         ["--membind"]
+    );
+    // Node numbers come from this machine's /sys; `all` where a set of
+    // nodes is taken, not where one node is.
+    let nodes: Vec<String> = sysfs_nodes().iter().map(u32::to_string).collect();
+    let mut sets = nodes.clone();
+    sets.push("all".into());
+    assert_eq!(
+        bash_completes(&script, &["numalab", "exec", "--membind", ""]),
+        sets
+    );
+    assert_eq!(
+        bash_completes(&script, &["numalab", "matrix", "--mem-nodes", ""]),
+        sets
+    );
+    assert_eq!(
+        bash_completes(&script, &["numalab", "exec", "--preferred", ""]),
+        nodes
+    );
+    assert_eq!(
+        bash_completes(&script, &["numalab", "ring", "--memory-node", ""]),
+        nodes
     );
     let commands = bash_completes(&script, &["numalab", ""]);
     for command in listed_commands(&["--help"]) {
