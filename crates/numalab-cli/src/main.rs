@@ -326,6 +326,50 @@ mod tests {
     /// given a value it no longer takes fails the build. (The examples
     /// that measure are run by the tests of their command; this checks
     /// every one of them as a user would type it.)
+    /// Every example in a command's help (and so in its manual page's
+    /// EXAMPLES) is a command line numalab accepts.
+    #[test]
+    fn every_example_in_the_help_is_accepted() {
+        fn visit(command: &clap::Command, examples: &mut Vec<String>) {
+            let help = command
+                .get_after_long_help()
+                .or_else(|| command.get_after_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            if let Some((_, after)) = help.split_once("Examples:") {
+                let block = after.split("\n\n").next().unwrap_or_default();
+                for line in block.lines().map(str::trim) {
+                    // `numalab … -- ./app   what it does`: the description
+                    // follows two spaces or more.
+                    let line = line.split("  ").next().unwrap_or_default();
+                    if line.starts_with("numalab ") {
+                        examples.push(line.to_owned());
+                    }
+                }
+            }
+            for sub in command.get_subcommands() {
+                visit(sub, examples);
+            }
+        }
+        let mut examples = Vec::new();
+        visit(&Cli::command(), &mut examples);
+        assert!(
+            examples.len() >= 30,
+            "only {} examples: {examples:?}",
+            examples.len()
+        );
+        let refused: Vec<String> = examples
+            .iter()
+            .filter(|line| {
+                let words = shell_words(line);
+                !words.iter().any(|w| w.contains('…') || w == "...")
+                    && Cli::try_parse_from(&words).is_err_and(|e| e.use_stderr())
+            })
+            .cloned()
+            .collect();
+        assert!(refused.is_empty(), "examples refused: {refused:#?}");
+    }
+
     #[test]
     fn every_documented_command_line_is_accepted() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
