@@ -175,18 +175,12 @@ pub unsafe extern "C" fn numalab_place(
         if addr.is_null() || len == 0 {
             return Err(Error::invalid("the range is empty or at NULL"));
         }
-        let page = numalab::system::page_size();
-        let start = addr as usize & !(page - 1);
-        let end = (addr as usize)
-            .checked_add(len)
-            .ok_or_else(|| Error::invalid("addr + len wraps around"))?;
-        let span = end.div_ceil(page) * page - start;
         let mode = if move_pages != 0 {
             RangeMode::Move
         } else {
             RangeMode::FutureOnly
         };
-        Ok(policy.apply_to_range(start as *const u8, span, mode)?)
+        Ok(policy.apply_to_pages(addr.cast_const().cast(), len, mode)?)
     })
 }
 

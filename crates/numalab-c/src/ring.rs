@@ -55,7 +55,7 @@ impl From<RingError> for Error {
             | RingError::Placement(numalab::BufferError::InsufficientMemory { .. }) => {
                 numalab_status::NUMALAB_ENODE
             }
-            _ => match os_error(&err) {
+            _ => match numalab::os_error(&err) {
                 Some(io) if io.kind() == std::io::ErrorKind::PermissionDenied => {
                     numalab_status::NUMALAB_EPERM
                 }
@@ -64,17 +64,6 @@ impl From<RingError> for Error {
         };
         Error::new(status, err.to_string())
     }
-}
-
-fn os_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
-    let mut source = Some(err);
-    while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            return Some(io);
-        }
-        source = cause.source();
-    }
-    None
 }
 
 /// A timeout in milliseconds: negative waits as long as it takes.

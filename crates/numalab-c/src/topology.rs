@@ -2,7 +2,6 @@
 //! their memory now, their distances. hwloc is the library for the rest.
 
 use std::ffi::c_uint;
-use std::sync::OnceLock;
 
 use numalab::system::NodeMemory;
 use numalab::Topology;
@@ -11,13 +10,7 @@ use crate::error::{boundary, numalab_status, out, Error};
 
 /// This machine's topology, read once per process.
 pub(crate) fn topology() -> Result<&'static Topology, Error> {
-    static TOPOLOGY: OnceLock<Topology> = OnceLock::new();
-    if let Some(topology) = TOPOLOGY.get() {
-        return Ok(topology);
-    }
-    let topology = Topology::system()
-        .map_err(|e| Error::new(numalab_status::NUMALAB_EOTHER, e.to_string()))?;
-    Ok(TOPOLOGY.get_or_init(|| topology))
+    Topology::system_once().map_err(|e| Error::new(numalab_status::NUMALAB_EOTHER, e.to_string()))
 }
 
 /// `node` as a set of one, checked to exist and be allowed here.

@@ -79,7 +79,7 @@ pub fn from_ring(err: RingError) -> PyErr {
             "InvalidArgument"
         }
         RingError::TooLarge { .. } => "InvalidArgument",
-        _ => match os_error(&err) {
+        _ => match numalab::os_error(&err) {
             Some(source) => os_kind(source),
             None => "RingError",
         },
@@ -87,19 +87,7 @@ pub fn from_ring(err: RingError) -> PyErr {
     raise(kind, err.to_string())
 }
 
-/// The operating system's error under `err`, if that is its cause.
-fn os_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a io::Error> {
-    let mut source = Some(err);
-    while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<io::Error>() {
-            return Some(io);
-        }
-        source = cause.source();
-    }
-    None
-}
-
 pub fn from_fincore(err: numalab_bench::fincore::FincoreError) -> PyErr {
-    let kind = os_error(&err).map_or("Error", os_kind);
+    let kind = numalab::os_error(&err).map_or("Error", os_kind);
     raise(kind, err.to_string())
 }

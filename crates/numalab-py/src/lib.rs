@@ -9,8 +9,6 @@
 //! Nothing here is public API: `numalab._native` takes raw addresses,
 //! which the package checks and keeps alive for the call.
 
-use std::sync::OnceLock;
-
 use numalab::Topology;
 use pyo3::prelude::*;
 
@@ -23,12 +21,7 @@ use errors::raise;
 /// This machine's topology, loaded once per process (as libnuma reads it
 /// once): policy strings such as `interleave:all` resolve against it.
 fn topology() -> PyResult<&'static Topology> {
-    static TOPOLOGY: OnceLock<Topology> = OnceLock::new();
-    if let Some(topology) = TOPOLOGY.get() {
-        return Ok(topology);
-    }
-    let topology = Topology::system().map_err(|err| raise("Error", err.to_string()))?;
-    Ok(TOPOLOGY.get_or_init(|| topology))
+    Topology::system_once().map_err(|err| raise("Error", err.to_string()))
 }
 
 /// The `numalab.topo` document `numalab topo --json` prints, for this

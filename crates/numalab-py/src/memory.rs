@@ -104,21 +104,12 @@ fn place_range<'py>(
 ) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
     let policy = policy(spec)?;
     let before = located(py, address, length)?;
-    let page = before.page_size.max(1) as usize;
-    let start = address & !(page - 1);
-    let end = address.checked_add(length).ok_or_else(|| {
-        raise(
-            "InvalidArgument",
-            format!("{address:#x}+{length} wraps around"),
-        )
-    })?;
-    let span = end.div_ceil(page) * page - start;
     let mode = if move_pages {
         RangeMode::Move
     } else {
         RangeMode::FutureOnly
     };
-    py.detach(|| policy.apply_to_range(start as *const u8, span, mode))
+    py.detach(|| policy.apply_to_pages(address as *const u8, length, mode))
         .map_err(errors::from_policy)?;
     let after = located(py, address, length)?;
     Ok((histogram(py, &before)?, histogram(py, &after)?))

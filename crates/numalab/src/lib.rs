@@ -45,3 +45,28 @@ pub use replicated::ReplicatedPages;
 pub use replicated::{Mode, ReplicaSet, Replicated};
 pub use sets::{CpuSet, NodeSet, ParseSetError};
 pub use topology::{Topology, TopologyError};
+
+/// The operating system's error at the root of `err`: the first
+/// [`std::io::Error`] in its chain of causes, if there is one. A program
+/// (or a binding) tells "permission denied" from "not found" by it,
+/// whichever numalab error carried it.
+///
+/// ```
+/// let err = numalab::BufferError::Os {
+///     what: "map",
+///     len: 4096,
+///     source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+/// };
+/// let os = numalab::os_error(&err).unwrap();
+/// assert_eq!(os.kind(), std::io::ErrorKind::PermissionDenied);
+/// ```
+pub fn os_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    let mut cause = Some(err);
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            return Some(io);
+        }
+        cause = current.source();
+    }
+    None
+}

@@ -290,6 +290,29 @@ impl MemPolicy {
         Ok(())
     }
 
+    /// [`apply_to_range`](Self::apply_to_range) for any byte range: the
+    /// whole pages holding `[addr, addr + len)`, the first and last
+    /// rounded out (so bytes sharing those pages are placed with it, as
+    /// libnuma's `numa_tonode_memory` does). A range that wraps around
+    /// the address space is [`PolicyError::NotMapped`].
+    pub fn apply_to_pages(
+        &self,
+        addr: *const u8,
+        len: usize,
+        mode: RangeMode,
+    ) -> Result<(), PolicyError> {
+        let page = linux::page_size();
+        let start = addr as usize & !(page - 1);
+        let end = (addr as usize)
+            .checked_add(len)
+            .and_then(|end| end.checked_next_multiple_of(page))
+            .ok_or(PolicyError::NotMapped {
+                addr: addr as usize,
+                len,
+            })?;
+        self.apply_to_range(start as *const u8, end - start, mode)
+    }
+
     /// For an interleave: its nodes in the kernel's order, each with its
     /// weight (1 for a plain interleave).
     fn interleave_weights(&self) -> Option<Vec<(u32, u32)>> {
@@ -1012,6 +1035,34 @@ mod tests {
         assert!(old
             .require(&MemPolicy::Interleave(NodeSet::single(0)))
             .is_ok());
+    }
+
+    #[test]
+    fn applying_to_bytes_places_their_whole_pages() {
+        let page = linux::page_size();
+        let addr = linux::map_anonymous(4 * page, linux::Backing::Base).unwrap();
+        // Bytes from the middle of the second page into the third: both
+        // pages take the policy (as the kernel reads it back), the first
+        // and the fourth keep the default.
+        let bind = MemPolicy::Bind(NodeSet::single(0));
+        // SAFETY: the offsets lie inside the fresh mapping.
+        let (second, third, fourth) =
+            unsafe { (addr.add(page), addr.add(2 * page), addr.add(3 * page)) };
+        // SAFETY: as above.
+        bind.apply_to_pages(unsafe { second.add(100) }, page, RangeMode::FutureOnly)
+            .unwrap();
+        let of = |p: *mut u8| linux::get_range_mempolicy(p).unwrap().0;
+        assert_eq!(of(addr), linux::MPOL_DEFAULT);
+        assert_eq!(of(second), linux::MPOL_BIND);
+        assert_eq!(of(third), linux::MPOL_BIND);
+        assert_eq!(of(fourth), linux::MPOL_DEFAULT);
+        // SAFETY: nothing refers to the mapping any more.
+        unsafe { linux::unmap(addr, 4 * page) }.unwrap();
+        let wraps = bind.apply_to_pages((usize::MAX - 10) as *const u8, 100, RangeMode::FutureOnly);
+        assert!(
+            matches!(wraps, Err(PolicyError::NotMapped { .. })),
+            "{wraps:?}"
+        );
     }
 
     #[test]

@@ -477,6 +477,20 @@ impl Topology {
         Self::build(builder, Source::System)
     }
 
+    /// This machine's topology, read once per process (as libnuma reads
+    /// it once) and kept: what a binding resolves policy strings such as
+    /// `interleave:all` against on every call. A failed read is not kept,
+    /// so the next call tries again. (Free memory changes; read
+    /// [`crate::system`] for it now.)
+    pub fn system_once() -> Result<&'static Topology, TopologyError> {
+        static SYSTEM: std::sync::OnceLock<Topology> = std::sync::OnceLock::new();
+        if let Some(topology) = SYSTEM.get() {
+            return Ok(topology);
+        }
+        let topology = Self::system()?;
+        Ok(SYSTEM.get_or_init(|| topology))
+    }
+
     /// Imports a topology exported with `lstopo --of xml` (or
     /// `numalab topo --export-xml`).
     pub fn from_xml_file(path: impl AsRef<Path>) -> Result<Self, TopologyError> {
