@@ -31,6 +31,7 @@
 //! order statistics, Hyndman and Fan's type 7, as R and NumPy by default)
 //! come with the result.
 
+pub mod baseline;
 pub mod read;
 
 use std::collections::HashMap;

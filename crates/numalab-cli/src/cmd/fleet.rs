@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use clap::Args;
 use numalab::files::{OutputDir, OutputError};
+use numalab_bench::document::Document;
+use numalab_bench::fleet::baseline::Baseline;
 use numalab_bench::fleet::{
     fleet, FleetError, FleetOptions, FleetReport, LeftOut, DEFAULT_THRESHOLD,
 };
@@ -30,6 +32,7 @@ use crate::saved::parse_saved;
     numalab fleet results --fail-on-outliers       exit 1 when a host is flagged: a health check\n  \
     numalab fleet results --json -o fleet.json     box-plot numbers of every cell, per group\n  \
     numalab fleet results --html fleet.html        one page, a box plot per cell\n  \
+    numalab fleet good-nodes --baseline baseline.json   what healthy hosts look like, for numalab check\n  \
     numalab fleet --sbatch > fleet.sbatch          a Slurm batch script doing all of it\n\n\
 Rule (Intel Cluster Checker's, on the median): within a group of 3 or more hosts of one \
 fingerprint, a bandwidth below THRESHOLD x the group's median for its cell, or a latency above \
@@ -65,13 +68,20 @@ pub struct FleetArgs {
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
 
+    /// Also write what a healthy host of each fingerprint looks like to
+    /// FILE (`numalab.baseline`: each group's fingerprint, hosts, and
+    /// every cell's median and limit by the rule below), for `numalab
+    /// check --baseline FILE` on each host later. Merge known-good hosts
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
     /// Threads reading files [default: the CPUs, at most 8]
     #[arg(long, value_name = "N", value_parser = threads)]
     pub threads: Option<usize>,
 
     /// Print a Slurm batch script that runs `numalab report` on every
     /// node of the job and merges the reports (printed, not submitted)
-    #[arg(long, conflicts_with_all = ["dirs", "html", "fail_on_outliers", "json", "csv", "markdown", "output"])]
+    #[arg(long, conflicts_with_all = ["dirs", "html", "baseline", "fail_on_outliers", "json", "csv", "markdown", "output"])]
     pub sbatch: bool,
 
     /// With --sbatch: each node runs `numalab report --quick` (seconds
@@ -133,7 +143,14 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     if let Some(page) = &args.html {
         output::check_page_target(page)?;
     }
-    let outputs = output::file_and_page(args.output.file(), args.html.as_deref());
+    if let Some(baseline) = &args.baseline {
+        if baseline == Path::new("-") {
+            bail!("--baseline -: the baseline is written to a file; name one");
+        }
+        output::check_target(baseline)?;
+    }
+    let mut outputs = output::file_and_page(args.output.file(), args.html.as_deref());
+    outputs.extend(args.baseline.as_deref().map(|b| ("--baseline", b)));
     output::distinct_targets(&outputs)?;
     let mut options = FleetOptions {
         threshold: args.threshold,
@@ -177,6 +194,16 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     if let Some(page) = &args.html {
         let pages = host_pages(&report, page, &inputs);
         output::write_atomically(page, html_page(&report, &pages).as_bytes())?;
+    }
+    if let Some(path) = &args.baseline {
+        let baseline = Baseline::of(&report);
+        let text = Document::new(&baseline).to_json()?;
+        output::write_atomically(path, text.as_bytes())?;
+        eprintln!(
+            "numalab: baseline of {} written to {}",
+            numalab::units::count(baseline.groups.len(), "group"),
+            output::printable(&path.display().to_string())
+        );
     }
     if !args.fail_on_outliers {
         return Ok(0);

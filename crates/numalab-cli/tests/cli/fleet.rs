@@ -629,3 +629,87 @@ fn max_groups_without_fail_on_outliers_is_a_usage_error() {
         stderr(&out)
     );
 }
+
+#[test]
+fn baseline_holds_each_groups_fingerprint_hosts_and_limits() {
+    // Five hosts of one machine whose read 0->0 figures are 1x to 5x a
+    // saved report's, and two hosts of another (THP changed): the
+    // baseline's medians and limits come from those files, by the rule
+    // (median x 0.9 for a bandwidth, / 0.9 for a latency).
+    let dir = Scratch::new("fleet-baseline");
+    let template = saved("report-two-socket.json");
+    let mut base_read = 0.0;
+    for_each_figure(&mut template.clone(), |metric, i, t, figure| {
+        if (metric, i, t) == ("read", 0, 0) {
+            base_read = figure.as_f64().unwrap();
+        }
+    });
+    for n in 1..=5u32 {
+        let mut doc = template.clone();
+        doc["host"] = format!("n{n}").into();
+        for_each_figure(&mut doc, |metric, i, t, figure| {
+            if (metric, i, t) == ("read", 0, 0) {
+                scale(figure, f64::from(n));
+            }
+        });
+        write(&dir.0, &format!("n{n}"), &doc);
+    }
+    for n in 6..=7 {
+        let mut doc = template.clone();
+        doc["host"] = format!("n{n}").into();
+        doc["topology"]["kernel"]["thp_enabled"] = other_thp(&template).into();
+        write(&dir.0, &format!("n{n}"), &doc);
+    }
+    let out_dir = Scratch::new("fleet-baseline-out");
+    let path = out_dir.path("baseline.json");
+    let (out, _) = fleet(&[dir.0.to_str().unwrap(), "--baseline", &path]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let baseline: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(baseline["schema"], "numalab.baseline");
+    let groups = baseline["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2);
+    let hosts = |g: &Value| -> Vec<String> {
+        g["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h.as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(hosts(&groups[0]), ["n1", "n2", "n3", "n4", "n5"]);
+    assert_eq!(hosts(&groups[1]), ["n6", "n7"]);
+    assert_eq!(groups[1]["fingerprint"]["thp"], other_thp(&template));
+    let cell = |g: &Value, metric: &str| -> Value {
+        g["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                c["cell"]["metric"] == metric
+                    && c["cell"]["initiator"] == 0
+                    && c["cell"]["target"] == 0
+            })
+            .unwrap()
+            .clone()
+    };
+    let read = cell(&groups[0], "read");
+    let median = read["median"].as_f64().unwrap();
+    assert!((median - 3.0 * base_read).abs() < 1e-9 * median, "{read}");
+    assert!((read["limit"].as_f64().unwrap() - 0.9 * median).abs() < 1e-9 * median);
+    let latency = cell(&groups[0], "latency");
+    let median = latency["median"].as_f64().unwrap();
+    assert!((latency["limit"].as_f64().unwrap() - median / 0.9).abs() < 1e-9 * median);
+    // Two hosts cannot be judged: their group keeps its fingerprint, no limits.
+    assert!(groups[1]["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["limit"].is_null()));
+    // A baseline over one of the reports merged is refused, the report kept.
+    let report = dir.path("n1.json");
+    let before = std::fs::read(&report).unwrap();
+    let (out, _) = fleet(&[dir.0.to_str().unwrap(), "--baseline", &report]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--baseline"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&report).unwrap(), before);
+}
