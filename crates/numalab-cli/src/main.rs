@@ -42,6 +42,7 @@ enum Command {
     Fill(cmd::fill::FillArgs),
     Fincore(cmd::fincore::FincoreArgs),
     Fleet(cmd::fleet::FleetArgs),
+    Check(cmd::check::CheckArgs),
     Pagecache(cmd::pagecache::PagecacheArgs),
     Run(cmd::run::RunArgs),
     Sweep(cmd::sweep::SweepArgs),
@@ -163,6 +164,9 @@ fn main() -> ExitCode {
         Command::Fill(args) => cmd::fill::run(args).map_err(|e| (e, 1)),
         Command::Fincore(args) => cmd::fincore::run(args).map_err(|e| (e, 1)),
         Command::Fleet(args) => cmd::fleet::run(args).map_err(|e| (e, 1)),
+        Command::Check(args) => cmd::check::run(args)
+            .map(i32::from)
+            .map_err(|e| (e, i32::from(cmd::check::EXIT_CANNOT_CHECK))),
         Command::Pagecache(args) => cmd::pagecache::run(args).map_err(|e| (e, 1)),
         Command::Run(args) => cmd::run::run(args).map_err(|e| (e, 1)),
         Command::Sweep(args) => cmd::sweep::run(args).map_err(|e| (e, 1)),

@@ -32,6 +32,7 @@
 //! come with the result.
 
 pub mod baseline;
+pub mod check;
 pub mod read;
 
 use std::collections::HashMap;

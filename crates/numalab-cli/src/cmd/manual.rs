@@ -272,6 +272,7 @@ fn guide(command: &str) -> String {
     match command {
         "run" | "sweep" | "plot" => "experiments",
         "fincore" => "pagecache",
+        "check" => "fleet",
         "advise" | "exec" | "fill" | "fleet" | "matrix" | "pagecache" | "profile" | "report"
         | "ring" | "topo" => command,
         _ => "README",
@@ -304,6 +305,13 @@ fn exit_status(path: &[String]) -> Vec<(&'static str, &'static str)> {
             statuses.push(("128 + N", "Signal N stopped the measurement; what was measured is written, marked interrupted."));
         }
         return statuses;
+    }
+    if first == "check" {
+        return vec![
+            ("0", "The host is healthy by the baseline."),
+            ("1", "The host is not: one line names what is wrong."),
+            ("2", "numalab could not check: its command line, a baseline that does not read, a measurement that failed."),
+        ];
     }
     let mut statuses = vec![
         ("0", "Done."),

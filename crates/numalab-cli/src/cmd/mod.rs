@@ -27,6 +27,7 @@
 //! `crate::render`); tests/modules.rs keeps it so.
 
 pub mod advise;
+pub mod check;
 pub mod exec;
 pub mod fill;
 pub mod fincore;

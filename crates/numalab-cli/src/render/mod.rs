@@ -9,6 +9,7 @@
 //! standard error when standard output is not a table a person reads.
 
 pub mod advise;
+pub mod check;
 pub mod exec;
 pub mod experiment;
 pub mod figures;

@@ -713,3 +713,129 @@ fn baseline_holds_each_groups_fingerprint_hosts_and_limits() {
     assert!(stderr(&out).contains("--baseline"), "{}", stderr(&out));
     assert_eq!(std::fs::read(&report).unwrap(), before);
 }
+
+/// A baseline from three copies of this machine's report, each changed by
+/// `change`, merged with `threshold`; returns its path.
+fn baseline_of_this_machine(dir: &Scratch, threshold: &str, change: impl Fn(&mut Value)) -> String {
+    let reports = dir.0.join("reports");
+    std::fs::create_dir_all(&reports).unwrap();
+    for n in 1..=3 {
+        let mut doc = this_machine().1.clone();
+        doc["host"] = format!("good{n}").into();
+        change(&mut doc);
+        write(&reports, &format!("good{n}"), &doc);
+    }
+    let path = dir.path("baseline.json");
+    let (out, _) = fleet(&[
+        reports.to_str().unwrap(),
+        "--threshold",
+        threshold,
+        "--baseline",
+        &path,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    path
+}
+
+#[test]
+fn check_is_healthy_within_limits_and_names_the_figure_past_one() {
+    // Limits at 5% of the median (a bandwidth) and 20x (a latency): this
+    // machine, measured again now, is within them however busy it is.
+    let dir = Scratch::new("check-healthy");
+    let baseline = baseline_of_this_machine(&dir, "0.05", |_| {});
+    let out = numalab(&["check", "--baseline", &baseline]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out)
+            .lines()
+            .next()
+            .unwrap()
+            .contains(" healthy (baseline group 1, "),
+        "{}",
+        stdout(&out)
+    );
+    let out = numalab(&["check", "--baseline", &baseline, "--json"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (doc["schema"].as_str(), doc["healthy"].as_bool()),
+        (Some("numalab.check"), Some(true))
+    );
+    let cells = doc["cells"].as_array().unwrap();
+    assert!(
+        !cells.is_empty()
+            && cells
+                .iter()
+                .all(|c| c["failed"] == false && c["value"].is_number())
+    );
+
+    // The same machine with a baseline whose read 0->0 was 100x what it
+    // measures: that figure is named, below its limit.
+    let dir = Scratch::new("check-slow");
+    let baseline = baseline_of_this_machine(&dir, "0.9", |doc| {
+        for_each_figure(doc, |metric, i, t, figure| {
+            if (metric, i, t) == ("read", 0, 0) {
+                scale(figure, 100.0);
+            }
+        })
+    });
+    let out = numalab(&["check", "--baseline", &baseline]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let line = stdout(&out).lines().next().unwrap().to_owned();
+    assert!(
+        line.contains(" unhealthy: ")
+            && line.contains("read 0->0 ")
+            && line.contains("below the limit"),
+        "{line}"
+    );
+}
+
+#[test]
+fn check_names_what_differs_from_the_nearest_group_and_measures_nothing() {
+    // The healthy hosts had twice this machine's memory on node 0 (a DIMM
+    // missing here, as the check sees it).
+    let dir = Scratch::new("check-fingerprint");
+    let baseline = baseline_of_this_machine(&dir, "0.9", |doc| {
+        let memory = &mut doc["topology"]["topology"]["nodes"][0]["memory_bytes"];
+        *memory = (memory.as_u64().unwrap() * 2).into();
+    });
+    let out = numalab(&["check", "--baseline", &baseline, "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reason = doc["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no baseline group has this machine's fingerprint")
+            && reason.contains("node 0: memory "),
+        "{reason}"
+    );
+    assert!(
+        doc["cells"].as_array().unwrap().is_empty(),
+        "nothing measured"
+    );
+    assert!(
+        stderr(&out).contains(reason),
+        "the line on stderr too when stdout is JSON: {}",
+        stderr(&out)
+    );
+
+    // numalab's own trouble is 2: a file that is not a baseline.
+    let report = dir.0.join("reports/good1.json");
+    let out = numalab(&["check", "--baseline", report.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("numalab.baseline") || stderr(&out).contains("schema"),
+        "{}",
+        stderr(&out)
+    );
+}

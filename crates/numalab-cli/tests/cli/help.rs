@@ -115,10 +115,10 @@ fn version_names_the_commit_it_was_built_from_and_results_carry_it() {
 fn every_command_follows_one_exit_status_rule() {
     // docs/exit-status.md: 2 when the command line cannot be read, 1 when
     // numalab refuses what it asks; 125 for both in the commands that run
-    // a command. Each refusal here comes before anything is measured.
+    // a command; 2 for both in `check`, whose 1 says the host is unhealthy. Each refusal here comes before anything is measured.
     let scratch = Scratch::new("exit-status");
     let missing = scratch.path("missing.toml");
-    let cases: [(&[&str], i32); 14] = [
+    let cases: [(&[&str], i32); 16] = [
         (&["report", "-o", "/dev/null"], 1),
         (&["topo", "-o", "/dev/null"], 1),
         (&["matrix", "--mem-nodes", "4096"], 1),
@@ -133,6 +133,9 @@ fn every_command_follows_one_exit_status_rule() {
         (&["exec", "-m", "4096", "--", "true"], 125),
         (&["profile", "-o", "/dev/null", "--", "true"], 125),
         (&["advise", "-o", "/dev/null", "--", "true"], 125),
+        // A health check's own trouble is 2, never the unhealthy 1.
+        (&["check", "--baseline", &missing], 2),
+        (&["check", "--baseline", &missing, "-o", "/dev/null"], 2),
     ];
     for (args, refused) in cases {
         let out = numalab(args);
