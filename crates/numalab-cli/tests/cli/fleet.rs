@@ -839,3 +839,89 @@ fn check_names_what_differs_from_the_nearest_group_and_measures_nothing() {
         stderr(&out)
     );
 }
+
+#[test]
+fn check_drains_through_scontrol_and_resumes_only_its_own_drain() {
+    use std::os::unix::fs::PermissionsExt;
+    // A stand-in scontrol: logs every call, and shows the node as the
+    // test's state file says.
+    let dir = Scratch::new("check-drain");
+    let bin = dir.0.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fake = bin.join("scontrol");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"$*\" >> \"$SCONTROL_LOG\"\n[ \"$1\" = show ] && cat \"$SCONTROL_STATE\"\nexit 0\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (log, state) = (dir.0.join("log"), dir.0.join("state"));
+    let (good, bad) = (
+        Scratch::new("check-drain-healthy"),
+        Scratch::new("check-drain-unhealthy"),
+    );
+    let healthy = baseline_of_this_machine(&good, "0.05", |_| {});
+    let unhealthy = baseline_of_this_machine(&bad, "0.9", |doc| {
+        let memory = &mut doc["topology"]["topology"]["nodes"][0]["memory_bytes"];
+        *memory = (memory.as_u64().unwrap() * 2).into();
+    });
+    let run = |baseline: &str, shown: &str, node_env: Option<&str>| -> (i32, String) {
+        std::fs::write(&state, format!("NodeName=n1 Arch=x86_64 {shown}\n")).unwrap();
+        let _ = std::fs::remove_file(&log);
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_numalab"));
+        command
+            .args(["check", "--baseline", baseline, "--drain"])
+            .env("PATH", path)
+            .env("SCONTROL_LOG", &log)
+            .env("SCONTROL_STATE", &state);
+        match node_env {
+            Some(name) => command.env("SLURMD_NODENAME", name),
+            None => command.args(["--node", "n1"]),
+        };
+        let out = command.output().unwrap();
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        (
+            out.status.code().unwrap(),
+            format!("{calls}\n(stderr: {})", stderr(&out)),
+        )
+    };
+    // Unhealthy and up: drained, the line as the reason.
+    let (code, calls) = run(&unhealthy, "State=IDLE Reason=", None);
+    assert_eq!(code, 1, "{calls}");
+    let drain = calls
+        .lines()
+        .find(|l| l.starts_with("update "))
+        .unwrap_or_else(|| panic!("{calls}"));
+    assert!(
+        drain.starts_with("update NodeName=n1 State=DRAIN Reason=numalab check: no baseline group"),
+        "{drain}"
+    );
+    assert!(drain.contains("node 0: memory "), "{drain}");
+    // Healthy and drained by numalab: resumed (the node's name from slurmd).
+    let (code, calls) = run(
+        &healthy,
+        "State=IDLE+DRAIN Reason=numalab check: read 0->0 1.0 GB/s below the limit [root@2026-11-27T22:00:00]",
+        Some("n1"),
+    );
+    assert_eq!(code, 0, "{calls}");
+    assert!(
+        calls
+            .lines()
+            .any(|l| l == "update NodeName=n1 State=RESUME"),
+        "{calls}"
+    );
+    // An administrator's drain is never resumed, nor its reason replaced.
+    for baseline in [&healthy, &unhealthy] {
+        let (_, calls) = run(
+            baseline,
+            "State=IDLE+DRAIN Reason=bad DIMM, ticket 4242 [admin@2026-11-27T21:00:00]",
+            None,
+        );
+        assert!(!calls.contains("update"), "{calls}");
+        assert!(calls.contains("show node n1"), "{calls}");
+    }
+    // Healthy and up: nothing changed.
+    let (_, calls) = run(&healthy, "State=IDLE Reason=", None);
+    assert!(!calls.contains("update"), "{calls}");
+}
