@@ -7,6 +7,10 @@
 //! binary is there (`bash bench/all.sh` builds it; or `NUMALAB_BIN`), by
 //! `numalab fleet DIR --json -o FILE` as a user runs it.
 //!
+//! Then, with the binary, how long `numalab check` takes on this host
+//! against a baseline of this machine's own `report --quick` (three
+//! copies): what a Slurm HealthCheckProgram spends, under its 60 s limit.
+//!
 //! Target: 10 000 files merged in under 10 s. The files were just written,
 //! so they are read from the page cache: a shared file system read cold
 //! adds its own time. A benchmark, not a test:
@@ -170,6 +174,24 @@ fn main() {
             .expect("numalab runs");
         let cli_s = started.elapsed().as_secs_f64();
         assert!(status.success(), "numalab fleet failed");
+        let baseline = dir.with_extension("baseline.json");
+        let started = Instant::now();
+        let status = std::process::Command::new(&binary)
+            .arg("fleet")
+            .arg(&dir)
+            .arg("--baseline")
+            .arg(&baseline)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("numalab runs");
+        assert!(status.success(), "numalab fleet --baseline failed");
+        println!(
+            "{}: {count} files merged and their baseline written in {:.2} s",
+            binary.display(),
+            started.elapsed().as_secs_f64()
+        );
+        let _ = std::fs::remove_file(&baseline);
         let written = std::fs::metadata(&out).map_or(0, |m| m.len());
         let _ = std::fs::remove_file(&out);
         println!(
@@ -187,6 +209,9 @@ fn main() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+    if binary.exists() {
+        check_this_host(&binary);
+    }
     let scaled = verdict_s * 10_000.0 / count as f64;
     let verdict = if scaled < TARGET_S { "met" } else { "missed" };
     println!(
@@ -194,4 +219,68 @@ fn main() {
         numalab::units::count(cpus, "CPU"),
         count as f64 / verdict_s
     );
+}
+
+/// `numalab check` on this host against a `--quick` baseline of this
+/// machine: the median of 3 checks, wall time and the measurement alone.
+fn check_this_host(binary: &Path) {
+    let dir = std::env::temp_dir().join(format!("numalab-bench-check-{}", std::process::id()));
+    let reports = dir.join("reports");
+    std::fs::create_dir_all(&reports).unwrap();
+    let report = dir.join("this.json");
+    let status = std::process::Command::new(binary)
+        .args(["report", "--quick", "--json", "-o"])
+        .arg(&report)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("numalab runs");
+    assert!(status.success(), "numalab report --quick failed");
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    for n in 1..=3 {
+        doc["host"] = format!("good{n}").into();
+        std::fs::write(reports.join(format!("good{n}.json")), doc.to_string()).unwrap();
+    }
+    let baseline = dir.join("baseline.json");
+    let status = std::process::Command::new(binary)
+        .arg("fleet")
+        .arg(&reports)
+        .arg("--baseline")
+        .arg(&baseline)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("numalab runs");
+    assert!(status.success(), "numalab fleet --baseline failed");
+    let mut walls = Vec::new();
+    let mut measured = Vec::new();
+    let mut cells = 0;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let out = std::process::Command::new(binary)
+            .args(["check", "--json", "--baseline"])
+            .arg(&baseline)
+            .output()
+            .expect("numalab runs");
+        walls.push(started.elapsed().as_secs_f64());
+        // 0 healthy or 1 unhealthy (a busy machine may fail its own
+        // baseline): either way the check ran to its end.
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "numalab check: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+        measured.push(result["seconds"].as_f64().unwrap_or(0.0));
+        cells = result["cells"].as_array().map_or(0, Vec::len);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "numalab check --baseline (quick, {cells} figures of this machine): {:.2} s wall, {:.2} s measuring (median of 3)",
+        median(&mut walls),
+        median(&mut measured)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
