@@ -176,16 +176,7 @@ fn main() {
         assert!(status.success(), "numalab fleet failed");
         let baseline = dir.with_extension("baseline.json");
         let started = Instant::now();
-        let status = std::process::Command::new(&binary)
-            .arg("fleet")
-            .arg(&dir)
-            .arg("--baseline")
-            .arg(&baseline)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("numalab runs");
-        assert!(status.success(), "numalab fleet --baseline failed");
+        write_baseline(&binary, &dir, &baseline);
         println!(
             "{}: {count} files merged and their baseline written in {:.2} s",
             binary.display(),
@@ -241,16 +232,7 @@ fn check_this_host(binary: &Path) {
         std::fs::write(reports.join(format!("good{n}.json")), doc.to_string()).unwrap();
     }
     let baseline = dir.join("baseline.json");
-    let status = std::process::Command::new(binary)
-        .arg("fleet")
-        .arg(&reports)
-        .arg("--baseline")
-        .arg(&baseline)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("numalab runs");
-    assert!(status.success(), "numalab fleet --baseline failed");
+    write_baseline(binary, &reports, &baseline);
     let mut walls = Vec::new();
     let mut measured = Vec::new();
     let mut cells = 0;
@@ -283,4 +265,18 @@ fn check_this_host(binary: &Path) {
         median(&mut measured)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `numalab fleet DIR --baseline OUT`, quietly.
+fn write_baseline(binary: &Path, dir: &Path, out: &Path) {
+    let status = std::process::Command::new(binary)
+        .arg("fleet")
+        .arg(dir)
+        .arg("--baseline")
+        .arg(out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("numalab runs");
+    assert!(status.success(), "numalab fleet --baseline failed");
 }
