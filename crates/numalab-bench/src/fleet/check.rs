@@ -33,7 +33,8 @@ pub struct CheckReport {
     /// Whether it is healthy by the baseline.
     pub healthy: bool,
     /// The one line that says why not (empty when healthy): the first
-    /// thing wrong, with how many more there are.
+    /// thing wrong, with how many more there are (`…; 2 more past their
+    /// limits`).
     pub reason: String,
     /// Everything wrong, one line each.
     pub problems: Vec<String>,
@@ -267,8 +268,13 @@ pub fn check(
         [] => String::new(),
         [one] => one.clone(),
         [first, rest @ ..] => format!(
-            "{first}; and {} more",
-            numalab::units::count(rest.len(), "figure")
+            "{first}; {} more past {}",
+            rest.len(),
+            if rest.len() == 1 {
+                "its limit"
+            } else {
+                "their limits"
+            }
         ),
     };
     Ok(CheckReport {
