@@ -44,6 +44,19 @@ impl Schema for Baseline {
 }
 
 /// A fingerprint's healthy figures.
+///
+/// ```
+/// # use numalab_bench::fleet::{merge, HostResult};
+/// use numalab_bench::fleet::baseline::Baseline;
+/// # let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"),
+/// #     "/../../tests/results/report-two-socket.json"))?;
+/// # let host = HostResult::parse(text.as_bytes(), "r.json".as_ref()).unwrap();
+/// let baseline = Baseline::of(&merge(vec![host], Vec::new(), 0.9)?);
+/// let group = &baseline.groups[0];
+/// assert_eq!(group.fingerprint.nodes.len(), 2, "the emulated two-socket machine");
+/// assert!(group.measured_from.is_some() && group.measured_from == group.measured_to);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BaselineGroup {
     /// The fleet's group id (1 for the largest).
@@ -64,6 +77,20 @@ pub struct BaselineGroup {
 }
 
 /// One cell of a group's baseline.
+///
+/// ```
+/// # use numalab_bench::fleet::{merge, HostResult};
+/// use numalab_bench::fleet::baseline::Baseline;
+/// use numalab_bench::fleet::Metric;
+/// # let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"),
+/// #     "/../../tests/results/report-two-socket.json"))?;
+/// # let host = HostResult::parse(text.as_bytes(), "r.json".as_ref()).unwrap();
+/// let baseline = Baseline::of(&merge(vec![host], Vec::new(), 0.9)?);
+/// let read = baseline.groups[0].cells.iter().find(|c| c.cell.metric == Metric::Read).unwrap();
+/// assert_eq!((read.unit.as_str(), read.hosts), ("GB/s", 1));
+/// assert_eq!(read.limit, None, "one host sets no limit");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BaselineCell {
     /// The cell.

@@ -26,6 +26,20 @@ use crate::matrix::{MatrixError, MatrixReport};
 use crate::topo::TopoReport;
 
 /// What a check found.
+///
+/// ```no_run
+/// use numalab_bench::control::Control;
+/// use numalab_bench::document::Document;
+/// use numalab_bench::fleet::baseline::Baseline;
+/// use numalab_bench::fleet::check::check;
+///
+/// let baseline = Document::<Baseline>::read("baseline.json".as_ref(), 1 << 28, "baseline")?;
+/// let report = check(&baseline, &numalab::Topology::system()?, &Control::new())?;
+/// if !report.healthy {
+///     eprintln!("{}: {}", report.host, report.reason);
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckReport {
     /// This host's name.
@@ -55,6 +69,20 @@ impl Schema for CheckReport {
 }
 
 /// One cell: this host's figure against its group's.
+///
+/// ```
+/// use numalab_bench::fleet::check::CheckedCell;
+/// use numalab_bench::fleet::{Cell, Metric};
+/// let cell = CheckedCell {
+///     cell: Cell { metric: Metric::Read, initiator: 0, target: 1 },
+///     unit: "GB/s".into(),
+///     value: Some(31.2),
+///     median: 42.2,
+///     limit: Some(38.0),
+///     failed: true, // a bandwidth below its limit
+/// };
+/// assert!(cell.value.unwrap() < cell.limit.unwrap());
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckedCell {
     /// The cell.
@@ -73,6 +101,18 @@ pub struct CheckedCell {
 }
 
 /// Why a check could not be made (numalab's own trouble, not the host's).
+///
+/// ```
+/// use numalab_bench::control::Control;
+/// use numalab_bench::fleet::baseline::Baseline;
+/// use numalab_bench::fleet::check::{check, CheckError};
+///
+/// let empty = Baseline { threshold: 0.9, rule: String::new(), groups: Vec::new() };
+/// let machine = numalab::Topology::from_synthetic("pack:2 numa:1 core:2 pu:1")?;
+/// let err = check(&empty, &machine, &Control::new()).unwrap_err();
+/// assert!(matches!(err, CheckError::EmptyBaseline));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     /// The baseline holds no group at all.
