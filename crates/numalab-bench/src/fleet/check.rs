@@ -46,11 +46,11 @@ pub struct CheckReport {
     pub host: String,
     /// Whether it is healthy by the baseline.
     pub healthy: bool,
-    /// The one line that says why not (empty when healthy): the first
-    /// thing wrong, with how many more there are (`…; 2 more past their
-    /// limits`).
+    /// The one line that says why not (empty when healthy): the worst
+    /// thing wrong (the figure furthest past its limit), with how many
+    /// more there are (`…; 2 more past their limits`).
     pub reason: String,
-    /// Everything wrong, one line each.
+    /// Everything wrong, one line each, the worst first.
     pub problems: Vec<String>,
     /// The baseline group this host belongs to, when one has its
     /// fingerprint.
@@ -303,7 +303,21 @@ pub fn check(
             }
         })
         .collect();
-    let problems: Vec<String> = cells.iter().filter(|c| c.failed).map(problem).collect();
+    // The worst first: how far past its limit, as a factor (a figure
+    // that could not be measured, worst of all).
+    let mut failed: Vec<&CheckedCell> = cells.iter().filter(|c| c.failed).collect();
+    let severity = |c: &CheckedCell| match (c.value, c.limit) {
+        (Some(v), Some(limit)) if v > 0.0 && limit > 0.0 => {
+            if c.cell.metric.higher_is_better() {
+                limit / v
+            } else {
+                v / limit
+            }
+        }
+        _ => f64::INFINITY,
+    };
+    failed.sort_by(|a, b| severity(b).total_cmp(&severity(a)));
+    let problems: Vec<String> = failed.into_iter().map(problem).collect();
     let reason = match problems.as_slice() {
         [] => String::new(),
         [one] => one.clone(),
