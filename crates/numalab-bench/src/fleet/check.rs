@@ -126,17 +126,6 @@ pub enum CheckError {
     Interrupted,
 }
 
-/// This machine's fingerprint as a report measured with `quick` would
-/// record it.
-pub fn fingerprint_here(topology: &Topology, quick: bool) -> Fingerprint {
-    let environment = Environment::current(topology);
-    Fingerprint::from_parts(
-        &TopoReport::gather(topology.clone()),
-        Some(&environment),
-        quick,
-    )
-}
-
 /// The group whose fingerprint this machine has; else the nearest group
 /// (the fewest differences, the larger of two as near) with what differs.
 pub fn find_group(
@@ -228,8 +217,20 @@ pub fn check(
     if baseline.groups.is_empty() {
         return Err(CheckError::EmptyBaseline);
     }
-    let host = Environment::current(topology).host.hostname;
-    let group = match find_group(baseline, |quick| fingerprint_here(topology, quick)) {
+    // This machine read once; only `quick` differs between the groups'
+    // fingerprints it is compared with.
+    let environment = Environment::current(topology);
+    let machine = Fingerprint::from_parts(
+        &TopoReport::gather(topology.clone()),
+        Some(&environment),
+        false,
+    );
+    let here = |quick| Fingerprint {
+        quick,
+        ..machine.clone()
+    };
+    let host = environment.host.hostname.clone();
+    let group = match find_group(baseline, here) {
         Ok(group) => group,
         Err((nearest, differences)) => {
             let quick = nearest.is_some_and(|g| g.fingerprint.quick);
@@ -248,14 +249,14 @@ pub fn check(
                 reason: reason.clone(),
                 problems: vec![reason],
                 group: None,
-                fingerprint: fingerprint_here(topology, quick),
+                fingerprint: here(quick),
                 cells: Vec::new(),
                 seconds: 0.0,
             });
         }
     };
     let quick = group.fingerprint.quick;
-    let fingerprint = fingerprint_here(topology, quick);
+    let fingerprint = here(quick);
     let judged: Vec<_> = group.cells.iter().filter(|c| c.limit.is_some()).collect();
     let start = Instant::now();
     let measured = if judged.is_empty() {
@@ -282,13 +283,6 @@ pub fn check(
                 .iter()
                 .find(|(cell, _)| *cell == c.cell)
                 .map(|(_, v)| *v);
-            let past = |v: f64, limit: f64| {
-                if c.cell.metric.higher_is_better() {
-                    v < limit
-                } else {
-                    v > limit
-                }
-            };
             CheckedCell {
                 cell: c.cell,
                 unit: c.unit.clone(),
@@ -297,7 +291,7 @@ pub fn check(
                 limit: c.limit,
                 failed: match (value, c.limit) {
                     (None, _) => true,
-                    (Some(v), Some(limit)) => past(v, limit),
+                    (Some(v), Some(limit)) => c.cell.metric.past_limit(v, limit),
                     (Some(_), None) => false,
                 },
             }

@@ -249,11 +249,8 @@ impl CellSummary {
 
     /// Whether `value` is past the limit.
     pub fn flags(&self, value: f64) -> bool {
-        match self.limit {
-            Some(limit) if self.cell.metric.higher_is_better() => value < limit,
-            Some(limit) => value > limit,
-            None => false,
-        }
+        self.limit
+            .is_some_and(|limit| self.cell.metric.past_limit(value, limit))
     }
 }
 

@@ -38,6 +38,22 @@ impl Metric {
         self != Metric::Latency
     }
 
+    /// Whether `value` is past `limit`: below it for a bandwidth, above it
+    /// for a latency (the fleet's rule, and the health check's).
+    ///
+    /// ```
+    /// use numalab_bench::fleet::Metric;
+    /// assert!(Metric::Read.past_limit(31.2, 38.0));
+    /// assert!(!Metric::Latency.past_limit(31.2, 38.0));
+    /// ```
+    pub fn past_limit(self, value: f64, limit: f64) -> bool {
+        if self.higher_is_better() {
+            value < limit
+        } else {
+            value > limit
+        }
+    }
+
     /// The figures a measurement of this metric can give, in its unit: a
     /// latency from 0.1 ns to 10 ms, a bandwidth up to 100,000 GB/s (a
     /// hundred times the fastest memory of today). A saved report with a
