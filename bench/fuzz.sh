@@ -23,7 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(sets size experiment hwloc_xml result_json plot ring_segment saved_report fleet_host profile)
+all_targets=(sets size hostlist experiment hwloc_xml result_json plot ring_segment saved_report fleet_host profile)
 
 usage() {
     echo "usage: bench/fuzz.sh DURATION [TARGET...]   (DURATION: 30s, 10m, 1h; targets: ${all_targets[*]})" >&2

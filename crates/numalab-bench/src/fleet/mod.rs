@@ -33,6 +33,7 @@
 
 pub mod baseline;
 pub mod check;
+pub mod hostlist;
 pub mod read;
 
 use std::collections::HashMap;
@@ -121,6 +122,14 @@ pub struct FleetReport {
     pub hosts: Vec<HostEntry>,
     /// Files and directories left out, and why.
     pub left_out: Vec<LeftOut>,
+    /// How many hosts were expected (`numalab fleet --expect`), when the
+    /// merge was told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<usize>,
+    /// The hosts expected that sent no report, as the host list names
+    /// them ([`FleetReport::expect`]).
+    #[serde(default)]
+    pub missing: Vec<String>,
 }
 
 impl Schema for FleetReport {
@@ -143,6 +152,34 @@ impl FleetReport {
             .collect();
         hosts.sort_by_key(|h| (h.outliers == 0, h.group));
         hosts
+    }
+
+    /// Names, in [`FleetReport::missing`], each host of `expected` that
+    /// no report merged answers to ([`HostEntry::answers_to`]): the nodes
+    /// of a job that wrote nothing.
+    ///
+    /// ```
+    /// # use numalab_bench::fleet::{merge, HostResult};
+    /// # let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"),
+    /// #     "/../../tests/results/report-two-socket.json"))?;
+    /// # let mut host = HostResult::parse(text.as_bytes(), "r.json".as_ref()).unwrap();
+    /// host.host = "n2.cluster.example".into();
+    /// let mut fleet = merge(vec![host], Vec::new(), 0.9)?;
+    /// let expected = numalab_bench::fleet::hostlist::expand("n[1-3]")?;
+    /// fleet.expect(&expected);
+    /// assert_eq!(fleet.missing, ["n1", "n3"]);
+    /// assert_eq!(fleet.expected, Some(3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn expect(&mut self, expected: &[String]) {
+        let answering: std::collections::HashSet<&str> =
+            self.hosts.iter().flat_map(HostEntry::names).collect();
+        self.missing = expected
+            .iter()
+            .filter(|name| !answering.contains(name.as_str()))
+            .cloned()
+            .collect();
+        self.expected = Some(expected.len());
     }
 }
 
@@ -338,6 +375,36 @@ pub struct HostEntry {
     pub source: Option<Source>,
 }
 
+impl HostEntry {
+    /// Whether `name` names this host: its Slurm node name
+    /// (`SLURMD_NODENAME`, when a Slurm task wrote the report), its host
+    /// name, or its host name up to the first dot.
+    ///
+    /// ```
+    /// # use numalab_bench::fleet::{merge, HostResult};
+    /// # let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"),
+    /// #     "/../../tests/results/report-two-socket.json"))?;
+    /// # let mut host = HostResult::parse(text.as_bytes(), "r.json".as_ref()).unwrap();
+    /// host.host = "c017.cluster.example".into();
+    /// host.task.slurm.insert("SLURMD_NODENAME".into(), "compute17".into());
+    /// let fleet = merge(vec![host], Vec::new(), 0.9)?;
+    /// let entry = &fleet.hosts[0];
+    /// assert!(entry.answers_to("compute17") && entry.answers_to("c017"));
+    /// assert!(entry.answers_to("c017.cluster.example") && !entry.answers_to("c01"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn answers_to(&self, name: &str) -> bool {
+        self.names().any(|n| n == name)
+    }
+
+    /// The names this host answers to.
+    fn names(&self) -> impl Iterator<Item = &str> {
+        let short = self.host.split('.').next().filter(|s| *s != self.host);
+        let node = self.task.slurm.get("SLURMD_NODENAME").map(String::as_str);
+        std::iter::once(self.host.as_str()).chain(short).chain(node)
+    }
+}
+
 /// Why a fleet could not be merged at all.
 ///
 /// ```
@@ -531,6 +598,8 @@ pub fn merge(
         outliers,
         hosts: entries,
         left_out,
+        expected: None,
+        missing: Vec::new(),
     })
 }
 

@@ -18,7 +18,8 @@ use numalab_bench::fleet::{
 use numalab_bench::report::Report;
 
 use crate::output::{self, OutputArgs};
-use crate::render::{self, fleet::html_page, fleet::sbatch_script, page};
+use crate::render::fleet::{html_page, sbatch_script, SbatchScript};
+use crate::render::{self, page};
 use crate::saved::parse_saved;
 
 /// Merge the reports of many hosts (one `numalab report --json --out-dir
@@ -26,6 +27,7 @@ use crate::saved::parse_saved;
 /// fingerprint, flag the figures outside their group's range, list the
 /// files left out
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("judging").args(["fail_on_outliers", "sbatch"]).multiple(true)))]
 #[command(after_help = "Examples:\n  \
     srun --ntasks-per-node=1 numalab report --json --out-dir results   on every node, then:\n  \
     numalab fleet results                          the groups, the hosts flagged, the files left out\n  \
@@ -58,15 +60,24 @@ pub struct FleetArgs {
     #[arg(long)]
     pub fail_on_outliers: bool,
 
-    /// With --fail-on-outliers: how many machine fingerprints the fleet
-    /// may have (2 for a cluster of two kinds of node)
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = groups, requires = "fail_on_outliers")]
+    /// With --fail-on-outliers (or --sbatch, whose merge fails on
+    /// outliers): how many machine fingerprints the fleet may have (2 for
+    /// a cluster of two kinds of node)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = groups, requires = "judging")]
     pub max_groups: usize,
 
     /// Also write one self-contained HTML page to FILE: the groups, the
     /// figures flagged, a box plot per cell
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+
+    /// The hosts that should have sent a report, as Slurm lists them
+    /// (`node[01-16],gpu[1-4]`, `$SLURM_JOB_NODELIST`; repeatable): each
+    /// one no report answers to (by its Slurm node name, host name or
+    /// short host name) is named as missing, and fails
+    /// --fail-on-outliers
+    #[arg(long, value_name = "HOSTS", value_parser = hostlist)]
+    pub expect: Vec<Vec<String>>,
 
     /// Also write what a healthy host of each fingerprint looks like to
     /// FILE (`numalab.baseline`: each group's fingerprint, hosts, and
@@ -81,7 +92,7 @@ pub struct FleetArgs {
 
     /// Print a Slurm batch script that runs `numalab report` on every
     /// node of the job and merges the reports (printed, not submitted)
-    #[arg(long, conflicts_with_all = ["dirs", "html", "baseline", "fail_on_outliers", "json", "csv", "markdown", "output"])]
+    #[arg(long, conflicts_with_all = ["dirs", "html", "baseline", "expect", "fail_on_outliers", "json", "csv", "markdown", "output"])]
     pub sbatch: bool,
 
     /// With --sbatch: each node runs `numalab report --quick` (seconds
@@ -120,6 +131,11 @@ fn groups(text: &str) -> Result<usize, String> {
     }
 }
 
+/// `--expect`: a host list as Slurm writes it.
+fn hostlist(text: &str) -> Result<Vec<String>, String> {
+    numalab_bench::fleet::hostlist::expand(text).map_err(|err| err.to_string())
+}
+
 /// `--threads`: 1 to 64.
 fn threads(text: &str) -> Result<usize, String> {
     const MOST: usize = numalab_bench::fleet::read::MAX_THREADS;
@@ -136,7 +152,14 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     if args.sbatch {
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("numalab"));
         let out_dir = args.out_dir.clone().unwrap_or_else(|| "results".into());
-        output::print_stdout(&sbatch_script(&exe, &out_dir, args.threshold, args.quick))?;
+        let script = SbatchScript {
+            numalab: &exe,
+            out_dir: &out_dir,
+            threshold: args.threshold,
+            max_groups: args.max_groups,
+            quick: args.quick,
+        };
+        output::print_stdout(&sbatch_script(&script))?;
         return Ok(0);
     }
     args.output.check()?;
@@ -159,7 +182,21 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
     if let Some(threads) = args.threads {
         options.threads = threads;
     }
-    let report = match fleet(&args.dirs, &options) {
+    let expected: Vec<String> = {
+        let mut seen = std::collections::HashSet::new();
+        let all = args.expect.iter().flatten();
+        all.filter(|name| seen.insert(name.as_str()))
+            .cloned()
+            .collect()
+    };
+    if expected.len() > numalab_bench::fleet::hostlist::MAX_HOSTS {
+        bail!(
+            "--expect names {} hosts; at most {} are merged",
+            expected.len(),
+            numalab_bench::fleet::hostlist::MAX_HOSTS
+        );
+    }
+    let mut report = match fleet(&args.dirs, &options) {
         Ok(report) => report,
         Err(FleetError::NoReports { left_out }) => {
             say_left_out(&left_out);
@@ -189,7 +226,11 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
         }))
         .collect();
     output::not_an_input(&outputs, &inputs)?;
+    if !args.expect.is_empty() {
+        report.expect(&expected);
+    }
     say_left_out(&report.left_out);
+    say_missing(&report);
     render::emit(&report, &args.output)?;
     if let Some(page) = &args.html {
         let pages = host_pages(&report, page, &inputs);
@@ -215,6 +256,12 @@ pub fn run(args: &FleetArgs) -> Result<i32> {
             "{} of {} flagged",
             numalab::units::count(report.outliers.len(), "figure"),
             numalab::units::count(flagged_hosts, "host")
+        ));
+    }
+    if !report.missing.is_empty() {
+        failed.push(format!(
+            "{} expected without a report",
+            numalab::units::count(report.missing.len(), "host")
         ));
     }
     if report.groups.len() > args.max_groups {
@@ -339,6 +386,20 @@ fn host_pages(
         }
     }
     links
+}
+
+/// The hosts expected that sent no report, in one line on standard
+/// error (the first 20 named).
+fn say_missing(report: &FleetReport) {
+    if report.missing.is_empty() {
+        return;
+    }
+    eprintln!(
+        "numalab: no report from {} of the {} expected: {}",
+        numalab::units::count(report.missing.len(), "host"),
+        report.expected.unwrap_or_default(),
+        output::printable_field(&render::fleet::some_names(&report.missing, 20))
+    );
 }
 
 /// Each file or directory left out, one line each on standard error.

@@ -106,8 +106,15 @@ fn builds_line(report: &FleetReport) -> Option<String> {
 /// what was left out.
 fn summary_line(report: &FleetReport) -> String {
     let left_out = report.left_out.len();
+    let missing = match report.expected {
+        Some(expected) => format!(
+            "; {} of the {expected} expected without a report",
+            count(report.missing.len(), "host")
+        ),
+        None => String::new(),
+    };
     format!(
-        "{} from {}, in {} of one fingerprint; {} flagged; {} or {} left out.",
+        "{} from {}, in {} of one fingerprint; {} flagged; {} or {} left out{missing}.",
         count(report.hosts.len(), "host"),
         count(report.files, "file"),
         count(report.groups.len(), "group"),
@@ -240,6 +247,12 @@ fn text(report: &FleetReport, style: Style) -> String {
             ]);
         }
         out.push_str(&style.render(&table));
+    }
+
+    if !report.missing.is_empty() {
+        out.push_str(&heading("Expected, no report"));
+        let names: Vec<String> = report.missing.iter().map(|n| style.field(n)).collect();
+        out.push_str(&style.line(&some_names(&names, 200)));
     }
 
     if !report.left_out.is_empty() {
@@ -504,6 +517,13 @@ pub fn html_page(report: &FleetReport, pages: &BTreeMap<String, String>) -> Stri
         }
         page.push_str("</ul>\n");
     }
+    if !report.missing.is_empty() {
+        let _ = writeln!(
+            page,
+            "<h2>Expected, no report</h2>\n<p>{}</p>",
+            escape(&some_names(&report.missing, 200))
+        );
+    }
     if !report.left_out.is_empty() {
         page.push_str("<h2>Left out</h2>\n<ul>\n");
         for left in &report.left_out {
@@ -520,19 +540,35 @@ fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
+/// What `numalab fleet --sbatch` writes into its batch script.
+pub struct SbatchScript<'a> {
+    /// This numalab, as every node runs it.
+    pub numalab: &'a Path,
+    /// Where the job's directory of reports goes.
+    pub out_dir: &'a Path,
+    /// The merge's `--threshold`.
+    pub threshold: f64,
+    /// The merge's `--max-groups`.
+    pub max_groups: usize,
+    /// Whether each node runs `numalab report --quick`.
+    pub quick: bool,
+}
+
 /// The Slurm batch script `numalab fleet --sbatch` prints: a report from
-/// every node of the job into `out_dir`, then the merge, with
-/// `--fail-on-outliers` so the job fails when a host is flagged.
-pub fn sbatch_script(numalab: &Path, out_dir: &Path, threshold: f64, quick: bool) -> String {
-    let quick = if quick { " --quick" } else { "" };
-    let numalab = shell_quote(&numalab.display().to_string());
+/// every node of the job into a directory of the job's own, then the
+/// merge, told which nodes to expect, with `--fail-on-outliers` so the
+/// job fails when a host is flagged or a node sent nothing.
+pub fn sbatch_script(script: &SbatchScript<'_>) -> String {
+    let quick = if script.quick { " --quick" } else { "" };
+    let numalab = shell_quote(&script.numalab.display().to_string());
     // A directory named like an option (`--out-dir=--html=x`) is written
     // ./--html=x, so mkdir, srun and fleet read it as a path.
-    let mut out_dir = out_dir.display().to_string();
+    let mut out_dir = script.out_dir.display().to_string();
     if out_dir.starts_with('-') {
         out_dir.insert_str(0, "./");
     }
     let out_dir = shell_quote(&out_dir);
+    let (threshold, max_groups) = (script.threshold, script.max_groups);
     format!(
         r#"#!/bin/bash
 # numalab fleet: `numalab report` on every node of the job, then the merge.
@@ -544,29 +580,47 @@ pub fn sbatch_script(numalab: &Path, out_dir: &Path, threshold: f64, quick: bool
 #SBATCH --exclusive
 #SBATCH --time=00:30:00
 #SBATCH --output=numalab-fleet-%j.out
+# A node that fails does not end the job: the others' reports are merged,
+# and the lost node is named.
+#SBATCH --no-kill
 set -uo pipefail
 
 numalab={numalab}
-out_dir={out_dir}
-mkdir -p "$out_dir" || exit 1
+# This job's reports, apart from any other job's: a node that writes
+# nothing this time cannot be stood in for by its report of last week.
+job_dir={out_dir}/"${{SLURM_JOB_ID:-local}}"
+mkdir -p "$job_dir" || exit 1
 
-# One task per node, each writing "$out_dir/<hostname>.json" (atomically):
+# One task per node, each writing "$job_dir/<hostname>.json" (atomically):
 # host, machine fingerprint, the task's Slurm identity, and the figures.
-srun --ntasks-per-node=1 --kill-on-bad-exit=0 "$numalab" report{quick} --json --out-dir "$out_dir"
+srun --ntasks-per-node=1 --kill-on-bad-exit=0 --no-kill \
+    "$numalab" report{quick} --json --out-dir "$job_dir"
 measured=$?
 if [ "$measured" -ne 0 ]; then
     echo "numalab-fleet: srun exited $measured: some nodes wrote no report; merging those written" >&2
 fi
 
 # The merge, once every node is done: groups by fingerprint, flags figures
-# outside their group's range, and exits 1 when one is flagged. The table
-# goes to this job's output, the page beside it.
+# outside their group's range, names each node of the job without a
+# report, and exits 1 for any of it. The table goes to this job's output,
+# the page beside it.
 # (Or merge in a job of its own once this one has ended well:
-#   sbatch --dependency=afterok:$SLURM_JOB_ID --wrap "$numalab fleet $out_dir --fail-on-outliers")
-"$numalab" fleet "$out_dir" --threshold {threshold} --fail-on-outliers \
+#   sbatch --dependency=afterok:$SLURM_JOB_ID --wrap "$numalab fleet $job_dir --fail-on-outliers")
+"$numalab" fleet "$job_dir" --expect "${{SLURM_JOB_NODELIST:-$(hostname -s)}}" \
+    --threshold {threshold} --fail-on-outliers --max-groups {max_groups} \
     --html "numalab-fleet-${{SLURM_JOB_ID:-local}}.html"
 "#
     )
+}
+
+/// The first `most` of `names`, then how many more.
+pub fn some_names(names: &[String], most: usize) -> String {
+    let shown = names[..names.len().min(most)].join(", ");
+    if names.len() > most {
+        format!("{shown} and {} more", names.len() - most)
+    } else {
+        shown
+    }
 }
 
 #[cfg(test)]
@@ -574,12 +628,13 @@ mod tests {
 
     #[test]
     fn an_out_dir_named_like_an_option_is_written_as_a_path() {
-        let script = sbatch_script(
-            Path::new("/usr/bin/numalab"),
-            Path::new("--html=x"),
-            1.5,
-            false,
-        );
+        let script = sbatch_script(&SbatchScript {
+            numalab: Path::new("/usr/bin/numalab"),
+            out_dir: Path::new("--html=x"),
+            threshold: 0.5,
+            max_groups: 1,
+            quick: false,
+        });
         assert!(script.contains("out_dir='./--html=x'"), "{script}");
         assert!(!script.contains("out_dir='--html"), "{script}");
     }
