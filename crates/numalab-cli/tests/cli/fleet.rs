@@ -515,10 +515,12 @@ fn sbatch_prints_a_script_that_parses() {
     for line in [
         "#SBATCH --ntasks-per-node=1",
         "srun --ntasks-per-node=1",
-        "report --json --out-dir \"$out_dir\"",
-        "fleet \"$out_dir\" --threshold 0.9 --fail-on-outliers",
+        "report --json --out-dir \"$job_dir\"",
+        "fleet \"$job_dir\" --expect \"${SLURM_JOB_NODELIST:-$(hostname -s)}\"",
+        "--threshold 0.9 --fail-on-outliers --max-groups 1",
         "--dependency=afterok:$SLURM_JOB_ID",
-        r"out_dir='node results/it'\''s'",
+        r#"job_dir='node results/it'\''s'/"${SLURM_JOB_ID:-local}""#,
+        "#SBATCH --no-kill",
     ] {
         assert!(script.contains(line), "{line} missing:\n{script}");
     }
@@ -719,9 +721,15 @@ fn baseline_holds_each_groups_fingerprint_hosts_and_limits() {
 fn baseline_of_this_machine(dir: &Scratch, threshold: &str, change: impl Fn(&mut Value)) -> String {
     let reports = dir.0.join("reports");
     std::fs::create_dir_all(&reports).unwrap();
+    let memory = fix_memory(dir);
     for n in 1..=3 {
         let mut doc = this_machine().1.clone();
         doc["host"] = format!("good{n}").into();
+        for node in doc["topology"]["topology"]["nodes"].as_array_mut().unwrap() {
+            let id = node["id"].as_u64().unwrap();
+            let (_, bytes) = memory.iter().find(|(n, _)| *n == id).unwrap();
+            node["memory_bytes"] = (*bytes).into();
+        }
         change(&mut doc);
         write(&reports, &format!("good{n}"), &doc);
     }
@@ -737,13 +745,84 @@ fn baseline_of_this_machine(dir: &Scratch, threshold: &str, change: impl Fn(&mut
     path
 }
 
+/// Takes a copy of each NUMA node's `meminfo` into `dir` and returns the
+/// memory each gives, by node. A VM may online memory as it is used (this
+/// development VM's node 0 grows under load), so a check made seconds
+/// after its baseline would see another machine: the baselines of the
+/// check tests hold these figures, and [`check_in`] shows the check these
+/// copies.
+fn fix_memory(dir: &Scratch) -> Vec<(u64, u64)> {
+    let copies = dir.0.join("meminfo");
+    std::fs::create_dir_all(&copies).unwrap();
+    let mut memory = Vec::new();
+    for entry in std::fs::read_dir("/sys/devices/system/node").unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let Some(id) = name
+            .strip_prefix("node")
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let text =
+            std::fs::read_to_string(format!("/sys/devices/system/node/{name}/meminfo")).unwrap();
+        let kb: u64 = text
+            .lines()
+            .find_map(|line| line.split_once("MemTotal:"))
+            .map(|(_, kb)| kb.trim().trim_end_matches("kB").trim().parse().unwrap())
+            .unwrap();
+        std::fs::write(copies.join(&name), &text).unwrap();
+        memory.push((id, kb * 1024));
+    }
+    memory
+}
+
+/// `numalab` for a check against a baseline of `dir`: as root, in a mount
+/// namespace of its own where each node's `meminfo` is the copy
+/// [`fix_memory`] took, so that the machine it checks is the one its
+/// baseline describes; otherwise as it is (memory onlined between the
+/// copy and the check would then be seen).
+fn check_in(dir: &Scratch) -> Command {
+    let numalab = env!("CARGO_BIN_EXE_numalab");
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.uid() == 0
+    });
+    let found = |name: &str| {
+        ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+            .iter()
+            .any(|d| Path::new(d).join(name).is_file())
+    };
+    if !(root && found("unshare") && found("mount")) {
+        return Command::new(numalab);
+    }
+    let mut script = String::new();
+    for entry in std::fs::read_dir(dir.0.join("meminfo")).unwrap() {
+        let copy = entry.unwrap().path();
+        let node = copy.file_name().unwrap().to_string_lossy().into_owned();
+        script += &format!(
+            "mount --bind '{}' /sys/devices/system/node/{node}/meminfo && ",
+            copy.display()
+        );
+    }
+    script += "exec \"$0\" \"$@\"";
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(script)
+        .arg(numalab);
+    command
+}
+
 #[test]
 fn check_is_healthy_within_limits_and_names_the_figure_past_one() {
     // Limits at 1% of the median (a bandwidth) and 100x (a latency): this
     // machine, measured again now, is within them however busy it is.
     let dir = Scratch::new("check-healthy");
     let baseline = baseline_of_this_machine(&dir, "0.01", |_| {});
-    let out = numalab(&["check", "--baseline", &baseline]);
+    let out = check_in(&dir)
+        .args(["check", "--baseline", &baseline])
+        .output()
+        .unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -760,7 +839,10 @@ fn check_is_healthy_within_limits_and_names_the_figure_past_one() {
         "{}",
         stdout(&out)
     );
-    let out = numalab(&["check", "--baseline", &baseline, "--json"]);
+    let out = check_in(&dir)
+        .args(["check", "--baseline", &baseline, "--json"])
+        .output()
+        .unwrap();
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         (doc["schema"].as_str(), doc["healthy"].as_bool()),
@@ -784,7 +866,10 @@ fn check_is_healthy_within_limits_and_names_the_figure_past_one() {
             }
         })
     });
-    let out = numalab(&["check", "--baseline", &baseline]);
+    let out = check_in(&dir)
+        .args(["check", "--baseline", &baseline])
+        .output()
+        .unwrap();
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -869,7 +954,7 @@ fn check_drains_through_scontrol_and_resumes_only_its_own_drain() {
         std::fs::write(&state, format!("NodeName=n1 Arch=x86_64 {shown}\n")).unwrap();
         let _ = std::fs::remove_file(&log);
         let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_numalab"));
+        let mut command = check_in(&good);
         command
             .args(["check", "--baseline", baseline, "--drain"])
             .env("PATH", path)
@@ -924,4 +1009,71 @@ fn check_drains_through_scontrol_and_resumes_only_its_own_drain() {
     // Healthy and up: nothing changed.
     let (_, calls) = run(&healthy, "State=IDLE Reason=", None);
     assert!(!calls.contains("update"), "{calls}");
+}
+
+/// `--expect` names each host of a Slurm host list without a report, by
+/// the report's Slurm node name, host name or short host name; fails
+/// `--fail-on-outliers`; and refuses a list that does not read before
+/// reading anything.
+#[test]
+fn expect_names_the_hosts_without_a_report() {
+    let template = saved("report-two-socket.json");
+    let dir = Scratch::new("fleet-expect");
+    // node002 wrote its report under its full name, node004 under a name
+    // of its own with Slurm's node name in its task.
+    write(&dir.0, "a", &host(&template, "node001", 1));
+    write(&dir.0, "b", &host(&template, "node002.cluster.example", 2));
+    let mut renamed = host(&template, "c4", 4);
+    renamed["task"]["slurm"]["SLURMD_NODENAME"] = "node004".into();
+    write(&dir.0, "c", &renamed);
+    let path = dir.0.to_str().unwrap();
+
+    let (out, doc) = fleet(&[path, "--expect", "node[001-004]", "--expect", "gpu1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(doc["expected"], 5);
+    assert_eq!(doc["missing"], serde_json::json!(["node003", "gpu1"]));
+    assert!(
+        stderr(&out).contains("numalab: no report from 2 hosts of the 5 expected: node003, gpu1"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = numalab(&[
+        "fleet",
+        path,
+        "--expect",
+        "node[001-004]",
+        "--fail-on-outliers",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("1 host of the 4 expected without a report.")
+            && text.contains("Expected, no report"),
+        "{text}"
+    );
+    assert!(
+        stderr(&out).contains("1 host expected without a report: exit status 1"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Every host there: nothing missing, and no failure for it.
+    let (out, doc) = fleet(&[path, "--expect", "node001,node002 node004"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(doc["missing"], serde_json::json!([]));
+    // Without --expect, nothing is said of hosts expected.
+    let (_, doc) = fleet(&[path]);
+    assert!(doc.get("expected").is_none(), "{doc}");
+
+    for (list, why) in [
+        ("node[4-1]", "the range 4-1 runs backwards"),
+        ("node[1-4", "its brackets do not pair up"),
+        ("n[0-9999999]", "more than 1000000 hosts"),
+        (",", "names no host"),
+    ] {
+        let out = numalab(&["fleet", "/nonexistent", "--expect", list]);
+        assert_eq!(out.status.code(), Some(2), "{list}: {}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{list}: {}", stderr(&out));
+    }
 }
