@@ -26,7 +26,9 @@
 //! reader that ignores the writer bit, or the stale mark (fast entry or
 //! slow); the log reusing an entry a replica still needs; stale marks set
 //! after the replaying replica is released; a stale mark cleared without
-//! looking at `ctail` again.
+//! looking at `ctail` again; a held reader that never steps out (in
+//! broadcast mode the writer then never gets through, in log mode a read
+//! after a returned write misses it).
 
 use loom::sync::Arc;
 use loom::thread;
@@ -243,4 +245,44 @@ fn replica_lock_shared_slot_excludes_writers() {
         assert!(reader.join().unwrap() <= 1);
         assert_eq!(lock.0.reads(), 2);
     });
+}
+
+/// A held reader on replica 0 that keeps reading until another thread,
+/// writing from replica 1, says its write returned: the writer gets
+/// through while the reader holds on (a reader that never stepped out
+/// would spin here for ever, which loom reports), no read goes back, and
+/// the read after the write returned sees it.
+fn held_reads_see_returned_writes(options: ReplicatedOptions) {
+    model(move || {
+        let v = value(options.clone());
+        let done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (v, done) = (v.clone(), done.clone());
+            thread::spawn(move || {
+                v.write_from(1, |x| *x += 1);
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        let mut reader = v.held_reader_on(0);
+        let mut last = 0;
+        while !done.load(Ordering::SeqCst) {
+            let seen = reader.read(|x| *x);
+            assert!(seen >= last, "read {last}, then {seen}");
+            last = seen;
+            thread::yield_now();
+        }
+        assert_eq!(reader.read(|x| *x), 1, "the write had returned");
+        drop(reader);
+        writer.join().unwrap();
+    });
+}
+
+#[test]
+fn log_held_reads_see_returned_writes() {
+    held_reads_see_returned_writes(log_options(2));
+}
+
+#[test]
+fn broadcast_held_reads_see_returned_writes() {
+    held_reads_see_returned_writes(ReplicatedOptions::new(Mode::Broadcast).reader_slots(1));
 }

@@ -439,6 +439,13 @@ impl ReplicaLock {
         self.head.state.fetch_and(!clear, Ordering::Release);
     }
 
+    /// Whether a reader inside should step out: a writer holds or is
+    /// taking the lock, or the replica is stale (one load).
+    #[inline(always)]
+    pub(crate) fn must_step_out(&self) -> bool {
+        self.head.state.load(Ordering::SeqCst) & (WRITER | STALE) != 0
+    }
+
     /// Marks the replica stale: readers back off with [`Stale`] until
     /// [`clear_stale`](Self::clear_stale).
     pub(crate) fn set_stale(&self) {
@@ -490,6 +497,22 @@ impl ReplicaLock {
 pub(crate) struct ReadGuard<'a> {
     slot: &'a ReaderSlot,
     exit: u64,
+}
+
+impl ReadGuard<'_> {
+    /// Leaves, counting `reads` completed reads: a held reader's exit.
+    /// Held readers need not leave in the order they entered (two on one
+    /// thread, dropped first-in first-out), so this takes one off the
+    /// depth the slot has now instead of restoring the word seen at
+    /// entry. Only the slot's holder writes the word, so the plain load
+    /// and store are exact.
+    pub(crate) fn leave_counting(self, reads: u64) {
+        let word = self.slot.word.load(Ordering::Relaxed);
+        self.slot
+            .word
+            .store(word - 1 + reads * ONE_READ, Ordering::Release);
+        std::mem::forget(self);
+    }
 }
 
 impl Drop for ReadGuard<'_> {
