@@ -635,8 +635,11 @@ mod tests {
             max_groups: 1,
             quick: false,
         });
-        assert!(script.contains("out_dir='./--html=x'"), "{script}");
-        assert!(!script.contains("out_dir='--html"), "{script}");
+        assert!(
+            script.contains(r#"job_dir='./--html=x'/"${SLURM_JOB_ID:-local}""#),
+            "{script}"
+        );
+        assert!(!script.contains("'--html"), "{script}");
     }
     use super::*;
 
