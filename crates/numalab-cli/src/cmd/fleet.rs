@@ -32,6 +32,7 @@ use crate::saved::parse_saved;
     srun --ntasks-per-node=1 numalab report --json --out-dir results   on every node, then:\n  \
     numalab fleet results                          the groups, the hosts flagged, the files left out\n  \
     numalab fleet results --fail-on-outliers       exit 1 when a host is flagged: a health check\n  \
+    numalab fleet results --expect 'node[001-128]'   name the nodes that sent no report\n  \
     numalab fleet results --json -o fleet.json     box-plot numbers of every cell, per group\n  \
     numalab fleet results --html fleet.html        one page, a box plot per cell\n  \
     numalab fleet good-nodes --baseline baseline.json   what healthy hosts look like, for numalab check\n  \
