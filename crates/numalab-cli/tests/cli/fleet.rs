@@ -795,7 +795,10 @@ fn check_in(dir: &Scratch) -> Command {
     if !(root && found("unshare") && found("mount")) {
         return Command::new(numalab);
     }
-    let mut script = String::new();
+    // `/sys` made private in the new namespace, so that the bind mounts
+    // stay there (not `--propagation private`, which changes `/` and
+    // fails where `/` is no mount point: in a chroot).
+    let mut script = String::from("mount --make-rprivate /sys && ");
     for entry in std::fs::read_dir(dir.0.join("meminfo")).unwrap() {
         let copy = entry.unwrap().path();
         let node = copy.file_name().unwrap().to_string_lossy().into_owned();
@@ -807,7 +810,7 @@ fn check_in(dir: &Scratch) -> Command {
     script += "exec \"$0\" \"$@\"";
     let mut command = Command::new("unshare");
     command
-        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .args(["--mount", "--propagation", "unchanged", "--", "sh", "-c"])
         .arg(script)
         .arg(numalab);
     command

@@ -601,19 +601,24 @@ impl Cluster {
             self.program("mount").display(),
             meminfo.display()
         );
+        // `/sys` made private in the new namespace, so that the bind mount
+        // stays there (not `--propagation private`, which changes `/` and
+        // fails where `/` is no mount point: in a chroot).
         let mut slurmd = self.command("unshare");
         slurmd
             .args([
                 "--uts",
                 "--mount",
                 "--propagation",
-                "private",
+                "unchanged",
                 "--",
                 "sh",
                 "-c",
             ])
             .arg(format!(
-                "echo {node} > /proc/sys/kernel/hostname && {mount}exec \"$0\" -D -N {node}"
+                "{} --make-rprivate /sys && echo {node} > /proc/sys/kernel/hostname && \
+                 {mount}exec \"$0\" -D -N {node}",
+                self.program("mount").display()
             ))
             .arg(self.program("slurmd"));
         self.spawn(format!("slurmd {node}"), slurmd);
