@@ -103,6 +103,9 @@ debian_changelog() {
             flush_item()
             if (entry) { print ""; print " -- " maintainer "  " when; print "" }
         }
+        # Changes not yet released belong to no version: the package is
+        # the version it says, the top entry must be that version.
+        /^## Unreleased/ { close_entry(); entry = 0; next }
         /^## / {
             close_entry()
             split($0, f, " ")
@@ -183,7 +186,9 @@ docdir numalab "$root"
 install -m 0644 README.md CHANGELOG.md "$root/usr/share/doc/numalab/"
 install -d "$root/usr/share/doc/numalab/docs"
 install -m 0644 docs/*.md "$root/usr/share/doc/numalab/docs/"
-control "$root" numalab "$(shlibdeps "$root/usr/bin/numalab")" utils \
+# `--open` tries sensible-browser among the browsers it looks for (lintian
+# reads the name in the binary and asks for the package that has it).
+control "$root" numalab "$(shlibdeps "$root/usr/bin/numalab"), sensible-utils" utils \
     "measure what NUMA costs, find and fix memory and thread placement" \
     "numalab measures what NUMA costs on a machine (latency and bandwidth between every pair of nodes, the cost of a placement for a workload), runs commands under numactl's policies and reports where their memory really landed, advises a placement on evidence, reads the page cache per node (as fincore), and moves data between processes through a NUMA-placed shared-memory ring. It speaks numactl's policy spellings and writes JSON beside its tables."
 build "$root" "numalab_${version}_${arch}.deb"
