@@ -27,20 +27,15 @@ impl Render for FleetReport {
 /// Host names of `group`, at most `most`, then how many more, for a cell
 /// in `style`.
 fn host_names(report: &FleetReport, group: usize, most: usize, style: Style) -> String {
-    let mut names: Vec<String> = report
+    let names: Vec<String> = report
         .hosts
         .iter()
         .filter(|h| h.group == group)
         .map(|h| style.field(&h.host))
-        .take(most + 1)
+        .take(most)
         .collect();
     let count = report.groups.get(group - 1).map_or(0, |g| g.hosts);
-    if names.len() > most {
-        names.truncate(most);
-        format!("{} and {} more", names.join(", "), count - most)
-    } else {
-        names.join(", ")
-    }
+    and_more(&names, count)
 }
 
 /// A figure with three significant digits or so.
@@ -615,11 +610,14 @@ fi
 
 /// The first `most` of `names`, then how many more.
 pub fn some_names(names: &[String], most: usize) -> String {
-    let shown = names[..names.len().min(most)].join(", ");
-    if names.len() > most {
-        format!("{shown} and {} more", names.len() - most)
-    } else {
-        shown
+    and_more(&names[..names.len().min(most)], names.len())
+}
+
+/// `shown`, the first of `total` names, then how many more there are.
+fn and_more(shown: &[String], total: usize) -> String {
+    match total.saturating_sub(shown.len()) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
     }
 }
 

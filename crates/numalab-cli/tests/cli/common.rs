@@ -34,15 +34,27 @@ pub fn topologies() -> PathBuf {
 /// Node `node`'s installed memory in bytes (`MemTotal` of its sysfs
 /// meminfo).
 pub fn node_memory_total(node: u32) -> u64 {
-    std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/meminfo"))
-        .unwrap()
-        .lines()
+    meminfo_total(
+        &std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/meminfo")).unwrap(),
+    )
+}
+
+/// `MemTotal` of a node's meminfo text (`Node 0 MemTotal: 123 kB`), in
+/// bytes.
+pub fn meminfo_total(text: &str) -> u64 {
+    text.lines()
         .find(|l| l.contains("MemTotal:"))
         .and_then(|l| l.split_whitespace().nth(3))
         .unwrap()
         .parse::<u64>()
         .unwrap()
         * 1024
+}
+
+/// Whether this test runs as root.
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
 pub fn sysfs_nodes() -> Vec<u32> {

@@ -355,10 +355,7 @@ fn weights_auto() -> Option<String> {
 #[test]
 fn exec_passes_sigterm_on_restores_the_weights_and_exits_143() {
     let weights = node0_weight();
-    let root = std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false);
-    let real = weights.is_some() && root;
+    let real = weights.is_some() && is_root();
     if !real {
         let why = if weights.is_none() {
             "weighted interleave not supported by this kernel"

@@ -755,23 +755,12 @@ fn fix_memory(dir: &Scratch) -> Vec<(u64, u64)> {
     let copies = dir.0.join("meminfo");
     std::fs::create_dir_all(&copies).unwrap();
     let mut memory = Vec::new();
-    for entry in std::fs::read_dir("/sys/devices/system/node").unwrap() {
-        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        let Some(id) = name
-            .strip_prefix("node")
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
-            continue;
-        };
+    for id in sysfs_nodes() {
+        let name = format!("node{id}");
         let text =
             std::fs::read_to_string(format!("/sys/devices/system/node/{name}/meminfo")).unwrap();
-        let kb: u64 = text
-            .lines()
-            .find_map(|line| line.split_once("MemTotal:"))
-            .map(|(_, kb)| kb.trim().trim_end_matches("kB").trim().parse().unwrap())
-            .unwrap();
         std::fs::write(copies.join(&name), &text).unwrap();
-        memory.push((id, kb * 1024));
+        memory.push((u64::from(id), meminfo_total(&text)));
     }
     memory
 }
@@ -783,16 +772,12 @@ fn fix_memory(dir: &Scratch) -> Vec<(u64, u64)> {
 /// copy and the check would then be seen).
 fn check_in(dir: &Scratch) -> Command {
     let numalab = env!("CARGO_BIN_EXE_numalab");
-    let root = std::fs::metadata("/proc/self").is_ok_and(|m| {
-        use std::os::unix::fs::MetadataExt;
-        m.uid() == 0
-    });
     let found = |name: &str| {
         ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
             .iter()
             .any(|d| Path::new(d).join(name).is_file())
     };
-    if !(root && found("unshare") && found("mount")) {
+    if !(is_root() && found("unshare") && found("mount")) {
         return Command::new(numalab);
     }
     // `/sys` made private in the new namespace, so that the bind mounts

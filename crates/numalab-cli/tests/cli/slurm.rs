@@ -46,14 +46,14 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{cannot_check, stderr, stdout, Scratch};
+use crate::common::{cannot_check, is_root, stderr, stdout, Scratch};
 
 /// The programs the test runs, found on `PATH` or in `/usr/sbin`, `/sbin`.
 const PROGRAMS: [&str; 11] = [
@@ -319,20 +319,21 @@ fn replace(path: &Path, text: &str) {
 
 /// Each node's state in `sinfo` (`idle`, `drained`, `down*`, …).
 fn cluster_states(cluster: &Cluster) -> BTreeMap<String, String> {
-    let out = cluster.output("sinfo", &["--noheader", "--Node", "--format=%N %T"]);
-    out.lines()
-        .filter_map(|line| line.split_once(' '))
-        .map(|(node, state)| (node.to_owned(), state.trim().to_owned()))
-        .collect()
+    sinfo_by_node(cluster, &["--noheader", "--Node", "--format=%N|%T"])
 }
 
 /// Each node drained (or down) with a reason, and the reason, as `sinfo
 /// -R` lists them.
 fn drained(cluster: &Cluster) -> BTreeMap<String, String> {
-    let out = cluster.output("sinfo", &["-R", "--noheader", "--format=%N|%E"]);
+    sinfo_by_node(cluster, &["-R", "--noheader", "--format=%N|%E"])
+}
+
+/// `sinfo ARGS`, whose format prints `node|field` lines, by node.
+fn sinfo_by_node(cluster: &Cluster, args: &[&str]) -> BTreeMap<String, String> {
+    let out = cluster.output("sinfo", args);
     out.lines()
         .filter_map(|line| line.split_once('|'))
-        .map(|(node, reason)| (node.to_owned(), reason.trim().to_owned()))
+        .map(|(node, field)| (node.to_owned(), field.trim().to_owned()))
         .collect()
 }
 
@@ -355,8 +356,7 @@ fn prerequisites() -> Option<Vec<PathBuf>> {
         cannot_check(why);
         return None;
     }
-    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-    if !root {
+    if !is_root() {
         let why = "munged, slurmctld, slurmd and the nodes' namespaces need root";
         cannot_check(why);
         return None;

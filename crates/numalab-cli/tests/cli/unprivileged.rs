@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::{stderr, Scratch};
+use crate::common::{is_root, stderr, Scratch};
 
 /// The user whose files are at stake.
 const OWNER: u32 = 61_001;
@@ -18,9 +18,7 @@ const INTRUDER: u32 = 61_002;
 /// True when this test can act as other users; says why not otherwise
 /// (and fails under CI, where the suite runs as root).
 fn can_switch_users() -> bool {
-    let root = std::fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false);
+    let root = is_root();
     if !root {
         numalab::testing::cannot_check("acting as two other users needs root");
     }
