@@ -58,6 +58,10 @@ for round in $(seq "$rounds"); do
 done
 ratio=$(printf '%s\n' "${ratios[@]}" | median)
 interval=$(cargo run --release --locked -q -p numalab-bench --example ratio_interval -- "${bare[*]}" "${watched[*]}")
-printf 'TARGET\tsort under numalab profile / sort bare, %s MiB of lines, %s rounds (speed)\t%.3f (medians %.3f s / %.3f s; 95%% interval %s)\t>= 0.98\t%s\n' \
-    "$mib" "$rounds" "$ratio" "$(printf '%s\n' "${bare[@]}" | median)" "$(printf '%s\n' "${watched[@]}" | median)" "$interval" \
-    "$(awk -v r="$ratio" 'BEGIN { print (r >= 0.98 ? "met" : "missed") }')"
+printf 'sort under numalab profile / sort bare: %.3f (median of the rounds; medians %.3f s / %.3f s; 95%% interval of one look %s)\n' \
+    "$ratio" "$(printf '%s\n' "${bare[@]}" | median)" "$(printf '%s\n' "${watched[@]}" | median)" "$interval"
+# For bench/all.sh: the goal and every round's ratio, judged there at 95%
+# over as many looks as it takes.
+target="sort under numalab profile / sort bare, $mib MiB of lines (speed)"
+printf 'GOAL\t%s\t\t>= 0.98\n' "$target"
+printf "ROUND\t$target\t\t%s\n" "${ratios[@]}"

@@ -26,6 +26,8 @@ use numalab_bench::fleet::{fleet, FleetOptions};
 use serde_json::Value;
 
 const TARGET_S: f64 = 10.0;
+/// Merges timed for the goal.
+const ROUNDS: u32 = 3;
 const PLANTED: usize = 10;
 
 fn repository() -> PathBuf {
@@ -160,20 +162,34 @@ fn main() {
                 .map_or_else(|| repository().join("target"), PathBuf::from)
                 .join("release/numalab")
         });
-    let mut verdict_s = library_s;
+    // The figure judged: `numalab fleet` itself when it is built, else the
+    // library; three rounds, each 10 000 files merged anew.
+    let mut rounds_s = vec![];
     let mut measured = "library";
     if binary.exists() {
-        let out = dir.with_extension("json");
-        let started = Instant::now();
-        let status = std::process::Command::new(&binary)
-            .arg("fleet")
-            .arg(&dir)
-            .args(["--json", "-o"])
-            .arg(&out)
-            .status()
-            .expect("numalab runs");
-        let cli_s = started.elapsed().as_secs_f64();
-        assert!(status.success(), "numalab fleet failed");
+        measured = "numalab fleet";
+        for round in 1..=ROUNDS {
+            let out = dir.with_extension("json");
+            let started = Instant::now();
+            let status = std::process::Command::new(&binary)
+                .arg("fleet")
+                .arg(&dir)
+                .args(["--json", "-o"])
+                .arg(&out)
+                .status()
+                .expect("numalab runs");
+            let cli_s = started.elapsed().as_secs_f64();
+            assert!(status.success(), "numalab fleet failed");
+            let written = std::fs::metadata(&out).map_or(0, |m| m.len());
+            let _ = std::fs::remove_file(&out);
+            println!(
+                "{} (round {round}): {count} files in {cli_s:.2} s, {:.0} files/s (its JSON: {:.1} MiB)",
+                binary.display(),
+                count as f64 / cli_s,
+                written as f64 / f64::from(1 << 20)
+            );
+            rounds_s.push(cli_s);
+        }
         let baseline = dir.with_extension("baseline.json");
         let started = Instant::now();
         write_baseline(&binary, &dir, &baseline);
@@ -183,33 +199,35 @@ fn main() {
             started.elapsed().as_secs_f64()
         );
         let _ = std::fs::remove_file(&baseline);
-        let written = std::fs::metadata(&out).map_or(0, |m| m.len());
-        let _ = std::fs::remove_file(&out);
-        println!(
-            "{}: {count} files in {cli_s:.2} s, {:.0} files/s (its JSON: {:.1} MiB)",
-            binary.display(),
-            count as f64 / cli_s,
-            written as f64 / f64::from(1 << 20)
-        );
-        verdict_s = cli_s;
-        measured = "numalab fleet";
     } else {
         println!(
             "{} not built: the command itself not timed (cargo build --release -p numalab-cli)",
             binary.display()
         );
+        rounds_s.push(library_s);
+        for _ in 1..ROUNDS {
+            let started = Instant::now();
+            fleet(std::slice::from_ref(&dir), &options).expect("the fleet merges");
+            rounds_s.push(started.elapsed().as_secs_f64());
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
     if binary.exists() {
         check_this_host(&binary);
     }
-    let scaled = verdict_s * 10_000.0 / count as f64;
-    let verdict = if scaled < TARGET_S { "met" } else { "missed" };
-    println!(
-        "TARGET\tfleet: merge 10 000 host reports ({measured}, {})\t{:.0} files/s, {scaled:.1} s for 10 000\t< {TARGET_S:.0} s\t{verdict}",
-        numalab::units::count(cpus, "CPU"),
-        count as f64 / verdict_s
+    // For bench/all.sh: the goal and every round's time, scaled to 10 000
+    // hosts.
+    let target = format!(
+        "fleet: merge 10 000 host reports ({measured}, {}), seconds",
+        numalab::units::count(cpus, "CPU")
     );
+    println!("GOAL\t{target}\t\t<= {TARGET_S:.0}");
+    for seconds in rounds_s {
+        println!(
+            "ROUND\t{target}\t\t{:.3}",
+            seconds * 10_000.0 / count as f64
+        );
+    }
 }
 
 /// `numalab check` on this host against a `--quick` baseline of this

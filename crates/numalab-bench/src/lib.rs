@@ -10,6 +10,7 @@ pub mod experiment;
 pub mod fill;
 pub mod fincore;
 pub mod fleet;
+pub mod goals;
 pub mod host;
 pub mod kernels;
 pub mod matrix;

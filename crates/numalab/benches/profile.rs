@@ -123,11 +123,16 @@ fn main() {
         raw.push(r);
         ratios.push(s / r);
     }
-    let rate = median(sampled);
+    let rate = median(sampled.clone());
     println!(
-        "TARGET\tprocesses profile::sample reads a second, {count} processes (speed)\t{rate:.0} (raw read of the same files {:.0}/s; ratio {:.3})\t>= 1000\t{}",
+        "median: {rate:.0} processes/s sampled, raw read of the same files {:.0}/s, ratio {:.3}",
         median(raw),
-        median(ratios),
-        if rate >= 1000.0 { "met" } else { "missed" }
+        median(ratios)
     );
+    // For bench/all.sh: the goal and every round's rate.
+    let target = format!("processes profile::sample reads a second, {count} processes");
+    println!("GOAL\t{target}\t\t>= 1000");
+    for s in sampled {
+        println!("ROUND\t{target}\t\t{s:.0}");
+    }
 }
