@@ -298,21 +298,31 @@ impl Row {
             .join(", ")
     }
 
-    /// The goals cell: the target's goal, or each cell's where they differ.
+    /// The goals cell: the target's goal, then the cells whose goal
+    /// differs (`>= 1.2; 64 KiB >= 1`).
     pub fn goals(&self) -> String {
-        let first = match (self.cells.first(), self.goal) {
-            (Some(c), _) => c.goal,
-            (None, Some(goal)) => return goal.to_string(),
+        let first = match (self.goal, self.cells.first()) {
+            (Some(goal), _) => goal,
+            (None, Some(c)) => c.goal,
             (None, None) => return String::new(),
         };
-        if self.cells.iter().all(|c| c.goal == first) {
-            return first.to_string();
+        let mut parts = vec![first.to_string()];
+        let mut others: Vec<Goal> = vec![];
+        for c in &self.cells {
+            if c.goal != first && !others.contains(&c.goal) {
+                others.push(c.goal);
+            }
         }
-        self.cells
-            .iter()
-            .map(|c| format!("{} {}", c.cell, c.goal))
-            .collect::<Vec<_>>()
-            .join(", ")
+        for goal in others {
+            let cells: Vec<&str> = self
+                .cells
+                .iter()
+                .filter(|c| c.goal == goal)
+                .map(|c| c.cell.as_str())
+                .collect();
+            parts.push(format!("{} {goal}", cells.join(", ")));
+        }
+        parts.join("; ")
     }
 
     /// The rounds cell: `9`, or the fewest to the most over the cells.
@@ -657,7 +667,7 @@ mod tests {
         let row = &board.judge(1, 0.95)[0];
         assert_eq!(row.verdict(), "missed at 256 MiB; level at 64 KiB");
         assert_eq!(row.standing(), Standing::Missed);
-        assert_eq!(row.goals(), "64 KiB >= 1, 1 MiB >= 1.2, 256 MiB >= 1.2");
+        assert_eq!(row.goals(), ">= 1.2; 64 KiB >= 1");
         assert!(
             row.figures().starts_with("64 KiB 1.00 (0.9"),
             "{}",
