@@ -183,6 +183,16 @@ impl Estimate {
 }
 
 /// Where a cell stands after the looks taken so far.
+///
+/// ```
+/// use numalab_bench::goals::{Goal, Standing};
+/// let goal = Goal::AtLeast(1.0);
+/// assert_eq!(goal.standing(1.01, 1.04), Standing::Met);
+/// assert_eq!(goal.standing(0.97, 1.03), Standing::Open); // another look, or level
+/// assert_eq!(Standing::Level.word(), "level");
+/// // A row takes its least settled cell's standing: missed above level.
+/// assert!(Standing::Missed > Standing::Level && Standing::Level > Standing::Met);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Standing {
     /// The interval lies inside the goal.
@@ -212,6 +222,16 @@ impl Standing {
 }
 
 /// One cell of a target, as judged.
+///
+/// ```
+/// use numalab_bench::goals::{Board, Goal, Standing};
+/// let mut board = Board::default();
+/// board.read("b", 1, "GOAL\tt\t\t>= 1\nROUND\tt\t64 KiB\t1.5\nROUND\tt\t64 KiB\t1.6\nROUND\tt\t64 KiB\t1.55\n")?;
+/// let cell = &board.judge(4, 0.95)[0].cells[0];
+/// assert_eq!((cell.cell.as_str(), cell.goal, cell.standing, cell.look), ("64 KiB", Goal::AtLeast(1.0), Standing::Met, 1));
+/// assert_eq!(cell.estimate.unwrap().rounds, 3);
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judged {
     /// The cell's name (a block size, a thread count), or empty.
@@ -227,6 +247,20 @@ pub struct Judged {
 }
 
 /// One target, as judged: a row of the table.
+///
+/// ```
+/// use numalab_bench::goals::Board;
+/// let mut board = Board::default();
+/// let log = "GOAL\tcopy / C ring\t\t>= 1.0\n\
+///            ROUND\tcopy / C ring\t64 KiB\t0.80\nROUND\tcopy / C ring\t64 KiB\t0.81\n\
+///            ROUND\tcopy / C ring\t64 KiB\t0.79\n";
+/// board.read("ring", 1, log)?;
+/// let row = &board.judge(1, 0.95)[0];
+/// assert_eq!(row.verdict(), "missed at 64 KiB");
+/// assert_eq!((row.goals().as_str(), row.rounds().as_str()), (">= 1", "3"));
+/// assert!(row.figures().starts_with("64 KiB 0.80 ("));
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     /// The target's name.
@@ -376,6 +410,20 @@ impl Target {
 }
 
 /// The goals and rounds read from the benchmarks' logs, look by look.
+///
+/// ```
+/// use numalab_bench::goals::{Board, Standing};
+/// let mut board = Board::default();
+/// // Look 1: a time far inside its goal, a ratio within noise of its own.
+/// board.read("fleet", 1, "GOAL\tmerge, s\t\t<= 10\nROUND\tmerge, s\t\t1.0\nROUND\tmerge, s\t\t0.9\n")?;
+/// board.read("engine", 1, "GOAL\tread\t\t>= 0.95\nROUND\tread\t\t0.94\nROUND\tread\t\t0.97\n")?;
+/// assert_eq!(board.open(2, 0.95), ["engine"]); // only it runs again
+/// board.read("engine", 2, "ROUND\tread\t\t0.96\nROUND\tread\t\t0.93\n")?;
+/// let rows = board.judge(2, 0.95);
+/// assert_eq!(rows[1].cells[0].standing, Standing::Level); // after the last look
+/// assert!(board.open(2, 0.95).is_empty());
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct Board {
     targets: Vec<Target>,
