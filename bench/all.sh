@@ -45,6 +45,9 @@ cd "$(dirname "$0")/.."
 usage() { sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "bench/all.sh: $*" >&2; exit 1; }
 
+# As given, for the table's header (a --psrdada path is shortened to "…").
+invocation=
+if [ $# -gt 0 ]; then invocation=$(printf ' %s' "$@" | sed -E 's/(--psrdada) [^ ]+/\1 …/'); fi
 quick=0
 looks=
 psrdada=${PSRDADA_BIN:-}
@@ -145,7 +148,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
     echo "### $machine"
     echo
     echo "$(uname -sr), extensions: ${extensions:-none of the listed}, last-level cache: ${llc:-unknown};"
-    echo "measured $started with \`bash bench/all.sh$([ "$quick" = 1 ] && echo " --quick")\`,"
+    echo "measured $started with \`bash bench/all.sh$invocation\`,"
     echo "load average $load_before before, $load_after after; $taken of at most $looks looks."
     echo "Each figure is the geometric mean of its rounds (each a ratio taken within"
     echo "one round, or a rate or time) with an interval that holds at 95% over all"
