@@ -88,7 +88,7 @@ started=$(date -u +%Y-%m-%dT%H:%MZ)
 
 cargo build --release --locked -q -p numalab-cli
 cargo build --release --locked -q -p numalab-bench --example goals
-goals() { cargo run --release --locked -q -p numalab-bench --example goals -- --looks "$looks" "$@" "$logs"; }
+goals() { "${CARGO_TARGET_DIR:-target}/release/examples/goals" --looks "$looks" "$@" "$logs"; }
 
 # One look at benchmark $1: its output, GOAL and ROUND lines included, in
 # $logs/NAME.lookN.log.
@@ -162,7 +162,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 mv "$out.tmp" "$out"
 echo
 cat "$out"
-verdicts=$(goals | awk -F' [|] ' '{ print $NF }')
+verdicts=$(grep '^| ' "$out" | awk -F' [|] ' '{ print $NF }')
 count() { grep -c "$1" <<<"$verdicts" || true; }
 echo
 echo "bench/all.sh: $(count "^met") met, $(count '^level') level, $(count '^missed') missed, $(count '^not measured') not measured; table in $out, full outputs in $logs/"

@@ -277,9 +277,6 @@ impl Row {
     /// The row's verdict: missed if any cell missed, else open, level or
     /// met as its least settled cell; not measured with no cells.
     pub fn standing(&self) -> Standing {
-        if self.cells.is_empty() {
-            return Standing::NotMeasured;
-        }
         self.cells
             .iter()
             .map(|c| c.standing)
@@ -391,21 +388,20 @@ fn figure(x: f64) -> String {
 struct Target {
     name: String,
     bench: String,
-    /// The goal for every cell without one of its own.
-    goal: Option<Goal>,
-    /// Cells' own goals.
-    cell_goals: Vec<(String, Goal)>,
+    /// Goals by cell; the empty cell's holds for every cell without one
+    /// of its own.
+    goals: Vec<(String, Goal)>,
     /// Each cell's rounds, by look (index 0 is look 1).
     cells: Vec<(String, Vec<Vec<f64>>)>,
 }
 
 impl Target {
+    fn own_goal(&self, cell: &str) -> Option<Goal> {
+        self.goals.iter().find(|(c, _)| c == cell).map(|(_, g)| *g)
+    }
+
     fn goal_of(&self, cell: &str) -> Option<Goal> {
-        self.cell_goals
-            .iter()
-            .find(|(c, _)| c == cell)
-            .map(|(_, g)| *g)
-            .or(self.goal)
+        self.own_goal(cell).or_else(|| self.own_goal(""))
     }
 }
 
@@ -451,33 +447,20 @@ impl Board {
                     let target = self
                         .target(bench, name)
                         .map_err(|e| format!("{}: {e}", at()))?;
-                    let slot = if cell.is_empty() {
-                        &mut target.goal
-                    } else {
-                        match target.cell_goals.iter_mut().find(|(c, _)| c == cell) {
-                            Some((_, g)) => {
-                                if *g != goal {
-                                    return Err(format!(
-                                        "{}: \"{name}\" {cell} changed its goal from {g} to {goal}",
-                                        at()
-                                    ));
-                                }
-                                continue;
-                            }
-                            None => {
-                                target.cell_goals.push((cell.to_owned(), goal));
-                                continue;
-                            }
-                        }
-                    };
-                    match slot {
-                        Some(g) if *g != goal => {
+                    match target.own_goal(cell) {
+                        Some(g) if g != goal => {
+                            let cell = if cell.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" {cell}")
+                            };
                             return Err(format!(
-                                "{}: \"{name}\" changed its goal from {g} to {goal}",
+                                "{}: \"{name}\"{cell} changed its goal from {g} to {goal}",
                                 at()
                             ));
                         }
-                        _ => *slot = Some(goal),
+                        Some(_) => {}
+                        None => target.goals.push((cell.to_owned(), goal)),
                     }
                 }
                 "ROUND" => {
@@ -564,11 +547,11 @@ impl Board {
         let level = repeated_confidence(looks, confidence);
         self.targets
             .iter()
-            .filter(|t| t.goal.is_some() || !t.cell_goals.is_empty())
+            .filter(|t| !t.goals.is_empty())
             .map(|t| Row {
                 target: t.name.clone(),
                 bench: t.bench.clone(),
-                goal: t.goal,
+                goal: t.own_goal(""),
                 cells: t
                     .cells
                     .iter()

@@ -704,7 +704,7 @@ fn main() {
         let mut by_cli = vec![];
         for _ in 0..repeats {
             let span = REFERENCE_SPAN.max(block);
-            memcpy.push(single_core_copy(cpus.0, block, span, span, volume));
+            let memcpy_now = single_core_copy(cpus.0, block, span, span, volume);
             whole.push(single_core_copy(cpus.0, span, span, span, volume));
             cached.push(single_core_copy(
                 cpus.0,
@@ -713,8 +713,8 @@ fn main() {
                 block * BLOCKS,
                 volume,
             ));
-            copy.push(ring_run(cpus, block, volume, false, &options));
-            in_place.push(ring_run(cpus, block, volume, true, &options));
+            let copy_now = ring_run(cpus, block, volume, false, &options);
+            let in_place_now = ring_run(cpus, block, volume, true, &options);
             let c_ring_now = cring
                 .as_ref()
                 .and_then(|bin| cring_run(bin, cpus, block, volume));
@@ -729,11 +729,6 @@ fn main() {
             }
             // This round's figures, each against its reference measured
             // moments before or after it (bench/all.sh judges these).
-            let (copy_now, in_place_now, memcpy_now) = (
-                copy[copy.len() - 1],
-                in_place[in_place.len() - 1],
-                memcpy[memcpy.len() - 1],
-            );
             let cell = cell_name(block);
             let mut round = |target, numalab, reference| {
                 rounds.extend(round_line(target, &cell, numalab, reference));
@@ -747,6 +742,9 @@ fn main() {
                 round(MEMCPY, Some(copy_now), Some(memcpy_now));
             }
             round(IN_PLACE, Some(in_place_now), Some(copy_now));
+            memcpy.push(memcpy_now);
+            copy.push(copy_now);
+            in_place.push(in_place_now);
             c_ring.extend(c_ring_now);
             by_cli.extend(cli_now);
             dada_l.extend(dada_l_now);
