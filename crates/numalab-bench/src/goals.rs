@@ -190,8 +190,8 @@ impl Estimate {
 /// assert_eq!(goal.standing(1.01, 1.04), Standing::Met);
 /// assert_eq!(goal.standing(0.97, 1.03), Standing::Open); // another look, or level
 /// assert_eq!(Standing::Level.word(), "level");
-/// // A row takes its least settled cell's standing: missed above level.
-/// assert!(Standing::Missed > Standing::Level && Standing::Level > Standing::Met);
+/// // A row takes its least settled cell's standing: a miss above all.
+/// assert!(Standing::Missed > Standing::NotMeasured && Standing::Level > Standing::Met);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Standing {
@@ -202,10 +202,10 @@ pub enum Standing {
     Level,
     /// The interval straddles the goal and looks remain: run again.
     Open,
-    /// The interval lies wholly outside the goal.
-    Missed,
     /// No rounds, or too few to make an interval.
     NotMeasured,
+    /// The interval lies wholly outside the goal.
+    Missed,
 }
 
 impl Standing {
@@ -274,8 +274,9 @@ pub struct Row {
 }
 
 impl Row {
-    /// The row's verdict: missed if any cell missed, else open, level or
-    /// met as its least settled cell; not measured with no cells.
+    /// The row's verdict: missed if any cell missed, else not measured,
+    /// open, level or met as its least settled cell; not measured with
+    /// no cells.
     pub fn standing(&self) -> Standing {
         self.cells
             .iter()
@@ -284,16 +285,23 @@ impl Row {
             .unwrap_or(Standing::NotMeasured)
     }
 
-    /// The verdict cell of the table: `met`, or which cells missed or are
-    /// level (`missed at 64 KiB; level at 1 MiB`).
+    /// The verdict cell of the table: `met`, or which cells missed, were
+    /// not measured or are level (`missed at 64 KiB; not measured at
+    /// 256 KiB; level at 1 MiB`), the row's own standing first.
     pub fn verdict(&self) -> String {
         let row = self.standing();
         let single = self.cells.len() == 1 && self.cells[0].cell.is_empty();
-        if single || matches!(row, Standing::Met | Standing::NotMeasured) {
+        let all_alike = self.cells.iter().all(|c| c.standing == row);
+        if single || row == Standing::Met || (row == Standing::NotMeasured && all_alike) {
             return row.word().to_owned();
         }
         let mut parts = vec![];
-        for standing in [Standing::Missed, Standing::Open, Standing::Level] {
+        for standing in [
+            Standing::Missed,
+            Standing::NotMeasured,
+            Standing::Open,
+            Standing::Level,
+        ] {
             let cells: Vec<&str> = self
                 .cells
                 .iter()
@@ -717,6 +725,24 @@ mod tests {
         assert_eq!(row.verdict(), "not measured");
         assert_eq!((row.goals().as_str(), row.figures().as_str()), (">= 1", ""));
         assert!(board.open(4, 0.95).is_empty());
+    }
+
+    #[test]
+    fn a_cell_with_too_few_rounds_does_not_hide_a_miss() {
+        let mut board = Board::default();
+        let log = format!(
+            "GOAL\tcopy / C ring\t\t>= 1.0\n{}{}{}",
+            rounds("copy / C ring", "64 KiB", &[0.80, 0.81, 0.79]),
+            rounds("copy / C ring", "256 KiB", &[1.3]),
+            rounds("copy / C ring", "1 MiB", &[1.0, 1.03, 0.97]),
+        );
+        board.read("ring", 1, &log).unwrap();
+        let row = &board.judge(1, 0.95)[0];
+        assert_eq!(row.standing(), Standing::Missed);
+        assert_eq!(
+            row.verdict(),
+            "missed at 64 KiB; not measured at 256 KiB; level at 1 MiB"
+        );
     }
 
     #[test]
