@@ -256,6 +256,61 @@ fn held_reader_lets_writers_through_and_sees_their_writes() {
     }
 }
 
+/// `read_each` while another thread writes from the other replica: the
+/// writes get through between items, each item's read sees every write
+/// returned before its item was taken, none goes back, and each item is
+/// one read in the statistics.
+#[test]
+fn read_each_lets_writers_through_and_sees_their_writes() {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicU64;
+    const WRITES: u64 = 200;
+    for options in both_modes() {
+        let v = Replicated::with_set(0u64, emulated(2), options.clone()).unwrap();
+        let done = AtomicU64::new(0);
+        let (items, reads) = std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 1..=WRITES {
+                    v.write_from(1, move |x| *x = i);
+                    done.store(i, Ordering::SeqCst);
+                }
+            });
+            let mut reader = v.held_reader_on(0);
+            let (last, stuck, items) = (Cell::new(0), Cell::new(0u64), Cell::new(0u64));
+            // One batch until the last write is seen: each item is the
+            // count of writes returned when it was taken.
+            let returned =
+                std::iter::from_fn(|| (last.get() < WRITES).then(|| done.load(Ordering::SeqCst)));
+            reader.read_each(returned, |x, returned| {
+                assert!(
+                    *x >= last.get(),
+                    "went back from {} to {x}: {options:?}",
+                    last.get()
+                );
+                assert!(
+                    *x >= returned,
+                    "write {returned} had returned, the read after saw {x}: {options:?}"
+                );
+                // A writer starved by the batch fails here instead of
+                // hanging: millions of items, each offering the writer
+                // the CPU, and no write got through.
+                stuck.set(if *x == last.get() { stuck.get() + 1 } else { 0 });
+                assert!(
+                    stuck.get() < 1 << 24,
+                    "writers starved after {x}: {options:?}"
+                );
+                last.set(*x);
+                items.set(items.get() + 1);
+                std::thread::yield_now();
+            });
+            drop(reader);
+            (items.get(), v.stats()[0].reads)
+        });
+        assert_eq!(reads, items, "{options:?}");
+        assert_eq!(v.stats().iter().map(|s| s.writes).sum::<u64>(), WRITES);
+    }
+}
+
 /// Two held readers on one thread let go in the order they were made
 /// (not the reverse): the replica's lock is free afterwards, as a write
 /// that completes shows.
