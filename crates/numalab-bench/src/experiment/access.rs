@@ -488,7 +488,11 @@ fn sampled_random_op<const LOCKED: bool>(
 /// step, one countdown and the memory access: for 64- and 128-byte
 /// operations (compiled for their size) about twenty instructions, so
 /// that as many operations are in flight as the CPU can track misses —
-/// a loop twice as long would halve the memory-level parallelism.
+/// a loop twice as long would halve the memory-level parallelism. A
+/// function of its own (not inlined into [`perform`], whose many live
+/// values pushed the region's base and slot count onto the stack, loaded
+/// again on every operation): the same loop then holds them in registers.
+#[inline(never)]
 fn random_chunk<const LOCKED: bool, const MIXED: bool, const SIZE: usize>(
     job: &Job<'_>,
     rng: &mut Rng,
