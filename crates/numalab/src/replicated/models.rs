@@ -251,8 +251,10 @@ fn replica_lock_shared_slot_excludes_writers() {
 /// writing from replica 1, says its write returned: the writer gets
 /// through while the reader holds on (a reader that never stepped out
 /// would spin here for ever, which loom reports), no read goes back, and
-/// the read after the write returned sees it.
-fn held_reads_see_returned_writes(options: ReplicatedOptions) {
+/// the read after the write returned sees it. With `each`, the reads are
+/// one `read_each` over items taken until the write returned, and the
+/// item taken after it sees it.
+fn held_reads_see_returned_writes(options: ReplicatedOptions, each: bool) {
     model(move || {
         let v = value(options.clone());
         let done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
@@ -265,68 +267,55 @@ fn held_reads_see_returned_writes(options: ReplicatedOptions) {
         };
         let mut reader = v.held_reader_on(0);
         let mut last = 0;
-        while !done.load(Ordering::SeqCst) {
-            let seen = reader.read(|x| *x);
-            assert!(seen >= last, "read {last}, then {seen}");
-            last = seen;
-            thread::yield_now();
+        if each {
+            let mut running = true;
+            let items = std::iter::from_fn(|| {
+                running.then(|| {
+                    running = !done.load(Ordering::SeqCst);
+                    running
+                })
+            });
+            reader.read_each(items, |x, still_running| {
+                assert!(*x >= last, "read {last}, then {x}");
+                assert!(still_running || *x == 1, "the write had returned");
+                last = *x;
+                thread::yield_now();
+            });
+        } else {
+            while !done.load(Ordering::SeqCst) {
+                let seen = reader.read(|x| *x);
+                assert!(seen >= last, "read {last}, then {seen}");
+                last = seen;
+                thread::yield_now();
+            }
+            assert_eq!(reader.read(|x| *x), 1, "the write had returned");
         }
-        assert_eq!(reader.read(|x| *x), 1, "the write had returned");
         drop(reader);
         writer.join().unwrap();
     });
-}
-
-/// The same with one `read_each` over items taken until the writer says
-/// its write returned: the writer gets through between items, no read
-/// goes back, and the item taken after the write returned sees it.
-fn read_each_sees_returned_writes(options: ReplicatedOptions) {
-    model(move || {
-        let v = value(options.clone());
-        let done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
-        let writer = {
-            let (v, done) = (v.clone(), done.clone());
-            thread::spawn(move || {
-                v.write_from(1, |x| *x += 1);
-                done.store(true, Ordering::SeqCst);
-            })
-        };
-        let mut reader = v.held_reader_on(0);
-        let mut running = true;
-        let items = std::iter::from_fn(|| {
-            running.then(|| {
-                running = !done.load(Ordering::SeqCst);
-                running
-            })
-        });
-        let mut last = 0;
-        reader.read_each(items, |x, still_running| {
-            assert!(*x >= last, "read {last}, then {x}");
-            assert!(still_running || *x == 1, "the write had returned");
-            last = *x;
-            thread::yield_now();
-        });
-        drop(reader);
-        writer.join().unwrap();
-    });
-}
-
-#[test]
-fn log_read_each_sees_returned_writes() {
-    read_each_sees_returned_writes(log_options(2));
-}
-
-#[test]
-fn broadcast_read_each_sees_returned_writes() {
-    read_each_sees_returned_writes(ReplicatedOptions::new(Mode::Broadcast).reader_slots(1));
 }
 
 #[test]
 fn log_held_reads_see_returned_writes() {
-    held_reads_see_returned_writes(log_options(2));
+    held_reads_see_returned_writes(log_options(2), false);
 }
 
 #[test]
 fn broadcast_held_reads_see_returned_writes() {
-    held_reads_see_returned_writes(ReplicatedOptions::new(Mode::Broadcast).reader_slots(1));
+    held_reads_see_returned_writes(broadcast_options(), false);
+}
+
+#[test]
+fn log_read_each_sees_returned_writes() {
+    held_reads_see_returned_writes(log_options(2), true);
+}
+
+#[test]
+fn broadcast_read_each_sees_returned_writes() {
+    held_reads_see_returned_writes(broadcast_options(), true);
+}
+
+/// Broadcast mode with one reader slot.
+fn broadcast_options() -> ReplicatedOptions {
+    ReplicatedOptions::new(Mode::Broadcast).reader_slots(1)
 }
