@@ -302,14 +302,9 @@ impl Row {
             Standing::Open,
             Standing::Level,
         ] {
-            let cells: Vec<&str> = self
-                .cells
-                .iter()
-                .filter(|c| c.standing == standing)
-                .map(|c| c.cell.as_str())
-                .collect();
+            let cells = self.cell_names(|c| c.standing == standing);
             if !cells.is_empty() {
-                parts.push(format!("{} at {}", standing.word(), cells.join(", ")));
+                parts.push(format!("{} at {cells}", standing.word()));
             }
         }
         parts.join("; ")
@@ -353,15 +348,20 @@ impl Row {
             }
         }
         for goal in others {
-            let cells: Vec<&str> = self
-                .cells
-                .iter()
-                .filter(|c| c.goal == goal)
-                .map(|c| c.cell.as_str())
-                .collect();
-            parts.push(format!("{} {goal}", cells.join(", ")));
+            parts.push(format!("{} {goal}", self.cell_names(|c| c.goal == goal)));
         }
         parts.join("; ")
+    }
+
+    /// The names of the cells `keep` keeps, in order, comma-separated
+    /// (empty for none).
+    fn cell_names(&self, keep: impl Fn(&Judged) -> bool) -> String {
+        self.cells
+            .iter()
+            .filter(|c| keep(c))
+            .map(|c| c.cell.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The rounds cell: `9`, or the fewest to the most over the cells.

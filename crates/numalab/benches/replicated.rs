@@ -12,10 +12,10 @@
 //! Beside each target, a reference that shows where the time goes: for
 //! the read path, the re-read (the plain read with the structure's fields
 //! loaded again for each read, as any loop of reads that lets writers in
-//! between them must) and the floor (that plus the least such a reader must add); for
-//! `ReplicatedPages`, a memcpy whose
-//! source is found through a page table first (what a read that waits for
-//! its page lookup would cost).
+//! between them must) and the floor (the plain read plus the least a
+//! reader that registers per read must add); for `ReplicatedPages`, a
+//! memcpy whose source is found through a page table first (what a read
+//! that waits for its page lookup would cost).
 //!
 //! ```sh
 //! cargo bench -p numalab --bench replicated            # full run, a few minutes

@@ -925,12 +925,11 @@ impl<T> HeldReader<'_, T> {
     /// taken from `items` (each linearizable, each counted, a writer
     /// waiting let through between two of them). For a batch of lookups
     /// in hand — keys to probe, packets to classify — this is the
-    /// faster form: between two writers the value is handed
-    /// to the loop as one `&T` that no write can change, so the compiler
-    /// keeps what every read loads again and again (a map's table
-    /// pointer, its hash keys) in registers, where a loop of `read` calls
-    /// must load it for each read, since a writer may have changed it
-    /// before that read. Neither `f` nor the iterator may read the same
+    /// faster form: between two writers the value is handed to the loop
+    /// as one `&T` that no write can change, so the compiler keeps what
+    /// every read loads again and again (a map's table pointer, its hash
+    /// keys) in registers, where a loop of `read` calls must load it for
+    /// each read, since a writer may have changed it before that read. Neither `f` nor the iterator may read the same
     /// value again (as for every read's closure): the items are taken
     /// while the replica is held.
     ///

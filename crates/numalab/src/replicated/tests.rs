@@ -2,7 +2,7 @@
 //! this machine's node), so the multi-replica paths run here.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::*;
@@ -210,6 +210,64 @@ fn readers_and_writers_together() {
     }
 }
 
+/// The writes of [`while_writing`]: each stores its number, 1 to 200.
+const WRITES: u64 = 200;
+
+/// In both modes, [`WRITES`] writes from replica 1 on another thread, each
+/// counted in `done` once it returned, while `reads` reads replica 0
+/// through a held reader until it has seen the last; `reads` returns the
+/// reads it made, which must be the replica's count in its statistics.
+fn while_writing(reads: impl Fn(&Replicated<u64>, &AtomicU64, &ReplicatedOptions) -> u64) {
+    for options in both_modes() {
+        let v = Replicated::with_set(0u64, emulated(2), options.clone()).unwrap();
+        let done = AtomicU64::new(0);
+        let made = std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 1..=WRITES {
+                    v.write_from(1, move |x| *x = i);
+                    done.store(i, Ordering::SeqCst);
+                }
+            });
+            reads(&v, &done, &options)
+        });
+        let stats = v.stats();
+        assert_eq!(stats[0].reads, made, "{options:?}");
+        assert_eq!(stats.iter().map(|s| s.writes).sum::<u64>(), WRITES);
+    }
+}
+
+/// What a reader of [`while_writing`] has seen: the last value, how many
+/// reads in a row saw it, and how many reads it made.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    last: u64,
+    stuck: u64,
+    reads: u64,
+}
+
+impl Seen {
+    /// After one more read that saw `x`, begun when `returned` writes had
+    /// returned: it never goes back and sees every write returned before
+    /// it began. A writer starved by the held reader fails here instead
+    /// of hanging: millions of reads, each offering the writer the CPU,
+    /// and no write got through.
+    fn after(self, x: u64, returned: u64, options: &ReplicatedOptions) -> Seen {
+        let last = self.last;
+        assert!(x >= last, "went back from {last} to {x}: {options:?}");
+        assert!(
+            x >= returned,
+            "write {returned} had returned, the read after saw {x}: {options:?}"
+        );
+        let stuck = if x == last { self.stuck + 1 } else { 0 };
+        assert!(stuck < 1 << 24, "writers starved after {last}: {options:?}");
+        Seen {
+            last: x,
+            stuck,
+            reads: self.reads + 1,
+        }
+    }
+}
+
 /// A held reader on one replica while writers write from the other, in
 /// both modes: every write completes while the reader holds on and keeps
 /// reading (it steps out for each), the reader sees each value once its
@@ -217,43 +275,16 @@ fn readers_and_writers_together() {
 /// are counted in the replica's statistics.
 #[test]
 fn held_reader_lets_writers_through_and_sees_their_writes() {
-    use std::sync::atomic::AtomicU64;
-    const WRITES: u64 = 200;
-    for options in both_modes() {
-        let v = Replicated::with_set(0u64, emulated(2), options.clone()).unwrap();
-        let done = AtomicU64::new(0);
-        let reads = std::thread::scope(|s| {
-            s.spawn(|| {
-                for i in 1..=WRITES {
-                    v.write_from(1, move |x| *x = i);
-                    done.store(i, Ordering::SeqCst);
-                }
-            });
-            let mut reader = v.held_reader_on(0);
-            let (mut last, mut reads, mut stuck) = (0, 0u64, 0u64);
-            while last < WRITES {
-                let returned = done.load(Ordering::SeqCst);
-                let seen = reader.read(|x| *x);
-                reads += 1;
-                assert!(seen >= last, "went back from {last} to {seen}: {options:?}");
-                assert!(
-                    seen >= returned,
-                    "write {returned} had returned, the read after saw {seen}: {options:?}"
-                );
-                // A writer starved by the held reader fails here instead
-                // of hanging: millions of reads, each offering the writer
-                // the CPU, and no write got through.
-                stuck = if seen == last { stuck + 1 } else { 0 };
-                assert!(stuck < 1 << 24, "writers starved after {last}: {options:?}");
-                last = seen;
-                std::thread::yield_now();
-            }
-            reads
-        });
-        let stats = v.stats();
-        assert_eq!(stats[0].reads, reads, "{options:?}");
-        assert_eq!(stats.iter().map(|s| s.writes).sum::<u64>(), WRITES);
-    }
+    while_writing(|v, done, options| {
+        let mut reader = v.held_reader_on(0);
+        let mut seen = Seen::default();
+        while seen.last < WRITES {
+            let returned = done.load(Ordering::SeqCst);
+            seen = seen.after(reader.read(|x| *x), returned, options);
+            std::thread::yield_now();
+        }
+        seen.reads
+    });
 }
 
 /// `read_each` while another thread writes from the other replica: the
@@ -262,53 +293,19 @@ fn held_reader_lets_writers_through_and_sees_their_writes() {
 /// one read in the statistics.
 #[test]
 fn read_each_lets_writers_through_and_sees_their_writes() {
-    use std::cell::Cell;
-    use std::sync::atomic::AtomicU64;
-    const WRITES: u64 = 200;
-    for options in both_modes() {
-        let v = Replicated::with_set(0u64, emulated(2), options.clone()).unwrap();
-        let done = AtomicU64::new(0);
-        let (items, reads) = std::thread::scope(|s| {
-            s.spawn(|| {
-                for i in 1..=WRITES {
-                    v.write_from(1, move |x| *x = i);
-                    done.store(i, Ordering::SeqCst);
-                }
-            });
-            let mut reader = v.held_reader_on(0);
-            let (last, stuck, items) = (Cell::new(0), Cell::new(0u64), Cell::new(0u64));
-            // One batch until the last write is seen: each item is the
-            // count of writes returned when it was taken.
-            let returned =
-                std::iter::from_fn(|| (last.get() < WRITES).then(|| done.load(Ordering::SeqCst)));
-            reader.read_each(returned, |x, returned| {
-                assert!(
-                    *x >= last.get(),
-                    "went back from {} to {x}: {options:?}",
-                    last.get()
-                );
-                assert!(
-                    *x >= returned,
-                    "write {returned} had returned, the read after saw {x}: {options:?}"
-                );
-                // A writer starved by the batch fails here instead of
-                // hanging: millions of items, each offering the writer
-                // the CPU, and no write got through.
-                stuck.set(if *x == last.get() { stuck.get() + 1 } else { 0 });
-                assert!(
-                    stuck.get() < 1 << 24,
-                    "writers starved after {x}: {options:?}"
-                );
-                last.set(*x);
-                items.set(items.get() + 1);
-                std::thread::yield_now();
-            });
-            drop(reader);
-            (items.get(), v.stats()[0].reads)
+    while_writing(|v, done, options| {
+        let mut reader = v.held_reader_on(0);
+        let seen = std::cell::Cell::new(Seen::default());
+        // One batch until the last write is seen: each item is the count
+        // of writes returned when it was taken.
+        let returned =
+            std::iter::from_fn(|| (seen.get().last < WRITES).then(|| done.load(Ordering::SeqCst)));
+        reader.read_each(returned, |x, returned| {
+            seen.set(seen.get().after(*x, returned, options));
+            std::thread::yield_now();
         });
-        assert_eq!(reads, items, "{options:?}");
-        assert_eq!(v.stats().iter().map(|s| s.writes).sum::<u64>(), WRITES);
-    }
+        seen.get().reads
+    });
 }
 
 /// Two held readers on one thread let go in the order they were made
