@@ -326,12 +326,24 @@ fn read_row<T: Clone + Send + Sync>(
             "| {name} | {threads} | {:.1} | {:.2} | {:.2} | {:.1} | **{:.2}** | **{:.2}** | **{:.2}** | **{:.2}** | **{:.2}** | {:.1} |",
             r[0].0, r[5].1, r[1].1, r[2].0, r[2].1, r[3].1, r[4].1, r[6].1, r[7].1, overhead
         );
-        rounds.push((threads, by_round[6].clone(), by_round[7].clone()));
+        // The held reader's single reads against the re-read, the plain
+        // loop that loads the structure's fields again for every read as
+        // any loop of single reads letting writers in must: what the
+        // held reader adds is its lock word and branch. Both are ratios
+        // to the same round's plain read, so theirs is within the round.
+        let held_to_reread: Vec<f64> = by_round[6]
+            .iter()
+            .zip(&by_round[5])
+            .map(|(held, reread)| held / reread)
+            .collect();
+        rounds.push((threads, held_to_reread, by_round[7].clone()));
     }
-    // For bench/all.sh: the goal and every round's ratio of the held
-    // reader (log mode, the default) to the plain read.
+    // For bench/all.sh: the goals and every round's ratios of the held
+    // reader (log mode, the default): its batch form to the plain read,
+    // its single reads to the re-read (docs/figures.md, "Goals the
+    // physics sets").
     if name.starts_with("HashMap") {
-        let held = format!("Replicated {name}, held reader / plain read (log mode)");
+        let held = format!("Replicated {name}, held reader's read / plain re-read (log mode)");
         let each = format!("Replicated {name}, held reader's read_each / plain read (log mode)");
         println!("GOAL\t{held}\t\t>= 0.95");
         println!("GOAL\t{each}\t\t>= 0.95");
