@@ -2,7 +2,7 @@
  * A minimal shared-memory ring: the reference numalab's ring is held to
  * beside PSRDada (crates/numalab/benches/ring.rs, bench/all.sh).
  *
- *   cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU
+ *   cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU [handshake]
  *
  * Two processes (fork) share BLOCKS slots of BLOCK_BYTES and two counters.
  * The writer, pinned on WRITER_CPU, memcpy's each block in from a hot
@@ -13,6 +13,13 @@
  * futex, no syscall per block), and every buffer is written before the
  * clock starts, so no page fault is timed. Prints the reader's MB/s
  * (10^6 bytes per second) for VOLUME_BYTES, rounded down to whole blocks.
+ *
+ * With `handshake`, each side also does per block what a ring whose sides
+ * may sleep must do so that neither misses the other's wake-up (numalab's
+ * ring, docs/figures.md): after its store, a sequentially consistent
+ * fence, then a load of the word the other side would raise before going
+ * to sleep. Nobody sleeps here, so the words stay zero; the difference
+ * to the plain ring is what the handshake costs.
  */
 #define _GNU_SOURCE
 #include "cbench.h"
@@ -32,18 +39,21 @@ struct shared {
     _Alignas(64) _Atomic uint64_t written;
     _Alignas(64) _Atomic uint64_t read;
     _Alignas(64) _Atomic int ready;
+    _Alignas(64) _Atomic uint32_t data_sleepers;
+    _Alignas(64) _Atomic uint32_t space_sleepers;
     _Alignas(64) double mbps;
 };
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU\n");
+    if (argc != 6 && !(argc == 7 && strcmp(argv[6], "handshake") == 0)) {
+        fprintf(stderr, "usage: cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU [handshake]\n");
         return 2;
     }
     size_t block = number("cring", argv[1], "BLOCK_BYTES");
     size_t blocks = number("cring", argv[2], "BLOCKS");
     uint64_t count = number("cring", argv[3], "VOLUME_BYTES") / block;
     int writer_cpu = atoi(argv[4]), reader_cpu = atoi(argv[5]);
+    int handshake = argc == 7;
     if (count == 0)
         count = 1;
 
@@ -76,6 +86,11 @@ int main(int argc, char **argv) {
             memcpy(out, ring + (i % blocks) * block, block);
             __asm__ volatile("" : : "r"(out) : "memory");
             atomic_store_explicit(&shared->read, i + 1, memory_order_release);
+            if (handshake) {
+                atomic_thread_fence(memory_order_seq_cst);
+                if (atomic_load_explicit(&shared->space_sleepers, memory_order_relaxed))
+                    _exit(3);
+            }
         }
         shared->mbps = (double)count * block / (now() - start) / 1e6;
         _exit(0);
@@ -95,6 +110,11 @@ int main(int argc, char **argv) {
         for (size_t done = 0; done < block; done += source_len)
             memcpy(slot + done, source, block - done < source_len ? block - done : source_len);
         atomic_store_explicit(&shared->written, i + 1, memory_order_release);
+        if (handshake) {
+            atomic_thread_fence(memory_order_seq_cst);
+            if (atomic_load_explicit(&shared->data_sleepers, memory_order_relaxed))
+                return 3;
+        }
     }
     int status;
     if (waitpid(reader, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
