@@ -483,13 +483,44 @@ fn sampled_random_op<const LOCKED: bool>(
     x
 }
 
+/// Runs `$body` `$n` times, with `$timed` true every `$every`th time (the
+/// `$countdown`th from now first; the count goes on from call to call),
+/// false otherwise. The operations before the next timed one run in a
+/// loop with no countdown in it, `$body` compiled with `$timed` false:
+/// every instruction an operation adds takes room in the reorder buffer
+/// that another miss in flight could use (two more per operation read
+/// 5-7% slower on a Zen 5 VM). A macro, so the loops' state stays in the
+/// caller's registers (a closure's captures would live on the stack).
+macro_rules! in_timed_runs {
+    ($n:expr, $countdown:ident, $every:expr, |$timed:ident| $body:block) => {{
+        let mut left: u64 = $n;
+        while left > 0 {
+            let untimed = ($countdown - 1).min(left);
+            for _ in 0..untimed {
+                let $timed = false;
+                $body
+            }
+            left -= untimed;
+            $countdown -= untimed;
+            if left > 0 {
+                // The countdown is 1: this operation is timed.
+                let $timed = true;
+                $body
+                left -= 1;
+                $countdown = $every;
+            }
+        }
+    }};
+}
+
 /// `n` random operations. The loop keeps its state in registers and does,
 /// per operation, the schedule step (none for reads only), one generator
 /// step and the memory access: for 64- and 128-byte operations (compiled
 /// for their size) about twenty instructions, so that as many operations
 /// are in flight as the CPU can track misses — a loop twice as long would
 /// halve the memory-level parallelism. The timed operations are taken
-/// between runs of untimed ones, so no countdown is in the loop. A
+/// between runs of untimed ones ([`in_timed_runs`]), so no countdown is in
+/// the loop. A
 /// function of its own (not inlined into [`perform`], whose many live
 /// values pushed the region's base and slot count onto the stack, loaded
 /// again on every operation): the same loop then holds them in registers.
@@ -512,56 +543,34 @@ fn random_chunk<const LOCKED: bool, const MIXED: bool, const SIZE: usize>(
     let sample_every = state.sample_every;
     let mut sum = 0u64;
     let mut writes = 0u64;
-    // The next operation: read or write, its slot, address and lock (a
-    // macro, not a closure: a closure's captures would live on the stack).
-    macro_rules! next {
-        () => {{
-            let write = MIXED && schedule.next_is_write();
-            let slot = local.below(slots as u64) as usize;
-            // SAFETY: slot < slots, so the operation lies inside the region.
-            let p = unsafe { base.add(slot * op_size) };
-            let lock = if LOCKED {
-                // SAFETY: stripe() < stripes, the number of locks.
-                unsafe { locks.add(stripes.stripe(slot)) }
-            } else {
-                std::ptr::null()
-            };
-            (write, slot as u64, p, lock)
-        }};
-    }
-    let mut left = n;
-    while left > 0 {
-        // The operations before the next timed one run in a loop with no
-        // countdown in it: every instruction an operation adds takes room
-        // in the reorder buffer that another miss in flight could use
-        // (two more per operation read 5-7% slower on a Zen 5 VM).
-        let untimed = (countdown - 1).min(left);
-        for _ in 0..untimed {
-            let (write, value, p, lock) = next!();
-            // SAFETY: p is inside the region and op-size aligned (a multiple
-            // of 8 from a page-aligned base); the lock is live.
-            sum ^= unsafe { random_op::<LOCKED>(p, op_size, write, value, lock) };
-            writes += u64::from(write);
-        }
-        left -= untimed;
-        countdown -= untimed;
-        if left > 0 {
-            // countdown is 1: this operation is timed.
-            let (write, value, p, lock) = next!();
-            sum ^= sampled_random_op::<LOCKED>(
+    in_timed_runs!(n, countdown, sample_every, |timed| {
+        let write = MIXED && schedule.next_is_write();
+        let slot = local.below(slots as u64) as usize;
+        // SAFETY: slot < slots, so the operation lies inside the region.
+        let p = unsafe { base.add(slot * op_size) };
+        let lock = if LOCKED {
+            // SAFETY: stripe() < stripes, the number of locks.
+            unsafe { locks.add(stripes.stripe(slot)) }
+        } else {
+            std::ptr::null()
+        };
+        sum ^= if timed {
+            sampled_random_op::<LOCKED>(
                 job.clock,
                 state.samples,
                 p,
                 op_size,
                 write,
-                value,
+                slot as u64,
                 lock,
-            );
-            writes += u64::from(write);
-            left -= 1;
-            countdown = sample_every;
-        }
-    }
+            )
+        } else {
+            // SAFETY: p is inside the region and op-size aligned (a multiple
+            // of 8 from a page-aligned base); the lock is live.
+            unsafe { random_op::<LOCKED>(p, op_size, write, slot as u64, lock) }
+        };
+        writes += u64::from(write);
+    });
     *rng = local;
     *state.schedule = schedule;
     *state.countdown = countdown;
@@ -677,14 +686,12 @@ fn random_copies_chunk<const LOCKED: bool, const SIZE: usize>(
     let sample_every = state.sample_every;
     let mut sum = 0u64;
     let mut writes = 0u64;
-    for _ in 0..n {
+    in_timed_runs!(n, countdown, sample_every, |timed| {
         let write = schedule.next_is_write();
         let slot = local.below(slots as u64) as usize;
         let stripe = if LOCKED { stripes.stripe(slot) } else { 0 };
-        countdown -= 1;
-        if countdown == 0 {
-            countdown = sample_every;
-            sum ^= sampled_copies_op::<LOCKED>(
+        sum ^= if timed {
+            sampled_copies_op::<LOCKED>(
                 job,
                 state.samples,
                 slot * op_size,
@@ -692,17 +699,17 @@ fn random_copies_chunk<const LOCKED: bool, const SIZE: usize>(
                 write,
                 slot as u64,
                 stripe,
-            );
+            )
         } else {
             // SAFETY: slot < slots, so the operation lies inside every copy
             // (all have the region's length), op-size aligned; the stripe
             // is below the number of locks, which every copy has.
-            sum ^= unsafe {
+            unsafe {
                 random_copies_op::<LOCKED>(job, slot * op_size, op_size, write, slot as u64, stripe)
-            };
-        }
+            }
+        };
         writes += u64::from(write);
-    }
+    });
     *rng = local;
     *state.schedule = schedule;
     *state.countdown = countdown;
@@ -1390,9 +1397,17 @@ mod tests {
                         j.copies = regions;
                         j.locked = locked;
                         j.share = t * (1 << 15)..(t + 1) * (1 << 15);
-                        let done =
-                            perform(&j, &mut Rng::new(t as u64 + 9), &mut Samples::default());
+                        let mut samples = Samples::default();
+                        let done = perform(&j, &mut Rng::new(t as u64 + 9), &mut samples);
                         assert_eq!(done.reads + done.writes, 4000, "{pattern}");
+                        if pattern != Pattern::Copy {
+                            // One in 17: the stride of 16 moved off the 1:1 cycle's 2.
+                            assert_eq!(
+                                samples.reads.len() + samples.writes.len(),
+                                4000 / 17,
+                                "{pattern}"
+                            );
+                        }
                         assert_eq!(
                             done.bytes,
                             4000 * op as u64,
