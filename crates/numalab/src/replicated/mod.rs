@@ -929,9 +929,10 @@ impl<T> HeldReader<'_, T> {
     /// as one `&T` that no write can change, so the compiler keeps what
     /// every read loads again and again (a map's table pointer, its hash
     /// keys) in registers, where a loop of `read` calls must load it for
-    /// each read, since a writer may have changed it before that read. Neither `f` nor the iterator may read the same
-    /// value again (as for every read's closure): the items are taken
-    /// while the replica is held.
+    /// each read, since a writer may have changed it before that read.
+    /// Neither `f` nor the iterator may read the same value again (as for
+    /// every read's closure): the items are taken while the replica is
+    /// held.
     ///
     /// ```
     /// use numalab::replicated::{Mode, Replicated};
