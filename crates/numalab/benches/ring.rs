@@ -58,8 +58,16 @@
 //! [`CopyStores`] (`cached` is the ring as it was before it streamed),
 //! `NUMALAB_BENCH_HUGE_PAGES` (`none`, `thp`, `2M`) the ring's pages;
 //! `NUMALAB_BENCH_SAMPLES` (set) prints every run's figure to standard
-//! error; each figure is the median of `NUMALAB_BENCH_REPEATS` (default 3) runs,
-//! interleaved so that a noisy moment hits every kind alike.
+//! error; each figure is the median of `NUMALAB_BENCH_REPEATS` (default 3) runs.
+//!
+//! Each block size first measures its single-core references, all rounds
+//! of them, then warms the two CPUs up with an untimed ring, then runs the
+//! rounds: every ring once a round, back to back, in an order that turns
+//! by one each round. A CPU left idle (as the reader's is while one core
+//! copies alone, or while a program waits for another to start) makes the
+//! next ring on some virtual machines start slow for up to a tenth of a
+//! second (docs/figures.md, "The host's hand-over phases"), so no ring
+//! may always run first or after the references.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -377,6 +385,46 @@ fn ring_run(cpus: (u32, u32), block: usize, volume: u64, in_place: bool, options
     done as f64 / (end - start).as_secs_f64() / 1e6
 }
 
+/// The rings a round measures, each once.
+#[derive(Clone, Copy)]
+enum Contender {
+    Copy,
+    InPlace,
+    CRing,
+    Cli,
+    DadaCopy,
+    DadaMap,
+}
+
+impl Contender {
+    const ALL: [Contender; 6] = [
+        Contender::Copy,
+        Contender::InPlace,
+        Contender::CRing,
+        Contender::Cli,
+        Contender::DadaCopy,
+        Contender::DadaMap,
+    ];
+}
+
+/// One round's MB/s, of what was measured.
+#[derive(Default)]
+struct Figures {
+    copy: Option<f64>,
+    in_place: Option<f64>,
+    c_ring: Option<f64>,
+    cli: Option<f64>,
+    dada_l: Option<f64>,
+    dada_z: Option<f64>,
+}
+
+/// Untimed: the library's copy ring moves four times the volume, so that
+/// the first ring a round times finds both CPUs as busy as the rest do
+/// (after the single-core references one of them was idle).
+fn warm_up(cpus: (u32, u32), block: usize, volume: u64, options: &Options) {
+    ring_run(cpus, block, volume * 4, false, options);
+}
+
 /// PSRDada's `dada_junkdb -z` → `dada_dbnull -z [-l]` on the same CPUs;
 /// the reader's MB/s (it prints MiB/s: converted).
 fn psrdada_run(
@@ -428,7 +476,13 @@ fn psrdada_run(
         .stderr(Stdio::piped())
         .spawn()
         .ok()?;
-    std::thread::sleep(Duration::from_millis(300));
+    // The writer starts once the reader waits for its header (the reader's
+    // clock starts at the header), not after a fixed sleep: an idle pause
+    // would start the run slow (see `warm_up`).
+    if !attached(reader.id(), key, BLOCKS + 1) {
+        let _ = run("dada_db", &["-k", key, "-d"]);
+        return None;
+    }
     let writer = Command::new("taskset")
         .args(["-c", &cpus.0.to_string()])
         .arg(bin.join("dada_junkdb"))
@@ -452,6 +506,27 @@ fn psrdada_run(
         .parse()
         .ok()?;
     Some(mib_s * 1024.0 * 1024.0 / 1e6)
+}
+
+/// Whether PSRDada's reader `pid` has attached the ring's shared memory:
+/// at least `blocks` segments of the data block (`key`) and two of the
+/// header block (the next key) in its `/proc/<pid>/maps`, checked every
+/// millisecond for at most ten seconds.
+fn attached(pid: u32, key: &str, blocks: usize) -> bool {
+    let header_key = format!("{:x}", u32::from_str_radix(key, 16).unwrap_or(0) + 1);
+    let count = |maps: &str, key: &str| {
+        maps.lines()
+            .filter(|l| l.contains("/SYSV") && l.trim_end_matches(" (deleted)").ends_with(key))
+            .count()
+    };
+    for _ in 0..10_000 {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if count(&maps, key) >= blocks && count(&maps, &header_key) >= 2 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
 }
 
 /// `numalab ring` (the command line, its own writer and reader processes)
@@ -702,9 +777,14 @@ fn main() {
         let (mut copy, mut in_place, mut dada_l, mut dada_z) = (vec![], vec![], vec![], vec![]);
         let mut c_ring = vec![];
         let mut by_cli = vec![];
+        // The single-core references first, all of them: each leaves the
+        // reader's CPU idle for a while, and a virtual machine's host may
+        // then hand cache lines between the two CPUs slowly for up to a
+        // tenth of a second (docs/figures.md, "The host's hand-over
+        // phases"): whatever ran right after them would start slow.
+        let span = REFERENCE_SPAN.max(block);
         for _ in 0..repeats {
-            let span = REFERENCE_SPAN.max(block);
-            let memcpy_now = single_core_copy(cpus.0, block, span, span, volume);
+            memcpy.push(single_core_copy(cpus.0, block, span, span, volume));
             whole.push(single_core_copy(cpus.0, span, span, span, volume));
             cached.push(single_core_copy(
                 cpus.0,
@@ -713,41 +793,68 @@ fn main() {
                 block * BLOCKS,
                 volume,
             ));
-            let copy_now = ring_run(cpus, block, volume, false, &options);
-            let in_place_now = ring_run(cpus, block, volume, true, &options);
-            let c_ring_now = cring
-                .as_ref()
-                .and_then(|bin| cring_run(bin, cpus, block, volume));
-            let cli_now = cli
-                .as_ref()
-                .and_then(|bin| cli_run(bin, cpus, block, volume));
-            let dada_l_now = dada
-                .as_ref()
-                .and_then(|bin| psrdada_run(bin, cpus, block, volume, true));
-            if let Some(bin) = &dada {
-                dada_z.extend(psrdada_run(bin, cpus, block, volume, false));
+        }
+        warm_up(cpus, block, volume, &options);
+        for (round, &memcpy_now) in memcpy.iter().enumerate() {
+            // The rings, one after another with no idle CPU between them,
+            // in an order that turns by one each round: none always runs
+            // first or after the same other.
+            let mut now = Figures::default();
+            for turn in 0..Contender::ALL.len() {
+                let ran = Contender::ALL[(round + turn) % Contender::ALL.len()];
+                match ran {
+                    Contender::Copy => {
+                        now.copy = Some(ring_run(cpus, block, volume, false, &options))
+                    }
+                    Contender::InPlace => {
+                        now.in_place = Some(ring_run(cpus, block, volume, true, &options))
+                    }
+                    Contender::CRing => {
+                        now.c_ring = cring
+                            .as_ref()
+                            .and_then(|bin| cring_run(bin, cpus, block, volume))
+                    }
+                    Contender::Cli => {
+                        now.cli = cli
+                            .as_ref()
+                            .and_then(|bin| cli_run(bin, cpus, block, volume))
+                    }
+                    Contender::DadaCopy => {
+                        now.dada_l = dada
+                            .as_ref()
+                            .and_then(|bin| psrdada_run(bin, cpus, block, volume, true))
+                    }
+                    Contender::DadaMap => {
+                        now.dada_z = dada
+                            .as_ref()
+                            .and_then(|bin| psrdada_run(bin, cpus, block, volume, false))
+                    }
+                }
             }
+            let copy_now = now.copy.expect("the copy ring ran");
+            let in_place_now = now.in_place.expect("the in-place ring ran");
             // This round's figures, each against its reference measured
-            // moments before or after it (bench/all.sh judges these).
+            // in the same round (bench/all.sh judges these); the memcpy
+            // reference is the round's own of the references' pass.
             let cell = cell_name(block);
-            let mut round = |target, numalab, reference| {
+            let mut round_of = |target, numalab, reference| {
                 rounds.extend(round_line(target, &cell, numalab, reference));
             };
-            round(DADA, Some(copy_now), dada_l_now);
-            round(C_RING, Some(copy_now), c_ring_now);
-            round(CLI_DADA, cli_now, dada_l_now);
-            round(CLI_C_RING, cli_now, c_ring_now);
-            round(CLI_LIBRARY, cli_now, Some(copy_now));
+            round_of(DADA, Some(copy_now), now.dada_l);
+            round_of(C_RING, Some(copy_now), now.c_ring);
+            round_of(CLI_DADA, now.cli, now.dada_l);
+            round_of(CLI_C_RING, now.cli, now.c_ring);
+            round_of(CLI_LIBRARY, now.cli, Some(copy_now));
             if block > HAND_OVER_BOUND {
-                round(MEMCPY, Some(copy_now), Some(memcpy_now));
+                round_of(MEMCPY, Some(copy_now), Some(memcpy_now));
             }
-            round(IN_PLACE, Some(in_place_now), Some(copy_now));
-            memcpy.push(memcpy_now);
+            round_of(IN_PLACE, Some(in_place_now), Some(copy_now));
             copy.push(copy_now);
             in_place.push(in_place_now);
-            c_ring.extend(c_ring_now);
-            by_cli.extend(cli_now);
-            dada_l.extend(dada_l_now);
+            c_ring.extend(now.c_ring);
+            by_cli.extend(now.cli);
+            dada_l.extend(now.dada_l);
+            dada_z.extend(now.dada_z);
         }
         if std::env::var_os("NUMALAB_BENCH_SAMPLES").is_some() {
             eprintln!(
