@@ -42,7 +42,7 @@
 //!   (target: ≥ 1.0×, and ≥ 1.0× the C ring);
 //! * the CPU time an idle reader uses while waiting for data.
 //!
-//! The goals where physics sets them lower: at 64 KiB two cores hand a
+//! The goals where physics sets them lower: up to 256 KiB two cores hand a
 //! block over at one rate whether the reader copies it or not (in place
 //! ≥ 1.0× copy there, and the one-core `memcpy` is no reference: the C
 //! ring is); from 64 MiB the copying ring moves every byte through memory
@@ -650,10 +650,12 @@ const MEMCPY: &str = "ring copy / memcpy memory to memory";
 const IN_PLACE: &str = "ring in place / ring copy";
 
 /// Blocks up to this size move at the rate two cores hand a block over,
-/// whatever the ring does with it: the C ring, which does the least, is
-/// their reference, not a one-core `memcpy`, and in place cannot beat copy
-/// by much (docs/figures.md, "Goals the physics sets").
-const HAND_OVER_BOUND: usize = 64 << 10;
+/// whatever the ring does with it (the reader's block-sized buffer stays
+/// in its L2, so copying into it adds little): the C ring, which does the
+/// least, is their reference, not a one-core `memcpy`, and in place
+/// cannot beat copy by much when the hand-over is slow
+/// (docs/figures.md, "Goals the physics sets").
+const HAND_OVER_BOUND: usize = 256 << 10;
 
 /// Blocks from this size on leave every cache: the copying ring moves
 /// each byte through memory three times (the writer's store, the reader's
