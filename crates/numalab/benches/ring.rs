@@ -63,7 +63,8 @@
 //! Each block size first measures its single-core references, all rounds
 //! of them, then warms the two CPUs up with an untimed ring, then runs the
 //! rounds: every ring once a round, back to back, in an order that turns
-//! by one each round. A CPU left idle (as the reader's is while one core
+//! by one each round, with the untimed ring again after every PSRDada run
+//! (whose writer leaves the reader's CPU idle for up to a second). A CPU left idle (as the reader's is while one core
 //! copies alone, or while a program waits for another to start) makes the
 //! next ring on some virtual machines start slow for up to a tenth of a
 //! second (docs/figures.md, "The host's hand-over phases"), so no ring
@@ -419,8 +420,10 @@ struct Figures {
 }
 
 /// Untimed: the library's copy ring moves four times the volume, so that
-/// the first ring a round times finds both CPUs as busy as the rest do
-/// (after the single-core references one of them was idle).
+/// the ring timed next finds both CPUs as busy as the rest do. Run after
+/// the single-core references, and after every PSRDada run: its writer,
+/// `dada_junkdb`, busy-waits for the wall clock's next second before it
+/// writes (up to a second) while the reader's CPU sleeps.
 fn warm_up(cpus: (u32, u32), block: usize, volume: u64, options: &Options) {
     ring_run(cpus, block, volume * 4, false, options);
 }
@@ -831,6 +834,9 @@ fn main() {
                             .as_ref()
                             .and_then(|bin| psrdada_run(bin, cpus, block, volume, false))
                     }
+                }
+                if matches!(ran, Contender::DadaCopy | Contender::DadaMap) && dada.is_some() {
+                    warm_up(cpus, block, volume, &options);
                 }
             }
             let copy_now = now.copy.expect("the copy ring ran");
