@@ -64,11 +64,12 @@
 //! of them, then warms the two CPUs up with an untimed ring, then runs the
 //! rounds: every ring once a round, back to back, in an order that turns
 //! by one each round, with the untimed ring again after every PSRDada run
-//! (whose writer leaves the reader's CPU idle for up to a second). A CPU left idle (as the reader's is while one core
-//! copies alone, or while a program waits for another to start) makes the
-//! next ring on some virtual machines start slow for up to a tenth of a
-//! second (docs/figures.md, "The host's hand-over phases"), so no ring
-//! may always run first or after the references.
+//! (whose writer leaves the reader's CPU idle for up to a second). A CPU
+//! left idle (as the reader's is while one core copies alone, or while a
+//! program waits for another to start) makes the next ring on some
+//! virtual machines start slow for up to a tenth of a second
+//! (docs/figures.md, "The host's hand-over phases"), so no ring may always
+//! run first or after the references.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
