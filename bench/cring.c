@@ -2,7 +2,7 @@
  * A minimal shared-memory ring: the reference numalab's ring is held to
  * beside PSRDada (crates/numalab/benches/ring.rs, bench/all.sh).
  *
- *   cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU [handshake]
+ *   cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU [ramp=BYTES] [handshake]
  *
  * Two processes (fork) share BLOCKS slots of BLOCK_BYTES and two counters.
  * The writer, pinned on WRITER_CPU, memcpy's each block in from a hot
@@ -13,6 +13,10 @@
  * futex, no syscall per block), and every buffer is written before the
  * clock starts, so no page fault is timed. Prints the reader's MB/s
  * (10^6 bytes per second) for VOLUME_BYTES, rounded down to whole blocks.
+ *
+ * With `ramp=BYTES`, that many bytes (rounded up to whole blocks) move
+ * first, untimed, as `numalab ring --ramp` does: the reader starts its
+ * clock at the first block after them.
  *
  * With `handshake`, each side also does per block what a ring whose sides
  * may sleep must do so that neither misses the other's wake-up (numalab's
@@ -45,17 +49,32 @@ struct shared {
 };
 
 int main(int argc, char **argv) {
-    if (argc != 6 && !(argc == 7 && strcmp(argv[6], "handshake") == 0)) {
-        fprintf(stderr, "usage: cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU [handshake]\n");
+    const char *usage =
+        "usage: cring BLOCK_BYTES BLOCKS VOLUME_BYTES WRITER_CPU READER_CPU [ramp=BYTES] [handshake]\n";
+    if (argc < 6 || argc > 8) {
+        fputs(usage, stderr);
         return 2;
     }
     size_t block = number("cring", argv[1], "BLOCK_BYTES");
     size_t blocks = number("cring", argv[2], "BLOCKS");
     uint64_t count = number("cring", argv[3], "VOLUME_BYTES") / block;
     int writer_cpu = atoi(argv[4]), reader_cpu = atoi(argv[5]);
-    int handshake = argc == 7;
+    int handshake = 0;
+    uint64_t ramp = 0;
+    for (int a = 6; a < argc; a++) {
+        if (strcmp(argv[a], "handshake") == 0) {
+            handshake = 1;
+        } else if (strncmp(argv[a], "ramp=", 5) == 0) {
+            uint64_t bytes = number("cring", argv[a] + 5, "ramp=BYTES");
+            ramp = bytes / block + (bytes % block != 0);
+        } else {
+            fputs(usage, stderr);
+            return 2;
+        }
+    }
     if (count == 0)
         count = 1;
+    uint64_t total = ramp + count;
 
     struct shared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -80,7 +99,9 @@ int main(int argc, char **argv) {
         while (atomic_load(&shared->ready) < 2)
             ;
         double start = now();
-        for (uint64_t i = 0; i < count; i++) {
+        for (uint64_t i = 0; i < total; i++) {
+            if (i == ramp)
+                start = now();
             while (atomic_load_explicit(&shared->written, memory_order_acquire) <= i)
                 ;
             memcpy(out, ring + (i % blocks) * block, block);
@@ -103,7 +124,7 @@ int main(int argc, char **argv) {
     atomic_fetch_add(&shared->ready, 1);
     while (atomic_load(&shared->ready) < 2)
         ;
-    for (uint64_t i = 0; i < count; i++) {
+    for (uint64_t i = 0; i < total; i++) {
         while (i - atomic_load_explicit(&shared->read, memory_order_acquire) >= blocks)
             ;
         uint8_t *slot = ring + (i % blocks) * block;

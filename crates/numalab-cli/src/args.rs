@@ -47,6 +47,14 @@ fn decimal_looking(text: &str, bytes: u64) -> Option<String> {
     })
 }
 
+/// A size flag where 0 means none (`--ramp 0`): as [`size`] otherwise.
+pub fn size_or_zero(text: &str) -> Result<u64, String> {
+    match numalab::units::parse_size(text) {
+        Ok(0) => Ok(0),
+        _ => size(text),
+    }
+}
+
 /// A size flag held as `usize` (a buffer's length on this machine).
 pub fn size_usize(text: &str) -> Result<usize, String> {
     let bytes = size(text)?;

@@ -69,7 +69,13 @@
 //! program waits for another to start) makes the next ring on some
 //! virtual machines start slow for up to a tenth of a second
 //! (docs/figures.md, "The host's hand-over phases"), so no ring may always
-//! run first or after the references.
+//! run first or after the references. For the same reason the two rings
+//! started as processes of their own, the command and the C ring, first
+//! move `NUMALAB_BENCH_RAMP` bytes untimed (default: twice the volume;
+//! `numalab ring --ramp`, the C ring's `ramp=`), where the library's ring
+//! runs on CPUs the rings before it kept busy. PSRDada's programs have no
+//! such setting: its figures keep the start of its processes (its writer
+//! busy-waits for the next whole second, its reader sleeps meanwhile).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -535,10 +541,12 @@ fn attached(pid: u32, key: &str, blocks: usize) -> bool {
 
 /// `numalab ring` (the command line, its own writer and reader processes)
 /// in copy mode on the same CPUs, blocks and volume: its MB/s.
-fn cli_run(bin: &Path, cpus: (u32, u32), block: usize, volume: u64) -> Option<f64> {
+fn cli_run(bin: &Path, cpus: (u32, u32), block: usize, volume: u64, ramp: u64) -> Option<f64> {
     let out = Command::new(bin)
         .args(["ring", "--mode", "copy", "--json", "--blocks"])
         .arg(BLOCKS.to_string())
+        .arg("--ramp")
+        .arg(ramp.to_string())
         .arg("--block-size")
         .arg(block.to_string())
         .arg("--volume")
@@ -595,8 +603,9 @@ fn build_cring() -> Result<PathBuf, String> {
     Ok(target)
 }
 
-/// The C ring on the same CPUs, blocks and volume: the reader's MB/s.
-fn cring_run(bin: &Path, cpus: (u32, u32), block: usize, volume: u64) -> Option<f64> {
+/// The C ring on the same CPUs, blocks and volume, after `ramp` bytes
+/// untimed: the reader's MB/s.
+fn cring_run(bin: &Path, cpus: (u32, u32), block: usize, volume: u64, ramp: u64) -> Option<f64> {
     let out = Command::new(bin)
         .args([
             block.to_string(),
@@ -605,6 +614,7 @@ fn cring_run(bin: &Path, cpus: (u32, u32), block: usize, volume: u64) -> Option<
             cpus.0.to_string(),
             cpus.1.to_string(),
         ])
+        .args((ramp > 0).then(|| format!("ramp={ramp}")))
         .output()
         .ok()?;
     out.status.success().then_some(())?;
@@ -715,6 +725,7 @@ fn main() {
         return;
     }
     let volume = env_u64("NUMALAB_BENCH_VOLUME", 2 << 30);
+    let ramp = env_u64("NUMALAB_BENCH_RAMP", volume.saturating_mul(2));
     let repeats = env_u64("NUMALAB_BENCH_REPEATS", 3).max(1) as usize;
     let blocks: Vec<usize> = match std::env::var("NUMALAB_BENCH_BLOCKS") {
         Ok(list) => list
@@ -746,10 +757,11 @@ fn main() {
         .map_err(|e| eprintln!("note: the C ring reference is not measured: {e}"))
         .ok();
     println!(
-        "numalab ring benchmark: {} GiB per run, median of {repeats}, {BLOCKS} blocks per ring, \
-         writer on CPU {}, reader on CPU {}, copy stores {stores}, huge pages {}; \
-         MB/s = 10^6 bytes/s",
+        "numalab ring benchmark: {} GiB per run (the command and the C ring after {} GiB \
+         untimed), median of {repeats}, {BLOCKS} blocks per ring, writer on CPU {}, reader on \
+         CPU {}, copy stores {stores}, huge pages {}; MB/s = 10^6 bytes/s",
         volume as f64 / (1u64 << 30) as f64,
+        ramp as f64 / (1u64 << 30) as f64,
         cpus.0,
         cpus.1,
         options.huge_pages,
@@ -818,12 +830,12 @@ fn main() {
                     Contender::CRing => {
                         now.c_ring = cring
                             .as_ref()
-                            .and_then(|bin| cring_run(bin, cpus, block, volume))
+                            .and_then(|bin| cring_run(bin, cpus, block, volume, ramp))
                     }
                     Contender::Cli => {
                         now.cli = cli
                             .as_ref()
-                            .and_then(|bin| cli_run(bin, cpus, block, volume))
+                            .and_then(|bin| cli_run(bin, cpus, block, volume, ramp))
                     }
                     Contender::DadaCopy => {
                         now.dada_l = dada

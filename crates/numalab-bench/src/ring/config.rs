@@ -219,8 +219,12 @@ pub struct RingConfig {
     pub reader_cpus: Option<String>,
     /// Readers per stream (each reads everything).
     pub readers: usize,
-    /// Bytes each stream moves.
+    /// Bytes each stream moves, timed.
     pub volume: u64,
+    /// Bytes each stream moves first, untimed (`--ramp`), rounded up to
+    /// whole blocks: the run's figures are of the volume after it, as
+    /// `fio`'s `ramp_time` leaves a workload's start out.
+    pub ramp: u64,
     /// Bytes per ring block.
     pub block_size: u64,
     /// Blocks per ring.
@@ -255,6 +259,7 @@ impl RingConfig {
             reader_cpus: None,
             readers: 1,
             volume: 20 << 30,
+            ramp: 0,
             block_size: 4 << 20,
             blocks: 8,
             mode: Mode::Copy,
@@ -281,6 +286,21 @@ impl RingConfig {
         .backpressure(Backpressure::Block)
         .max_readers(u32::try_from(self.readers).unwrap_or(u32::MAX))
         .header_size(HEADER_ROOM)
+    }
+
+    /// The ramp as moved: `ramp` rounded up to whole blocks (saturating).
+    ///
+    /// ```
+    /// use numalab_bench::ring::RingConfig;
+    /// let mut config = RingConfig::new("numalab");
+    /// config.block_size = 1 << 20;
+    /// config.ramp = (3 << 20) + 1;
+    /// assert_eq!(config.ramp_bytes(), 4 << 20);
+    /// ```
+    pub fn ramp_bytes(&self) -> u64 {
+        self.ramp
+            .div_ceil(self.block_size.max(1))
+            .saturating_mul(self.block_size)
     }
 
     /// Streams of the largest cell: `--streams`, or 2 for the blog's
@@ -379,6 +399,16 @@ impl RingConfig {
                 "volume",
                 self.volume.to_string(),
                 format!("is less than one block ({} bytes)", self.block_size),
+            );
+        }
+        if self.ramp_bytes().checked_add(self.volume).is_none() {
+            return out(
+                "ramp",
+                self.ramp.to_string(),
+                format!(
+                    "and the volume ({} bytes) are more than 2^64 bytes together",
+                    self.volume
+                ),
             );
         }
         timeout_from_secs(self.timeout.as_secs_f64())?;

@@ -26,7 +26,7 @@ use crate::document::Schema;
 ///     environment: Environment::current(&topology),
 ///     settings: Settings { volume_bytes: 1 << 20, block_size: 64 << 10, blocks: 8,
 ///         mode: Mode::InPlace, huge_pages: HugePages::None, readers_per_stream: 1,
-///         verify: false, segment_bytes: 8 * (64 << 10) + 8192 },
+///         verify: false, segment_bytes: 8 * (64 << 10) + 8192, ramp_bytes: 0 },
 ///     cells: Vec::new(),
 ///     interrupted: false,
 /// };
@@ -70,7 +70,7 @@ impl RingReport {
 ///
 /// let settings = Settings { volume_bytes: 1 << 30, block_size: 4 << 20, blocks: 8,
 ///     mode: Mode::Copy, huge_pages: HugePages::Transparent, readers_per_stream: 2,
-///     verify: true, segment_bytes: (32 << 20) + (2 << 20) };
+///     verify: true, segment_bytes: (32 << 20) + (2 << 20), ramp_bytes: 64 << 20 };
 /// let json = serde_json::to_value(&settings)?;
 /// assert_eq!(json["mode"], "copy");
 /// assert_eq!(serde_json::from_value::<Settings>(json)?, settings);
@@ -97,6 +97,10 @@ pub struct Settings {
     /// and page rounding (0 in documents from before it was recorded).
     #[serde(default)]
     pub segment_bytes: u64,
+    /// Bytes each stream moved first, untimed (`--ramp`), in whole blocks
+    /// (0 in documents from before it was recorded).
+    #[serde(default)]
+    pub ramp_bytes: u64,
 }
 
 /// Whether a cell ran.

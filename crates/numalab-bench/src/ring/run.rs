@@ -247,6 +247,7 @@ pub fn run(
             readers_per_stream: config.readers,
             verify: config.verify,
             segment_bytes,
+            ramp_bytes: config.ramp_bytes(),
         },
         cells: results,
         interrupted: stopped_by.is_some(),
@@ -353,6 +354,7 @@ fn start_worker(
         mode: config.mode,
         timeout: config.timeout,
         volume: config.volume,
+        ramp: config.ramp,
         readers: config.readers,
         verify: config.verify,
     };

@@ -1,6 +1,7 @@
 //! A writer or reader process of `numalab ring`: pinned to its CPUs, it
-//! attaches to the ring the run made, moves the volume, and reports where
-//! it ran and when its first and last bytes moved.
+//! attaches to the ring the run made, moves the ramp (untimed) and the
+//! volume, and reports where it ran and when the first and last bytes of
+//! the volume moved.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -31,11 +32,11 @@ pub struct WorkerReport {
     pub role: Role,
     /// Process id.
     pub pid: u32,
-    /// Payload bytes moved.
+    /// Payload bytes moved after the ramp.
     pub bytes: u64,
-    /// Blocks moved.
+    /// Blocks moved after the ramp.
     pub blocks: u64,
-    /// `CLOCK_MONOTONIC` at the first byte, nanoseconds.
+    /// `CLOCK_MONOTONIC` at the first byte after the ramp, nanoseconds.
     pub start_ns: u64,
     /// `CLOCK_MONOTONIC` after the last byte, nanoseconds.
     pub end_ns: u64,
@@ -87,7 +88,7 @@ impl Role {
 /// let worker = WorkerConfig {
 ///     role: Role::Reader, name: "run-1-0".into(), cpus: "0-3".parse().unwrap(),
 ///     mode: Mode::InPlace, timeout: Duration::from_secs(30), volume: 1 << 30,
-///     readers: 1, verify: false,
+///     ramp: 0, readers: 1, verify: false,
 /// };
 /// let args = worker.args();
 /// assert_eq!(args[..3], ["ring-worker", "--role", "reader"]);
@@ -105,8 +106,10 @@ pub struct WorkerConfig {
     pub mode: Mode,
     /// How long to wait for the other side.
     pub timeout: Duration,
-    /// Bytes to write (the writer).
+    /// Bytes to write (the writer), timed.
     pub volume: u64,
+    /// Bytes moved first, untimed: whole blocks, this rounded up.
+    pub ramp: u64,
     /// Readers the writer waits for.
     pub readers: usize,
     /// Sequence-numbered words, checked by readers.
@@ -131,6 +134,8 @@ impl WorkerConfig {
             &self.timeout.as_secs_f64().to_string(),
             "--volume",
             &self.volume.to_string(),
+            "--ramp",
+            &self.ramp.to_string(),
             "--readers",
             &self.readers.to_string(),
         ]
@@ -152,7 +157,7 @@ impl WorkerConfig {
 /// let config = WorkerConfig {
 ///     role: Role::Reader, name: "no-such-ring".into(), cpus: "4000".parse()?,
 ///     mode: Mode::Copy, timeout: Duration::from_secs(1), volume: 1 << 20,
-///     readers: 1, verify: false,
+///     ramp: 0, readers: 1, verify: false,
 /// };
 /// // A worker pins itself first: CPU 4000 does not exist.
 /// match worker::run(&config).unwrap_err() {
@@ -280,19 +285,17 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
             } else {
                 Store::Cached
             };
-            let mut written = 0u64;
-            let mut blocks = 0u64;
-            let start = now_ns();
-            while written < config.volume {
-                let len = (config.volume - written).min(block as u64) as usize;
-                let first_word = written / 8;
+            // One block of `len` bytes, the stream's bytes from
+            // `offset` on (the words' numbers, with verification), the
+            // stream's `index`th block.
+            let mut put = |len: usize, offset: u64, index: u64| -> Result<(), WorkerError> {
                 match config.mode {
                     Mode::Copy => {
                         if config.verify {
-                            fill_words(&mut source[..len], first_word);
+                            fill_words(&mut source[..len], offset / 8);
                             writer.write(&source[..len])?;
                         } else {
-                            source[0] = blocks as u8;
+                            source[0] = index as u8;
                             let mut left = len;
                             while left > 0 {
                                 let part = left.min(source.len());
@@ -304,13 +307,30 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
                     Mode::InPlace => {
                         let mut slot = writer.claim()?;
                         if config.verify {
-                            fill_words(&mut slot[..len], first_word);
+                            fill_words(&mut slot[..len], offset / 8);
                         } else {
-                            kernels::write(&mut slot[..len], blocks as u8, isa, store);
+                            kernels::write(&mut slot[..len], index as u8, isa, store);
                         }
                         slot.commit(len)?;
                     }
                 }
+                Ok(())
+            };
+            // The ramp, untimed: whole blocks, so that the readers know
+            // where it ends by counting blocks.
+            let ramp_blocks = config.ramp.div_ceil(block as u64);
+            let mut offset = 0u64;
+            for index in 0..ramp_blocks {
+                put(block, offset, index)?;
+                offset += block as u64;
+            }
+            let mut written = 0u64;
+            let mut blocks = 0u64;
+            let start = now_ns();
+            while written < config.volume {
+                let len = (config.volume - written).min(block as u64) as usize;
+                put(len, offset, ramp_blocks + blocks)?;
+                offset += len as u64;
                 written += len as u64;
                 blocks += 1;
                 if blocks.is_multiple_of(64) {
@@ -332,6 +352,10 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
             let mut reader = ring.reader()?;
             reader.set_timeout(Some(timeout));
             let isa = Isa::detect();
+            // The ramp's blocks come first, untimed and not counted.
+            let ramp_blocks = config.ramp.div_ceil(block as u64);
+            let mut ramp_seen = 0u64;
+            let mut offset = 0u64;
             let mut read = 0u64;
             let mut blocks = 0u64;
             let mut start = None;
@@ -348,7 +372,7 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
                             return Err(WorkerError::SecondTransfer);
                         }
                         if config.verify {
-                            check_words(&buf[..n], read / 8)?;
+                            check_words(&buf[..n], offset / 8)?;
                         } else {
                             sink = sink.wrapping_add(u64::from(buf[n - 1]));
                         }
@@ -357,7 +381,7 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
                     Mode::InPlace => {
                         let Some(slot) = reader.borrow()? else { break };
                         if config.verify {
-                            check_words(&slot, read / 8)?;
+                            check_words(&slot, offset / 8)?;
                         } else {
                             // Every byte, with the widest loads there are.
                             sink ^= kernels::read(&slot, isa);
@@ -365,6 +389,11 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
                         slot.len()
                     }
                 };
+                offset += n as u64;
+                if ramp_seen < ramp_blocks {
+                    ramp_seen += 1;
+                    continue;
+                }
                 start.get_or_insert_with(now_ns);
                 read += n as u64;
                 blocks += 1;

@@ -68,8 +68,13 @@ fn human(report: &RingReport, markdown: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "numalab ring: {} per stream, {} blocks of {}{}, {}{}, {} per stream",
+        "numalab ring: {} per stream{}, {} blocks of {}{}, {}{}, {} per stream",
         format_size(s.volume_bytes),
+        if s.ramp_bytes > 0 {
+            format!(" after {} untimed", format_size(s.ramp_bytes))
+        } else {
+            String::new()
+        },
         s.blocks,
         format_size(s.block_size),
         segment_note(s),
@@ -332,6 +337,7 @@ mod tests {
                 readers_per_stream: 1,
                 verify: false,
                 segment_bytes: (32 << 20) + 8192,
+                ramp_bytes: 0,
             },
             cells,
             interrupted: false,

@@ -119,6 +119,54 @@ fn ring_every_byte_arrives_once_and_in_order_with_one_to_four_readers() {
     }
 }
 
+/// `--ramp` moves whole blocks first, untimed: the run's figures count
+/// the volume only, the ring's own counters (the library's, not the
+/// workers') show the ramp moved as well, and every word of both is
+/// checked across the ramp's end, in both modes.
+#[test]
+fn ring_ramp_moves_whole_blocks_first_and_is_left_out_of_the_figures() {
+    for mode in ["copy", "in-place"] {
+        let out = numalab(&[
+            "ring",
+            "--mode",
+            mode,
+            "--verify",
+            "--json",
+            "--volume",
+            "3M",
+            "--block-size",
+            "1M",
+            "--blocks",
+            "2",
+            "--ramp",
+            "2500K",
+        ]);
+        assert!(out.status.success(), "{mode}: {}", stderr(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        // 2500 KiB rounded up to whole blocks of 1 MiB.
+        assert_eq!(doc["settings"]["ramp_bytes"], 3 << 20, "{mode}");
+        let stream = &doc["cells"][0]["streams"][0];
+        assert_eq!(stream["bytes"], 3 << 20, "{mode}");
+        let writer = &stream["counters"]["writer"];
+        assert_eq!(writer["bytes"], 6 << 20, "{mode}: {writer}");
+        // Two transfers' worth of blocks would show as more than 6 full
+        // ones and the empty block that ends the stream.
+        assert_eq!(writer["blocks"], 7, "{mode}: {writer}");
+        assert_eq!(writer["state"], "finished", "{mode}");
+    }
+    let out = numalab(&[
+        "ring",
+        "--volume",
+        "1M",
+        "--block-size",
+        "1M",
+        "--ramp",
+        "lots",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--ramp"), "{}", stderr(&out));
+}
+
 #[test]
 fn ring_survives_a_reader_killed_mid_stream() {
     let ring = TestRing::new("killreader", 4, 64 << 10, 4);
