@@ -149,8 +149,8 @@ fn ring_ramp_moves_whole_blocks_first_and_is_left_out_of_the_figures() {
         assert_eq!(stream["bytes"], 3 << 20, "{mode}");
         let writer = &stream["counters"]["writer"];
         assert_eq!(writer["bytes"], 6 << 20, "{mode}: {writer}");
-        // Two transfers' worth of blocks would show as more than 6 full
-        // ones and the empty block that ends the stream.
+        // Three blocks of ramp, three of volume and the empty block that
+        // ends the stream: the ramp is no transfer of its own.
         assert_eq!(writer["blocks"], 7, "{mode}: {writer}");
         assert_eq!(writer["state"], "finished", "{mode}");
     }
