@@ -14,8 +14,9 @@
 //! loaded again for each read, as any loop of reads that lets writers in
 //! between them must), the looked read (the plain read with one look per
 //! read at a word only writers change, as any batch of reads that each
-//! see the writes returned before they begin must make) and the floor (the plain read plus the least a
-//! reader that registers per read must add); for `ReplicatedPages`, a
+//! see the writes returned before they begin must make) and the floor
+//! (the plain read plus the least a reader that registers per read must
+//! add); for `ReplicatedPages`, a
 //! memcpy whose source is found through a page table first (what a read
 //! that waits for its page lookup would cost).
 //!
@@ -348,19 +349,11 @@ fn read_row<T: Clone + Send + Sync>(
         // any loop of single reads letting writers in must: what the
         // held reader adds is its lock word and branch. Both are ratios
         // to the same round's plain read, so theirs is within the round.
-        let held_to_reread: Vec<f64> = by_round[6]
-            .iter()
-            .zip(&by_round[5])
-            .map(|(held, reread)| held / reread)
-            .collect();
+        let held_to_reread = within_rounds(&by_round[6], &by_round[5]);
         // Its batch form against the looked read, the plain loop that
         // looks at a writers' word once per read as every read that must
         // see the writes returned before it begins must.
-        let each_to_looked: Vec<f64> = by_round[7]
-            .iter()
-            .zip(&by_round[8])
-            .map(|(each, looked)| each / looked)
-            .collect();
+        let each_to_looked = within_rounds(&by_round[7], &by_round[8]);
         rounds.push((threads, held_to_reread, each_to_looked));
     }
     // For bench/all.sh: the goals and every round's ratios of the held
@@ -384,6 +377,12 @@ fn read_row<T: Clone + Send + Sync>(
             }
         }
     }
+}
+
+/// Round by round, `a` against `b`: two variants' ratios to the same
+/// round's plain read give their ratio to each other within the round.
+fn within_rounds(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(a, b)| a / b).collect()
 }
 
 /// A reader slot and a writers' state word, for the floor.

@@ -261,6 +261,9 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
     let cpu_before = numalab::system::process_cpu_time();
     let mut seen = Seen::default();
     seen.sample();
+    // The ramp moves whole blocks, so that readers know where it ends by
+    // counting them.
+    let ramp_blocks = config.ramp.div_ceil(block as u64);
     let (bytes, blocks, start_ns, end_ns, skipped) = match config.role {
         Role::Writer => {
             let mut writer = ring.writer()?;
@@ -316,9 +319,7 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
                 }
                 Ok(())
             };
-            // The ramp, untimed: whole blocks, so that the readers know
-            // where it ends by counting blocks.
-            let ramp_blocks = config.ramp.div_ceil(block as u64);
+            // The ramp, untimed.
             let mut offset = 0u64;
             for index in 0..ramp_blocks {
                 put(block, offset, index)?;
@@ -353,7 +354,6 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
             reader.set_timeout(Some(timeout));
             let isa = Isa::detect();
             // The ramp's blocks come first, untimed and not counted.
-            let ramp_blocks = config.ramp.div_ceil(block as u64);
             let mut ramp_seen = 0u64;
             let mut offset = 0u64;
             let mut read = 0u64;
