@@ -429,6 +429,25 @@ fn wait_all(workers: &mut Workers, control: &Control) -> Result<Option<StoppedBy
     }))
 }
 
+/// How long a stream took to move its volume, nanoseconds: until its
+/// last reader had read everything, from the writer's first byte; with a
+/// ramp, from when every reader had read the ramp. The writer starts its
+/// clock when it has written the ramp, and up to a ring's worth of it is
+/// unread then (2 GiB with 8 blocks of 256 MiB): counting its reading
+/// made a 2 GiB volume at 256 MiB blocks look half as fast as it was.
+fn timed_ns(ramp: bool, writer: &WorkerReport, readers: &[WorkerReport]) -> u64 {
+    let end = readers
+        .iter()
+        .map(|r| r.end_ns)
+        .max()
+        .unwrap_or(writer.end_ns);
+    let start = match readers.iter().map(|r| r.start_ns).max() {
+        Some(read_ramp) if ramp => read_ramp,
+        _ => writer.start_ns,
+    };
+    end.saturating_sub(start)
+}
+
 fn run_cell(
     config: &RingConfig,
     streams: &[StreamPlan],
@@ -519,12 +538,7 @@ fn run_cell(
         // Readers were started stream by stream, then the writers.
         let readers = &reports[i * config.readers..(i + 1) * config.readers];
         let writer = &reports[streams.len() * config.readers + i];
-        let end = readers
-            .iter()
-            .map(|r| r.end_ns)
-            .max()
-            .unwrap_or(writer.end_ns);
-        let seconds = end.saturating_sub(writer.start_ns) as f64 / 1e9;
+        let seconds = timed_ns(config.ramp_bytes() > 0, writer, readers) as f64 / 1e9;
         for reader in readers {
             if reader.bytes != writer.bytes {
                 return Err(RunError::ShortRead {
@@ -566,6 +580,38 @@ fn run_cell(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(role: Role, start_ns: u64, end_ns: u64) -> WorkerReport {
+        WorkerReport {
+            role,
+            pid: 1,
+            bytes: 1 << 30,
+            blocks: 4,
+            start_ns,
+            end_ns,
+            cpu_seconds: 0.0,
+            cpus_allowed: CpuSet::single(0),
+            cpus_seen: CpuSet::single(0),
+            nodes_seen: Default::default(),
+            skipped_blocks: 0,
+        }
+    }
+
+    #[test]
+    fn a_ramp_still_in_the_ring_is_not_timed() {
+        // The writer finished the ramp at 100 and its volume at 700; the
+        // readers were still reading the ramp until 400 and 450, and read
+        // the volume until 1000 and 1100.
+        let writer = report(Role::Writer, 100, 700);
+        let readers = [
+            report(Role::Reader, 400, 1000),
+            report(Role::Reader, 450, 1100),
+        ];
+        assert_eq!(timed_ns(true, &writer, &readers), 1100 - 450);
+        // Without a ramp, from the writer's first byte to the last read.
+        assert_eq!(timed_ns(false, &writer, &readers), 1100 - 100);
+        assert_eq!(timed_ns(true, &writer, &[]), 700 - 100);
+    }
 
     /// The reasons of the cells `run` did not run when stopped first.
     fn stopped_first(control: &Control) -> Vec<String> {

@@ -36,7 +36,10 @@ pub struct WorkerReport {
     pub bytes: u64,
     /// Blocks moved after the ramp.
     pub blocks: u64,
-    /// `CLOCK_MONOTONIC` at the first byte after the ramp, nanoseconds.
+    /// `CLOCK_MONOTONIC` where the timed part began, nanoseconds: for the
+    /// writer before its first byte after the ramp, for a reader once it
+    /// had read the ramp's last block (with no ramp: before its first
+    /// read).
     pub start_ns: u64,
     /// `CLOCK_MONOTONIC` after the last byte, nanoseconds.
     pub end_ns: u64,
@@ -358,7 +361,7 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
             let mut offset = 0u64;
             let mut read = 0u64;
             let mut blocks = 0u64;
-            let mut start = None;
+            let mut start = (ramp_blocks == 0).then(now_ns);
             let mut sink = 0u64;
             loop {
                 let n = match config.mode {
@@ -392,9 +395,11 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
                 offset += n as u64;
                 if ramp_seen < ramp_blocks {
                     ramp_seen += 1;
+                    if ramp_seen == ramp_blocks {
+                        start = Some(now_ns());
+                    }
                     continue;
                 }
-                start.get_or_insert_with(now_ns);
                 read += n as u64;
                 blocks += 1;
                 if blocks.is_multiple_of(64) {
