@@ -32,9 +32,11 @@
 //!    another it may use that shares its last-level cache (else any
 //!    other), pass 32 blocks of half the cache (1 to 16 MiB) through a
 //!    ring of 8, the writer copying in from a hot source, the reader out
-//!    into its own buffer, with each kind of store: a pass of each to
-//!    warm up, then three of each, interleaved, best of each; streaming
-//!    is chosen only if it is at least 10% faster. One core alone is not
+//!    into its own buffer, with each kind of store (cached, and streaming
+//!    in each [`StreamOrder`]): a pass of each to warm up, then three of
+//!    each, interleaved, best of each; streaming is chosen only if its
+//!    faster order is at least 10% faster, and streaming copies use that
+//!    order. One core alone is not
 //!    enough: on the EPYC VM it streamed 1.7× faster than it cached while
 //!    a ring's two sides together were not faster streaming at all until
 //!    the shifted loads below were mended. A process allowed one CPU only
@@ -54,13 +56,18 @@
 //!    [`Writer::set_copy_stores`](super::Writer::set_copy_stores) and
 //!    [`Reader::set_copy_stores`](super::Reader::set_copy_stores) for one.
 //!
-//! The streaming copy works on four pages at once, a line of each in
-//! turn: the hardware prefetchers follow a stream only within a 4 KiB
-//! page, and four streams keep four of them busy (one Xeon core copying
-//! memory to memory: 6.9 GB/s with `memcpy`, 9.2 GB/s streaming one page
-//! at a time, 12 GB/s four pages at a time). A source whose lines do not
-//! fall on the destination's goes through a page-sized buffer in the L1
-//! cache (see `stream_with`).
+//! The streaming copy goes in one of two orders ([`StreamOrder`]). Four
+//! pages at once, a line of each in turn: the hardware prefetchers follow
+//! a stream only within a 4 KiB page, and four streams keep four of them
+//! busy (one Xeon core copying memory to memory: 6.9 GB/s with `memcpy`,
+//! 9.2 GB/s streaming one page at a time, 12 GB/s four pages at a time).
+//! Or line after line, the source prefetched half a page ahead: on the
+//! Zen 4 VM four pages at once was the slower one (one core memory to
+//! memory 14–15 GB/s against 16–17.5; a ring of 256 MiB blocks between
+//! two processes 15.3 against 19.1, medians of six), and the calibration
+//! there measures the line order 1.1–1.4× faster. A source whose lines do
+//! not fall on the destination's goes through a page-sized buffer in the
+//! L1 cache in either order (see `stream_with`).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -170,6 +177,10 @@ pub struct AutoStores {
     pub cache_bytes: u64,
     /// Copies of this many bytes or more stream; `None`: none do.
     pub streaming_from: Option<u64>,
+    /// The order streaming copies store their lines in, whether `Auto`
+    /// or [`CopyStores::Streaming`] chose streaming: the faster one in
+    /// the measurement, [`StreamOrder::Pages`] without one.
+    pub stream_order: StreamOrder,
     /// Where the choice above the cache came from.
     pub basis: AutoBasis,
     /// The measurement behind it, when one was made (now or before).
@@ -193,6 +204,34 @@ pub enum AutoBasis {
     Remembered,
     /// `NUMALAB_COPY_STORES` set in the environment.
     Environment,
+}
+
+/// The order a streaming copy stores a block's lines in, where the
+/// source's lines fall on the destination's (a source off them goes a
+/// page at a time through a buffer in the L1 cache in either order).
+/// Which is faster depends on how the CPU's prefetchers follow a stream,
+/// so the calibration behind [`CopyStores::Auto`] measures both
+/// ([`AutoStores::stream_order`]).
+///
+/// ```
+/// use numalab::ring::StreamOrder;
+/// assert_eq!(serde_json::to_string(&StreamOrder::Lines)?, "\"lines\"");
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamOrder {
+    /// Four pages side by side, a line of each in turn, so that four of
+    /// the prefetchers' page-bound streams run at once. One Xeon core
+    /// copying memory to memory: 12 GB/s, against 9.2 one page at a time
+    /// without software prefetching.
+    #[default]
+    Pages,
+    /// Line after line, the source prefetched half a page ahead. A Zen 4
+    /// VM's ring (writer and reader processes, buffers on pages) moved
+    /// 256 MiB blocks 1.25× faster this way, its reader copying out of
+    /// memory.
+    Lines,
 }
 
 /// The measurement behind [`AutoStores`]: the rate of a ring's copies
@@ -234,14 +273,36 @@ pub struct Calibration {
     pub area_bytes: u64,
     /// MB/s with cached stores (`memcpy`).
     pub cached_mbps: f64,
-    /// MB/s with streaming stores.
+    /// MB/s with streaming stores, four pages side by side
+    /// ([`StreamOrder::Pages`]).
     pub streaming_mbps: f64,
+    /// MB/s with streaming stores, line after line
+    /// ([`StreamOrder::Lines`]); 0 in a file from before it was measured,
+    /// which is then measured again.
+    #[serde(default)]
+    pub streaming_lines_mbps: f64,
 }
 
 impl Calibration {
     /// Whether it was measured with a writer and a reader (two CPUs).
     pub fn is_pipeline(&self) -> bool {
         self.cpus.len() == 2
+    }
+
+    /// Whether every kind of store was measured: a calibration kept by
+    /// an older numalab (no figure for [`StreamOrder::Lines`]) is not,
+    /// and is measured again.
+    fn is_complete(&self) -> bool {
+        self.cached_mbps > 0.0 && self.streaming_mbps > 0.0 && self.streaming_lines_mbps > 0.0
+    }
+
+    /// The faster order of streaming stores, and its MB/s.
+    pub fn best_streaming(&self) -> (StreamOrder, f64) {
+        if self.streaming_lines_mbps > self.streaming_mbps {
+            (StreamOrder::Lines, self.streaming_lines_mbps)
+        } else {
+            (StreamOrder::Pages, self.streaming_mbps)
+        }
     }
 }
 
@@ -274,6 +335,7 @@ pub fn auto_stores() -> &'static AutoStores {
                 return AutoStores {
                     cache_bytes: cache,
                     streaming_from: None,
+                    stream_order: StreamOrder::default(),
                     basis: AutoBasis::Environment,
                     calibration: None,
                 }
@@ -282,6 +344,7 @@ pub fn auto_stores() -> &'static AutoStores {
                 return AutoStores {
                     cache_bytes: cache,
                     streaming_from: Some(0),
+                    stream_order: StreamOrder::default(),
                     basis: AutoBasis::Environment,
                     calibration: None,
                 }
@@ -300,11 +363,12 @@ pub fn auto_stores() -> &'static AutoStores {
                 (c, AutoBasis::Measured)
             }
         };
+        let (stream_order, streaming_mbps) = calibration.best_streaming();
         AutoStores {
             cache_bytes: cache,
-            streaming_from: (calibration.streaming_mbps
-                >= STREAMING_MARGIN * calibration.cached_mbps)
+            streaming_from: (streaming_mbps >= STREAMING_MARGIN * calibration.cached_mbps)
                 .then_some(from),
+            stream_order,
             basis,
             calibration: Some(calibration),
         }
@@ -368,7 +432,7 @@ fn remembered_all() -> Vec<Calibration> {
 fn remembered(machine: &str) -> Option<Calibration> {
     remembered_all()
         .into_iter()
-        .find(|c| c.machine == machine && c.cached_mbps > 0.0 && c.streaming_mbps > 0.0)
+        .find(|c| c.machine == machine && c.is_complete())
 }
 
 /// Keeps a calibration for the next process, first among at most
@@ -428,25 +492,32 @@ fn calibration_cpus() -> Option<((u32, u32), bool)> {
     Some(((first, second), shares(second)))
 }
 
-/// Measures each kind of store, a first pass of each to warm the memory,
-/// then three of each, interleaved, the best of each kept: with a writer
-/// and a reader on `pair` when there is one, else one core.
+/// Measures each kind of store (cached, and streaming in each
+/// [`StreamOrder`]), a first pass of each to warm the memory, then three
+/// of each, interleaved, the best of each kept: with a writer and a
+/// reader on `pair` when there is one, else one core. Every buffer
+/// starts on a page, so that each order is measured as itself (a source
+/// whose lines do not fall on the destination's goes a page at a time
+/// through the L1 cache in either order).
 fn calibrate(machine: String, cache: u64, pair: Option<((u32, u32), bool)>) -> Calibration {
     let piece = (cache as usize / 2).clamp(1 << 20, 16 << 20);
     let area = piece * CALIBRATION_SLOTS;
-    let source = vec![1u8; piece.min(4 << 20)];
-    let mut ring = vec![2u8; area];
-    let mut out = vec![3u8; if pair.is_some() { piece } else { 0 }];
-    let mut pass = |streaming: bool| match pair {
-        Some((cpus, _)) => pipeline_pass(cpus, &source, &mut ring, &mut out, streaming),
-        None => one_core_pass(&source, &mut ring, piece, streaming),
+    let mut source = Placed::new(piece.min(4 << 20), 1);
+    let mut ring = Placed::new(area, 2);
+    let mut out = Placed::new(if pair.is_some() { piece } else { 0 }, 3);
+    let mut pass = |order: Option<StreamOrder>| match pair {
+        Some((cpus, _)) => pipeline_pass(cpus, source.get(), ring.get(), out.get(), order),
+        None => one_core_pass(source.get(), ring.get(), piece, order),
     };
-    let (mut cached, mut streaming) = (0f64, 0f64);
-    pass(false);
-    pass(true);
+    let kinds = [None, Some(StreamOrder::Pages), Some(StreamOrder::Lines)];
+    let mut best = [0f64; 3];
+    for kind in kinds {
+        pass(kind);
+    }
     for _ in 0..3 {
-        cached = cached.max(pass(false));
-        streaming = streaming.max(pass(true));
+        for (kind, best) in kinds.into_iter().zip(&mut best) {
+            *best = best.max(pass(kind));
+        }
     }
     let (cpus, shared_cache) = match pair {
         Some(((w, r), shared)) => (vec![w, r], shared),
@@ -458,26 +529,49 @@ fn calibrate(machine: String, cache: u64, pair: Option<((u32, u32), bool)>) -> C
         shared_cache,
         piece_bytes: piece as u64,
         area_bytes: area as u64,
-        cached_mbps: cached,
-        streaming_mbps: streaming,
+        cached_mbps: best[0],
+        streaming_mbps: best[1],
+        streaming_lines_mbps: best[2],
+    }
+}
+
+/// A buffer of a given length starting on a page, filled with one byte
+/// (a `Vec` of that length from `malloc` starts 16 bytes past one).
+struct Placed {
+    bytes: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl Placed {
+    const PAGE: usize = 4096;
+
+    fn new(len: usize, fill: u8) -> Placed {
+        let bytes = vec![fill; len + Self::PAGE];
+        let start = bytes.as_ptr().align_offset(Self::PAGE);
+        Placed { bytes, start, len }
+    }
+
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.bytes[self.start..self.start + self.len]
     }
 }
 
 /// Copies the hot `source` into `dst` (a multiple of its length, or a
-/// prefix of it), with or without streaming stores.
-fn copy_in(dst: &mut [u8], source: &[u8], streaming: bool) {
+/// prefix of it), streaming in `order` or through the caches.
+fn copy_in(dst: &mut [u8], source: &[u8], order: Option<StreamOrder>) {
     for part in dst.chunks_mut(source.len()) {
         // SAFETY: `part` is at most `source.len()` bytes; the two slices
         // are distinct borrows.
-        unsafe { copy(part.as_mut_ptr(), source.as_ptr(), part.len(), streaming) };
+        unsafe { copy_in_order(part.as_mut_ptr(), source.as_ptr(), part.len(), order) };
     }
 }
 
 /// One core copies the source into `area` piece by piece: MB/s.
-fn one_core_pass(source: &[u8], area: &mut [u8], piece: usize, streaming: bool) -> f64 {
+fn one_core_pass(source: &[u8], area: &mut [u8], piece: usize, order: Option<StreamOrder>) -> f64 {
     let start = Instant::now();
     for slot in area.chunks_mut(piece) {
-        copy_in(slot, source, streaming);
+        copy_in(slot, source, order);
     }
     std::hint::black_box(&mut *area);
     area.len() as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e6
@@ -496,7 +590,7 @@ fn pipeline_pass(
     source: &[u8],
     ring: &mut [u8],
     out: &mut [u8],
-    streaming: bool,
+    order: Option<StreamOrder>,
 ) -> f64 {
     use std::sync::atomic::Ordering::{Acquire, Release};
     use std::sync::Barrier;
@@ -529,7 +623,7 @@ fn pipeline_pass(
                 let slot = unsafe {
                     std::slice::from_raw_parts_mut(base.0.add(i % CALIBRATION_SLOTS * piece), piece)
                 };
-                copy_in(slot, source, streaming);
+                copy_in(slot, source, order);
                 written.0.store(i + 1, Release);
             }
         });
@@ -543,11 +637,11 @@ fn pipeline_pass(
                 // SAFETY: block i % SLOTS is written and not reused
                 // before `read` says so; `out` is this thread's alone.
                 unsafe {
-                    copy(
+                    copy_in_order(
                         out.as_mut_ptr(),
                         base.0.add(i % CALIBRATION_SLOTS * piece),
                         piece,
-                        streaming,
+                        order,
                     )
                 };
                 read.0.store(i + 1, Release);
@@ -568,13 +662,25 @@ fn pipeline_pass(
 /// As [`std::ptr::copy_nonoverlapping`]: `src` valid for reads and `dst`
 /// for writes of `len` bytes, the two not overlapping.
 pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize, streaming: bool) {
+    let order = streaming.then(|| auto_stores().stream_order);
+    // SAFETY: passed on from the caller.
+    unsafe { copy_in_order(dst, src, len, order) };
+}
+
+/// As [`copy`], streaming in `order` if one is given, else through the
+/// caches: the calibration measures with it before [`auto_stores`] has
+/// an order to give.
+///
+/// # Safety
+/// As [`copy`].
+unsafe fn copy_in_order(dst: *mut u8, src: *const u8, len: usize, order: Option<StreamOrder>) {
     #[cfg(target_arch = "x86_64")]
-    if streaming {
+    if let Some(order) = order {
         // SAFETY: passed on from the caller.
-        unsafe { x86::stream(dst, src, len) };
+        unsafe { x86::stream(dst, src, len, order) };
         return;
     }
-    let _ = streaming;
+    let _ = order;
     // SAFETY: passed on from the caller.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
 }
@@ -583,41 +689,47 @@ pub(crate) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize, streaming: b
 mod x86 {
     //! The streaming copy: the widest vectors the CPU has (AVX-512, AVX2,
     //! else SSE2, which every x86-64 CPU has), unaligned loads, aligned
-    //! non-temporal stores, four pages at a time.
+    //! non-temporal stores, in either [`StreamOrder`].
     use std::arch::x86_64::*;
     use std::ptr::copy_nonoverlapping;
 
     #[cfg(test)]
     use super::Kernel;
+    use super::StreamOrder;
 
     const LINE: usize = 64;
     const PAGE: usize = 4096;
     /// Pages copied side by side.
     const PAGES: usize = 4;
+    /// How far ahead of its loads [`StreamOrder::Lines`] prefetches the
+    /// source: 32 lines, half a page (on the Zen 4 VM a ring's reader
+    /// streaming out of memory moved 18–21 GB/s with it, 16.4–17.6
+    /// without, and 1 or 4 KiB ahead did no better).
+    const AHEAD: usize = 2048;
 
     /// # Safety
     /// As [`super::copy`].
-    pub(super) unsafe fn stream(dst: *mut u8, src: *const u8, len: usize) {
+    pub(super) unsafe fn stream(dst: *mut u8, src: *const u8, len: usize, order: StreamOrder) {
         if is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512F; the rest is the caller's.
-            unsafe { stream_avx512(dst, src, len) }
+            unsafe { stream_avx512(dst, src, len, order) }
         } else if is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2; the rest is the caller's.
-            unsafe { stream_avx2(dst, src, len) }
+            unsafe { stream_avx2(dst, src, len, order) }
         } else {
             // SAFETY: SSE2 is part of x86-64; the rest is the caller's.
-            unsafe { stream_sse2(dst, src, len) }
+            unsafe { stream_sse2(dst, src, len, order) }
         }
     }
 
     /// # Safety
     /// The CPU has AVX-512F; otherwise as [`super::copy`].
     #[target_feature(enable = "avx512f")]
-    unsafe fn stream_avx512(dst: *mut u8, src: *const u8, len: usize) {
+    unsafe fn stream_avx512(dst: *mut u8, src: *const u8, len: usize, order: StreamOrder) {
         // SAFETY: the caller's contract; `line` is called only for lines
         // inside both ranges, with `d` 64-byte aligned.
         unsafe {
-            stream_with(dst, src, len, |d, s| {
+            stream_with(dst, src, len, order, |d, s| {
                 _mm512_stream_si512(d.cast(), _mm512_loadu_si512(s.cast()));
             })
         }
@@ -626,10 +738,10 @@ mod x86 {
     /// # Safety
     /// The CPU has AVX2; otherwise as [`super::copy`].
     #[target_feature(enable = "avx2")]
-    unsafe fn stream_avx2(dst: *mut u8, src: *const u8, len: usize) {
+    unsafe fn stream_avx2(dst: *mut u8, src: *const u8, len: usize, order: StreamOrder) {
         // SAFETY: as in stream_avx512.
         unsafe {
-            stream_with(dst, src, len, |d, s| {
+            stream_with(dst, src, len, order, |d, s| {
                 _mm256_stream_si256(d.cast(), _mm256_loadu_si256(s.cast()));
                 _mm256_stream_si256(d.add(32).cast(), _mm256_loadu_si256(s.add(32).cast()));
             })
@@ -638,10 +750,10 @@ mod x86 {
 
     /// # Safety
     /// As [`super::copy`].
-    unsafe fn stream_sse2(dst: *mut u8, src: *const u8, len: usize) {
+    unsafe fn stream_sse2(dst: *mut u8, src: *const u8, len: usize, order: StreamOrder) {
         // SAFETY: as in stream_avx512.
         unsafe {
-            stream_with(dst, src, len, |d, s| {
+            stream_with(dst, src, len, order, |d, s| {
                 for k in (0..LINE).step_by(16) {
                     _mm_stream_si128(d.add(k).cast(), _mm_loadu_si128(s.add(k).cast()));
                 }
@@ -652,18 +764,23 @@ mod x86 {
     /// The copy's shape, for a `line` that copies one 64-byte line to an
     /// aligned destination with streaming stores: the bytes before `dst`'s
     /// first line boundary and after its last are copied with ordinary
-    /// stores; the lines between four pages at a time, then one by one;
-    /// a store fence ends it.
+    /// stores; the lines between in `order`; a store fence ends it.
+    ///
+    /// When the source's lines fall on the destination's, they go in
+    /// `order`: four pages at a time, then one by one
+    /// ([`StreamOrder::Pages`]), or line after line, the source
+    /// prefetched [`AHEAD`] ([`StreamOrder::Lines`]).
     ///
     /// When the source's lines do not fall on the destination's (a
     /// caller's buffer off by 16 bytes, as `malloc` gives), every line
     /// stored would be loaded from two source lines, and loads that split
     /// lines, from memory, beside streaming stores, ran at half speed on
-    /// the EPYC VM (4.5 against 9.5 GB/s in a two-process ring). Then the
-    /// source goes through a page-sized buffer in the L1 cache instead:
-    /// filled with whole aligned lines, stored from with the shifted loads
-    /// that are cheap there, the next page prefetched meanwhile (8.0–8.4
-    /// GB/s; 6.1–6.7 without the prefetch).
+    /// the EPYC VM with AVX2 (4.5 against 9.5 GB/s in a two-process ring).
+    /// Then the source goes through a page-sized buffer in the L1 cache
+    /// instead: filled with whole aligned lines, stored from with the
+    /// shifted loads that are cheap there, the next page prefetched
+    /// meanwhile (8.0–8.4 GB/s; 6.1–6.7 without the prefetch), in
+    /// either order: a page at a time is what the buffer holds.
     ///
     /// # Safety
     /// As [`super::copy`]; `line(d, s)` must be sound for any aligned
@@ -673,6 +790,7 @@ mod x86 {
         dst: *mut u8,
         src: *const u8,
         len: usize,
+        order: StreamOrder,
         line: impl Fn(*mut u8, *const u8),
     ) {
         let head = dst.align_offset(LINE).min(len);
@@ -681,12 +799,15 @@ mod x86 {
         unsafe { copy_nonoverlapping(src, dst, head) };
         // SAFETY: every offset below is < lines, and head + lines <= len.
         let (d, s) = unsafe { (dst.add(head), src.add(head)) };
-        if (s as usize).is_multiple_of(LINE) {
-            // SAFETY: passed on; d is line-aligned.
-            unsafe { lines_aligned(d, s, lines, &line) };
-        } else {
+        if !(s as usize).is_multiple_of(LINE) {
             // SAFETY: passed on; d is line-aligned.
             unsafe { lines_bounced(d, s, lines, &line) };
+        } else if order == StreamOrder::Lines {
+            // SAFETY: passed on; d is line-aligned.
+            unsafe { lines_in_turn(d, s, lines, &line) };
+        } else {
+            // SAFETY: passed on; d is line-aligned.
+            unsafe { lines_aligned(d, s, lines, &line) };
         }
         // SAFETY: the bytes from head + lines to len, inside both ranges.
         unsafe { copy_nonoverlapping(s.add(lines), d.add(lines), len - head - lines) };
@@ -725,6 +846,30 @@ mod x86 {
             // SAFETY: done + LINE <= lines, aligned as above.
             unsafe { line(d.add(done), s.add(done)) };
             done += LINE;
+        }
+    }
+
+    /// `lines` bytes (whole lines) from the line-aligned `s` to the
+    /// line-aligned `d`, one line after another, the source [`AHEAD`] of
+    /// the loads prefetched.
+    ///
+    /// # Safety
+    /// As [`stream_with`], for `lines` bytes.
+    #[inline(always)]
+    unsafe fn lines_in_turn(
+        d: *mut u8,
+        s: *const u8,
+        lines: usize,
+        line: &impl Fn(*mut u8, *const u8),
+    ) {
+        for at in (0..lines).step_by(LINE) {
+            // SAFETY: at + LINE <= lines; d + at and s + at are aligned
+            // since d and s are and at is a multiple of LINE. A prefetch
+            // past the source's end reads nothing and cannot fault.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(at + AHEAD).cast());
+                line(d.add(at), s.add(at));
+            }
         }
     }
 
@@ -791,19 +936,36 @@ mod x86 {
 
     #[cfg(test)]
     pub(super) fn kernels() -> Vec<(&'static str, Kernel)> {
-        let mut kernels: Vec<(&str, Kernel)> = vec![("sse2", stream_sse2)];
+        let mut kernels: Vec<(&str, Kernel)> = vec![
+            ("sse2, pages", |d, s, n| {
+                // SAFETY: SSE2 is part of x86-64; the rest is the caller's.
+                unsafe { stream_sse2(d, s, n, StreamOrder::Pages) }
+            }),
+            ("sse2, lines", |d, s, n| {
+                // SAFETY: as above.
+                unsafe { stream_sse2(d, s, n, StreamOrder::Lines) }
+            }),
+        ];
         if is_x86_feature_detected!("avx2") {
-            kernels.push(("avx2", |d, s, n| {
+            kernels.push(("avx2, pages", |d, s, n| {
                 // SAFETY: the CPU has AVX2 (checked above); the rest is
                 // the caller's.
-                unsafe { stream_avx2(d, s, n) }
+                unsafe { stream_avx2(d, s, n, StreamOrder::Pages) }
+            }));
+            kernels.push(("avx2, lines", |d, s, n| {
+                // SAFETY: as above.
+                unsafe { stream_avx2(d, s, n, StreamOrder::Lines) }
             }));
         }
         if is_x86_feature_detected!("avx512f") {
-            kernels.push(("avx512", |d, s, n| {
+            kernels.push(("avx512, pages", |d, s, n| {
                 // SAFETY: the CPU has AVX-512F (checked above); the rest
                 // is the caller's.
-                unsafe { stream_avx512(d, s, n) }
+                unsafe { stream_avx512(d, s, n, StreamOrder::Pages) }
+            }));
+            kernels.push(("avx512, lines", |d, s, n| {
+                // SAFETY: as above.
+                unsafe { stream_avx512(d, s, n, StreamOrder::Lines) }
             }));
         }
         kernels
@@ -874,7 +1036,10 @@ mod tests {
             "{rule:?}"
         );
         if let Some(c) = &rule.calibration {
-            assert!(c.cached_mbps > 0.0 && c.streaming_mbps > 0.0, "{c:?}");
+            assert!(
+                c.cached_mbps > 0.0 && c.streaming_mbps > 0.0 && c.streaming_lines_mbps > 0.0,
+                "{c:?}"
+            );
             // A process that may use two CPUs measures (or keeps) a
             // writer and a reader's figures, on two distinct CPUs it may
             // use, never one core's.
@@ -887,10 +1052,19 @@ mod tests {
                 c.area_bytes >= CALIBRATION_SLOTS as u64 * c.piece_bytes,
                 "{c:?}"
             );
+            let faster = c.streaming_mbps.max(c.streaming_lines_mbps);
             assert_eq!(
                 rule.streaming_from.is_some(),
-                c.streaming_mbps >= STREAMING_MARGIN * c.cached_mbps
+                faster >= STREAMING_MARGIN * c.cached_mbps,
+                "{c:?}"
             );
+            // The order streaming copies use is the one measured faster.
+            let lines = if rule.stream_order == StreamOrder::Lines {
+                c.streaming_lines_mbps
+            } else {
+                c.streaming_mbps
+            };
+            assert_eq!(lines, faster, "{rule:?}");
         }
         assert!(!CopyStores::Cached.streams(usize::MAX));
         assert!(CopyStores::Streaming.streams(0));
@@ -901,6 +1075,23 @@ mod tests {
             .parse::<CopyStores>()
             .unwrap_err()
             .contains("auto, cached or streaming"));
+    }
+
+    #[test]
+    fn a_calibration_kept_before_the_orders_were_measured_is_measured_again() {
+        let old = r#"{"machine": "AMD EPYC; avx2; LLC 8192 KiB", "cpus": [0, 1],
+            "shared_cache": true, "piece_bytes": 4194304, "area_bytes": 33554432,
+            "cached_mbps": 4050.0, "streaming_mbps": 8000.0}"#;
+        let c: Calibration = serde_json::from_str(old).unwrap();
+        assert_eq!(c.streaming_lines_mbps, 0.0);
+        assert!(!c.is_complete());
+        assert_eq!(c.best_streaming(), (StreamOrder::Pages, 8000.0));
+        let new = Calibration {
+            streaming_lines_mbps: 9000.0,
+            ..c
+        };
+        assert!(new.is_complete());
+        assert_eq!(new.best_streaming(), (StreamOrder::Lines, 9000.0));
     }
 
     #[test]

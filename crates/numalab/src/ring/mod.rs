@@ -120,7 +120,7 @@ mod writer;
 pub use self::{
     copy::{
         auto_stores, streaming_threshold, AutoBasis, AutoStores, Calibration, CopyStores,
-        STREAMING_FROM,
+        StreamOrder, STREAMING_FROM,
     },
     error::{RingError, SizeError},
     held::HeldBlock,

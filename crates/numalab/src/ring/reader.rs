@@ -178,9 +178,15 @@ impl Reader {
     /// caller's buffer: by default ([`CopyStores::Auto`]) with streaming
     /// stores for copies of [`STREAMING_FROM`](super::STREAMING_FROM)
     /// bytes or more (a buffer that large does not stay in the cache
-    /// anyway), through the caches below.
+    /// anyway), through the caches below. Streaming copies store in the
+    /// order [`auto_stores`](super::auto_stores) measured faster; choosing
+    /// [`CopyStores::Streaming`] settles that measurement here (a fraction
+    /// of a second, once per machine), not in the first read.
     pub fn set_copy_stores(&mut self, stores: CopyStores) {
         self.stores = stores;
+        if stores == CopyStores::Streaming {
+            copy::auto_stores();
+        }
     }
 
     /// This reader's slot in the ring (for the monitor).

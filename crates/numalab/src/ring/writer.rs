@@ -147,9 +147,16 @@ impl Writer {
     /// ring: by default ([`CopyStores::Auto`]) with streaming stores when
     /// the ring's blocks are [`STREAMING_FROM`](super::STREAMING_FROM)
     /// bytes or more, through the caches below.
+    /// Streaming copies store in the order [`auto_stores`](super::auto_stores)
+    /// measured faster; choosing [`CopyStores::Streaming`] settles that
+    /// measurement here (a fraction of a second, once per machine), not
+    /// in the first write.
     pub fn set_copy_stores(&mut self, stores: CopyStores) {
         self.stores = stores;
         self.streaming = stores.streams(self.block_size());
+        if self.streaming {
+            copy::auto_stores();
+        }
     }
 
     /// Whether [`write`](Self::write) copies into this ring with
