@@ -1,12 +1,13 @@
 //! The shared-memory ring's speed, as ratios against references measured
 //! in the same run (`cargo bench -p numalab --bench ring`), for blocks of
 //! 64 KiB to 256 MiB, 8 blocks per ring, writer on the first allowed CPU
-//! and reader on the second:
+//! and reader on the second, every ring between two processes:
 //!
-//! * **copy**: the writer copies into the ring from a source of at most
-//!   4 MiB (as PSRDada's `dada_junkdb` does), the reader copies each block
-//!   out into a block-sized buffer (as `dada_dbnull -l` does); both
-//!   buffers are written before the clock starts;
+//! * **copy**: the library's ring, a writer thread of the benchmark and a
+//!   reader process it forks: the writer copies into the ring from a
+//!   source of at most 4 MiB (as PSRDada's `dada_junkdb` does), the reader
+//!   copies each block out into a block-sized buffer (as `dada_dbnull -l`
+//!   does); both buffers are written before the clock starts;
 //! * **memcpy**, the reference of the target "copy ≥ 0.9× a single-core
 //!   memcpy of the same volume": one core `memcpy`s the same volume, one
 //!   block per call, from a 512 MiB source into a 512 MiB destination,
@@ -69,17 +70,16 @@
 //! program waits for another to start) makes the next ring on some
 //! virtual machines start slow for up to a tenth of a second
 //! (docs/figures.md, "The host's hand-over phases"), so no ring may always
-//! run first or after the references. For the same reason the two rings
-//! started as processes of their own, the command and the C ring, first
-//! move `NUMALAB_BENCH_RAMP` bytes untimed (default: twice the volume;
-//! `numalab ring --ramp`, the C ring's `ramp=`), where the library's ring
-//! runs on CPUs the rings before it kept busy. PSRDada's programs have no
-//! such setting: its figures keep the start of its processes (its writer
-//! busy-waits for the next whole second, its reader sleeps meanwhile).
+//! run first or after the references. For the same reason every ring but
+//! PSRDada first moves `NUMALAB_BENCH_RAMP` bytes untimed (default: twice
+//! the volume; `numalab ring --ramp`, the C ring's `ramp=`), and its
+//! reader times the volume from the ramp's last block on. PSRDada's
+//! programs have no such setting: its figures keep the start of its
+//! processes (its writer busy-waits for the next whole second, its reader
+//! sleeps meanwhile).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use numalab::affinity;
@@ -325,72 +325,161 @@ mod x86 {
     }
 }
 
-/// One ring run, writer and reader threads pinned to `cpus`; MB/s from
-/// the writer's start to the reader's end.
-fn ring_run(cpus: (u32, u32), block: usize, volume: u64, in_place: bool, options: &Options) -> f64 {
+/// One run of the library's ring between two processes, as the C ring,
+/// PSRDada and the command run: a reader process forked once the ring is
+/// made, pinned to `cpus.1`, and a writer thread of this process pinned
+/// to `cpus.0`. `ramp` bytes (rounded up to whole blocks) move first,
+/// untimed, as the command's and the C ring's do. MB/s of the volume:
+/// with a ramp, timed by the reader from the ramp's last block on (as the
+/// C ring's reader and the command time it); without, from the writer's
+/// first byte to the reader's last.
+/// (Two threads of one process moved 256 MiB blocks at 0.65–0.77 of two
+/// processes on the Zen 4 VM, the same C ring either way, shared or
+/// private memory, huge pages or not: a ring between threads is not what
+/// the other rings measure.)
+fn ring_run(
+    cpus: (u32, u32),
+    block: usize,
+    volume: u64,
+    ramp: u64,
+    in_place: bool,
+    options: &Options,
+) -> f64 {
     let stores = options.stores;
+    let ramp_blocks = ramp.div_ceil(block as u64);
     let name = format!("bench-{}", std::process::id());
-    let ring = Arc::new(Ring::create(&options.ring(&name, block)).expect("ring"));
+    let ring = Ring::create(&options.ring(&name, block)).expect("ring");
     options.check_huge_pages();
-    let mut reader = ring.reader().expect("reader");
-    // Both sides pinned, their buffers written, before the clock starts.
-    let ready = Arc::new(Barrier::new(2));
-    let writer_thread = {
-        let ring = ring.clone();
-        let ready = ready.clone();
-        std::thread::spawn(move || {
-            pin(cpus.0);
-            let mut writer = ring.writer().expect("writer");
-            writer.set_copy_stores(stores);
-            let source = vec![1u8; block.min(SOURCE_MAX)];
-            let streaming = writer.streams();
-            let mut done = 0u64;
-            ready.wait();
-            let start = Instant::now();
-            while done < volume {
-                if in_place {
-                    let mut slot = writer.claim().unwrap();
-                    produce(&mut slot, done as u8, streaming);
-                    slot.commit(block).unwrap();
-                } else {
-                    for _ in 0..block / source.len() {
-                        writer.write(&source).unwrap();
-                    }
+    let (mut from_reader, to_parent) = std::io::pipe().expect("pipe");
+    // SAFETY: this thread is the process's only one here (every thread
+    // the benchmark starts is joined before the next ring), so the child
+    // inherits no lock another thread held; it opens the ring, allocates,
+    // and leaves with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+    if child == 0 {
+        let read = std::panic::catch_unwind(|| {
+            read_side(&name, cpus.1, block, ramp_blocks, in_place, stores)
+        });
+        let code = match read {
+            Ok(told) => {
+                let mut message = [0u8; 24];
+                for (part, word) in message.chunks_mut(8).zip(told) {
+                    part.copy_from_slice(&word.to_le_bytes());
                 }
-                done += block as u64;
+                let mut to_parent = to_parent;
+                i32::from(std::io::Write::write_all(&mut to_parent, &message).is_err())
             }
-            writer.finish().unwrap();
-            start
-        })
-    };
-    reader.set_copy_stores(stores);
-    let reader_thread = std::thread::spawn(move || {
-        pin(cpus.1);
-        let mut buf = vec![1u8; block];
-        std::hint::black_box(&mut buf);
-        let (mut done, mut sum) = (0u64, 0u64);
-        ready.wait();
-        if in_place {
-            while let Some(slot) = reader.borrow().unwrap() {
-                sum ^= consume(&slot);
-                done += slot.len() as u64;
+            Err(_) => 1,
+        };
+        // SAFETY: ends the child without running this process's
+        // destructors (the ring's would remove the parent's segment).
+        unsafe { libc::_exit(code) };
+    }
+    drop(to_parent);
+    let blocks = ramp_blocks + volume.div_ceil(block as u64);
+    let writer_thread = std::thread::spawn(move || {
+        pin(cpus.0);
+        let mut writer = ring.writer().expect("writer");
+        writer.set_copy_stores(stores);
+        let source = vec![1u8; block.min(SOURCE_MAX)];
+        let streaming = writer.streams();
+        // The reader pins itself and writes its buffer before it joins.
+        writer
+            .wait_for_readers(1, Duration::from_secs(60))
+            .expect("the reader joins");
+        let mut start = numalab::system::monotonic();
+        for index in 0..blocks {
+            if index == ramp_blocks {
+                start = numalab::system::monotonic();
             }
-        } else {
-            loop {
-                let n = reader.read(&mut buf).unwrap();
-                if n == 0 && reader.read(&mut buf).unwrap() == 0 {
-                    break;
+            if in_place {
+                let mut slot = writer.claim().unwrap();
+                produce(&mut slot, index as u8, streaming);
+                slot.commit(block).unwrap();
+            } else {
+                for _ in 0..block / source.len() {
+                    writer.write(&source).unwrap();
                 }
-                done += n as u64;
             }
         }
-        std::hint::black_box(sum);
-        (done, Instant::now())
+        writer.finish().unwrap();
+        start
     });
-    let start = writer_thread.join().unwrap();
-    let (done, end) = reader_thread.join().unwrap();
-    assert_eq!(done, volume);
-    done as f64 / (end - start).as_secs_f64() / 1e6
+    let writer_start = writer_thread.join().unwrap();
+    let mut message = [0u8; 24];
+    let told = std::io::Read::read_exact(&mut from_reader, &mut message);
+    let mut status = 0;
+    // SAFETY: `child` is this process's child, waited for once.
+    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+    assert!(
+        told.is_ok()
+            && waited == child
+            && libc::WIFEXITED(status)
+            && libc::WEXITSTATUS(status) == 0,
+        "the ring's reader process failed (status {status:#x})"
+    );
+    let word = |i: usize| u64::from_le_bytes(message[i * 8..i * 8 + 8].try_into().unwrap());
+    let (done, reader_start, end) = (word(0), word(1), word(2));
+    assert_eq!(done, (blocks - ramp_blocks) * block as u64);
+    let start = if ramp_blocks == 0 {
+        writer_start
+    } else {
+        Duration::from_nanos(reader_start)
+    };
+    done as f64 / (Duration::from_nanos(end) - start).as_secs_f64() / 1e6
+}
+
+/// The reader's side of [`ring_run`], in the forked process: bytes read
+/// after the ramp's `ramp_blocks`, and `CLOCK_MONOTONIC` once it had read
+/// them (before the first read without a ramp) and after the last, in
+/// nanoseconds. It opens the ring by name, as a reader process does
+/// (which fills its page tables: the mapping inherited through `fork` has
+/// none, and 2 GiB of ring would otherwise be faulted in while timed).
+fn read_side(
+    name: &str,
+    cpu: u32,
+    block: usize,
+    ramp_blocks: u64,
+    in_place: bool,
+    stores: CopyStores,
+) -> [u64; 3] {
+    pin(cpu);
+    let mut buf = vec![1u8; if in_place { 0 } else { block }];
+    std::hint::black_box(&mut buf);
+    // SAFETY: the benchmark made the ring; only numalab's ring API (this
+    // process and the writer thread) touches it.
+    let ring = unsafe { Ring::open(name) }.expect("open the ring");
+    let mut reader = ring.reader().expect("reader");
+    reader.set_copy_stores(stores);
+    let now = || numalab::system::monotonic().as_nanos() as u64;
+    let (mut done, mut sum, mut seen) = (0u64, 0u64, 0u64);
+    let mut start = now();
+    loop {
+        let n = if in_place {
+            let Some(slot) = reader.borrow().unwrap() else {
+                break;
+            };
+            sum ^= consume(&slot);
+            slot.len()
+        } else {
+            let n = reader.read(&mut buf).unwrap();
+            if n == 0 && reader.read(&mut buf).unwrap() == 0 {
+                break;
+            }
+            n
+        };
+        seen += 1;
+        if seen <= ramp_blocks {
+            if seen == ramp_blocks {
+                start = now();
+            }
+            continue;
+        }
+        done += n as u64;
+    }
+    std::hint::black_box(sum);
+    [done, start, now()]
 }
 
 /// The rings a round measures, each once.
@@ -432,7 +521,7 @@ struct Figures {
 /// `dada_junkdb`, busy-waits for the wall clock's next second before it
 /// writes (up to a second) while the reader's CPU sleeps.
 fn warm_up(cpus: (u32, u32), block: usize, volume: u64, options: &Options) {
-    ring_run(cpus, block, volume * 4, false, options);
+    ring_run(cpus, block, volume * 4, 0, false, options);
 }
 
 /// PSRDada's `dada_junkdb -z` → `dada_dbnull -z [-l]` on the same CPUs;
@@ -757,9 +846,9 @@ fn main() {
         .map_err(|e| eprintln!("note: the C ring reference is not measured: {e}"))
         .ok();
     println!(
-        "numalab ring benchmark: {} GiB per run (the command and the C ring after {} GiB \
-         untimed), median of {repeats}, {BLOCKS} blocks per ring, writer on CPU {}, reader on \
-         CPU {}, copy stores {stores}, huge pages {}; MB/s = 10^6 bytes/s",
+        "numalab ring benchmark: {} GiB per run (after {} GiB untimed, but PSRDada's), \
+         median of {repeats}, {BLOCKS} blocks per ring, writer on CPU {}, reader on CPU {}, \
+         copy stores {stores}, huge pages {}; MB/s = 10^6 bytes/s",
         volume as f64 / (1u64 << 30) as f64,
         ramp as f64 / (1u64 << 30) as f64,
         cpus.0,
@@ -822,10 +911,10 @@ fn main() {
                 let ran = Contender::ALL[(round + turn) % Contender::ALL.len()];
                 match ran {
                     Contender::Copy => {
-                        now.copy = Some(ring_run(cpus, block, volume, false, &options))
+                        now.copy = Some(ring_run(cpus, block, volume, ramp, false, &options))
                     }
                     Contender::InPlace => {
-                        now.in_place = Some(ring_run(cpus, block, volume, true, &options))
+                        now.in_place = Some(ring_run(cpus, block, volume, ramp, true, &options))
                     }
                     Contender::CRing => {
                         now.c_ring = cring
