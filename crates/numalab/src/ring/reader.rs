@@ -175,11 +175,13 @@ impl Reader {
     }
 
     /// How [`read`](Self::read) stores the bytes it copies into the
-    /// caller's buffer: by default ([`CopyStores::Auto`]) with streaming
-    /// stores for copies of [`STREAMING_FROM`](super::STREAMING_FROM)
-    /// bytes or more (a buffer that large does not stay in the cache
-    /// anyway), through the caches below. Streaming copies store in the
-    /// order [`auto_stores`](super::auto_stores) measured faster; choosing
+    /// caller's buffer: by default ([`CopyStores::Auto`]) through the
+    /// caches for copies below half the last-level cache
+    /// ([`streaming_threshold`](super::streaming_threshold)), and above
+    /// it with the stores [`auto_stores`](super::auto_stores) measured
+    /// faster on this machine (a buffer that large does not stay in the
+    /// cache anyway). Streaming copies store in the order it measured
+    /// faster; choosing
     /// [`CopyStores::Streaming`] settles that measurement here (a fraction
     /// of a second, once per machine), not in the first read.
     pub fn set_copy_stores(&mut self, stores: CopyStores) {

@@ -144,10 +144,11 @@ impl Writer {
     }
 
     /// How [`write`](Self::write) stores the bytes it copies into the
-    /// ring: by default ([`CopyStores::Auto`]) with streaming stores when
-    /// the ring's blocks are [`STREAMING_FROM`](super::STREAMING_FROM)
-    /// bytes or more, through the caches below.
-    /// Streaming copies store in the order [`auto_stores`](super::auto_stores)
+    /// ring: by default ([`CopyStores::Auto`]) through the caches for
+    /// blocks below half the last-level cache
+    /// ([`streaming_threshold`](super::streaming_threshold)), and above
+    /// it with the stores [`auto_stores`](super::auto_stores) measured
+    /// faster on this machine. Streaming copies store in the order it
     /// measured faster; choosing [`CopyStores::Streaming`] settles that
     /// measurement here (a fraction of a second, once per machine), not
     /// in the first write.
