@@ -181,9 +181,9 @@ impl Reader {
     /// it with the stores [`auto_stores`](super::auto_stores) measured
     /// faster on this machine (a buffer that large does not stay in the
     /// cache anyway). Streaming copies store in the order it measured
-    /// faster; choosing
-    /// [`CopyStores::Streaming`] settles that measurement here (a fraction
-    /// of a second, once per machine), not in the first read.
+    /// faster; choosing [`CopyStores::Streaming`] settles that
+    /// measurement here (a fraction of a second, once per machine), not
+    /// in the first read.
     pub fn set_copy_stores(&mut self, stores: CopyStores) {
         self.stores = stores;
         if stores == CopyStores::Streaming {
