@@ -9,15 +9,16 @@
 #                                         without AVX-512), same size, same
 #                                         thread count (target: >= 0.95)
 #
-# The tools run back to back, ROUNDS times (default 5), so load on the
-# machine hits both sides alike. The table shows each side's median over
-# the rounds and its best round (fastest chase, highest bandwidth); the
-# last lines give every round's ratio (GOAL and ROUND lines), which
-# bench/all.sh judges at 95%. On a quiet machine the two agree; on a
-# busy one a single quiet moment can favour either side's best round, so
-# the medians are the fairer comparison. A benchmark, not a test: it prints the figures
-# and whether they meet their targets, and exits 0 either way (non-zero
-# only when something could not run).
+# The tools run back to back, ROUNDS times (default 5), the reference
+# first in every other round, so load on the machine hits both sides
+# alike. The table shows each side's median over the rounds and its best
+# round (fastest chase, highest bandwidth); the last lines give every
+# round's ratio (GOAL and ROUND lines), which bench/all.sh judges at
+# 95%. On a quiet machine the two agree; on a busy one a single quiet
+# moment can favour either side's best round, so the medians are the
+# fairer comparison. A benchmark, not a test: it prints the figures and
+# whether they meet their targets, and exits 0 either way (non-zero only
+# when something could not run).
 #
 #   bench/matrix-quality.sh              ROUNDS=9 bench/matrix-quality.sh
 set -euo pipefail
@@ -59,16 +60,32 @@ echo "matrix-quality: latency working set $((size >> 20)) MiB (numalab's choice)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 declare -A series
-for ((r = 1; r <= ROUNDS; r++)); do
+lat_numalab() {
+    local out
     out=$($numalab matrix --latency --cpu-nodes 0 --mem-nodes 0 --size "$size" --huge-pages thp --repeats 5 --csv 2>/dev/null)
     series[lat_numalab]+="$(csv_field idle 9 <<<"$out") "
-    series[lat_c]+="$("$chase" "$size" thp "$cpu" 5 100) "
-    for t in "${thread_counts[@]}"; do
-        out=$($numalab matrix --bandwidth --cpu-nodes 0 --mem-nodes 0 --size $((BW_MB * 1000000)) --threads "$t" --huge-pages none --repeats 5 --csv 2>/dev/null)
-        series[bw_numalab_$t]+="$(csv_field read 9 <<<"$out") "
-        mbs=$(likwid-bench -t "$kernel" -w "M0:${BW_MB}MB:$t" 2>/dev/null | awk '/^MByte\/s/ { print $2 }')
-        series[bw_likwid_$t]+="$(awk -v m="$mbs" 'BEGIN { print m / 1000 }') "
-    done
+}
+lat_c() { series[lat_c]+="$("$chase" "$size" thp "$cpu" 5 100) "; }
+bw_numalab() { # threads
+    local out
+    out=$($numalab matrix --bandwidth --cpu-nodes 0 --mem-nodes 0 --size $((BW_MB * 1000000)) --threads "$1" --huge-pages none --repeats 5 --csv 2>/dev/null)
+    series[bw_numalab_$1]+="$(csv_field read 9 <<<"$out") "
+}
+bw_likwid() { # threads
+    local mbs
+    mbs=$(likwid-bench -t "$kernel" -w "M0:${BW_MB}MB:$1" 2>/dev/null | awk '/^MByte\/s/ { print $2 }')
+    series[bw_likwid_$1]+="$(awk -v m="$mbs" 'BEGIN { print m / 1000 }') "
+}
+for ((r = 1; r <= ROUNDS; r++)); do
+    # Every other round the reference goes first, so whatever the previous
+    # run leaves behind (freed memory, a host's slow phase) favours neither.
+    if ((r % 2)); then
+        lat_numalab; lat_c
+        for t in "${thread_counts[@]}"; do bw_numalab "$t"; bw_likwid "$t"; done
+    else
+        lat_c; lat_numalab
+        for t in "${thread_counts[@]}"; do bw_likwid "$t"; bw_numalab "$t"; done
+    fi
     echo "matrix-quality: round $r/$ROUNDS done" >&2
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
