@@ -9,10 +9,15 @@
  * source of at most 4 MiB (as PSRDada's dada_junkdb and numalab's
  * benchmark do) and publishes it with a release store; the reader, pinned
  * on READER_CPU, spins until a block is published, memcpy's it out into a
- * private block-sized buffer and frees the slot. Both sides spin (no
- * futex, no syscall per block), and every buffer is written before the
- * clock starts, so no page fault is timed. Prints the reader's MB/s
- * (10^6 bytes per second) for VOLUME_BYTES, rounded down to whole blocks.
+ * private block-sized buffer and frees the slot. The source and the
+ * private buffer start on page boundaries, as the ring's slots do and as
+ * numalab's ring benchmark and `numalab ring` lay out theirs: where the
+ * two ends of a copy lie within their pages changes its speed on some CPUs
+ * (docs/figures.md), and every ring compared gets the same. Both sides
+ * spin (no futex, no syscall per block), and every buffer is written
+ * before the clock starts, so no page fault is timed. Prints the reader's
+ * MB/s (10^6 bytes per second) for VOLUME_BYTES, rounded down to whole
+ * blocks.
  *
  * With `ramp=BYTES`, that many bytes (rounded up to whole blocks) move
  * first, untimed, as `numalab ring --ramp` does: the reader starts its
@@ -47,6 +52,16 @@ struct shared {
     _Alignas(64) _Atomic uint32_t space_sleepers;
     _Alignas(64) double mbps;
 };
+
+/* `len` bytes starting on a page boundary, or the program ends. */
+static uint8_t *page_alloc(size_t len) {
+    uint8_t *p = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
+    if (!p) {
+        perror("cring: aligned_alloc");
+        exit(1);
+    }
+    return p;
+}
 
 int main(int argc, char **argv) {
     const char *usage =
@@ -93,7 +108,7 @@ int main(int argc, char **argv) {
     }
     if (reader == 0) {
         pin("cring", reader_cpu);
-        uint8_t *out = malloc(block);
+        uint8_t *out = page_alloc(block);
         memset(out, 1, block);
         atomic_fetch_add(&shared->ready, 1);
         while (atomic_load(&shared->ready) < 2)
@@ -119,7 +134,7 @@ int main(int argc, char **argv) {
 
     pin("cring", writer_cpu);
     size_t source_len = block < SOURCE_MAX ? block : SOURCE_MAX;
-    uint8_t *source = malloc(source_len);
+    uint8_t *source = page_alloc(source_len);
     memset(source, 2, source_len);
     atomic_fetch_add(&shared->ready, 1);
     while (atomic_load(&shared->ready) < 2)

@@ -7,7 +7,8 @@
 //!   reader process it forks: the writer copies into the ring from a
 //!   source of at most 4 MiB (as PSRDada's `dada_junkdb` does), the reader
 //!   copies each block out into a block-sized buffer (as `dada_dbnull -l`
-//!   does); both buffers are written before the clock starts;
+//!   does); both buffers start on page boundaries, as `numalab ring`'s
+//!   and the C ring's do, and are written before the clock starts;
 //! * **memcpy**, the reference of the target "copy ≥ 0.9× a single-core
 //!   memcpy of the same volume": one core `memcpy`s the same volume, one
 //!   block per call, from a 512 MiB source into a 512 MiB destination,
@@ -86,7 +87,7 @@ use std::time::{Duration, Instant};
 
 use numalab::affinity;
 use numalab::ring::{CopyStores, Ring, RingOptions};
-use numalab::{CpuSet, HugePages};
+use numalab::{CpuSet, HugePages, MemPolicy, NodeBuffer};
 
 const BLOCK_SIZES: [usize; 7] = [
     64 << 10,
@@ -157,6 +158,17 @@ impl Options {
 
 fn pin(cpu: u32) {
     affinity::bind_thread_to_cpus(&CpuSet::single(cpu)).expect("pin to a CPU");
+}
+
+/// `len` bytes of ones on whole base pages, written here: the buffers the
+/// library's ring copies from and into, laid out as `numalab ring`'s
+/// workers and the C ring lay out theirs (a `Vec` this large starts 16
+/// bytes past a page, or anywhere in a heap the benchmark has used, and a
+/// copy's speed depends on where its two ends lie within their pages).
+fn page_buffer(len: usize) -> NodeBuffer {
+    let mut buffer = NodeBuffer::new(len, MemPolicy::Default).expect("map a buffer");
+    buffer.as_mut_slice().fill(1);
+    buffer
 }
 
 /// One thread on `cpu` copying `volume` bytes with `memcpy` (`copy_from_slice`),
@@ -411,7 +423,8 @@ fn ring_run(
         pin(cpus.0);
         let mut writer = ring.writer().expect("writer");
         writer.set_copy_stores(stores);
-        let source = vec![1u8; block.min(SOURCE_MAX)];
+        let source = page_buffer(block.min(SOURCE_MAX));
+        let source = source.as_slice();
         let streaming = writer.streams();
         // The reader pins itself and writes its buffer before it joins.
         writer
@@ -428,7 +441,7 @@ fn ring_run(
                 slot.commit(block).unwrap();
             } else {
                 for _ in 0..block / source.len() {
-                    writer.write(&source).unwrap();
+                    writer.write(source).unwrap();
                 }
             }
         }
@@ -474,8 +487,12 @@ fn read_side(
     stores: CopyStores,
 ) -> [u64; 3] {
     pin(cpu);
-    let mut buf = vec![1u8; if in_place { 0 } else { block }];
-    std::hint::black_box(&mut buf);
+    let mut buffer = (!in_place).then(|| page_buffer(block));
+    let buf = buffer
+        .as_mut()
+        .map(NodeBuffer::as_mut_slice)
+        .unwrap_or_default();
+    std::hint::black_box(&mut *buf);
     // SAFETY: the benchmark made the ring; only numalab's ring API (this
     // process and the writer thread) touches it.
     let ring = unsafe { Ring::open(name) }.expect("open the ring");
@@ -492,8 +509,8 @@ fn read_side(
             sum ^= consume(&slot);
             slot.len()
         } else {
-            let n = reader.read(&mut buf).unwrap();
-            if n == 0 && reader.read(&mut buf).unwrap() == 0 {
+            let n = reader.read(buf).unwrap();
+            if n == 0 && reader.read(buf).unwrap() == 0 {
                 break;
             }
             n

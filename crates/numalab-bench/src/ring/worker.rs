@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use numalab::affinity::{self, BindError};
 use numalab::ring::{Ring, RingError};
-use numalab::{CpuSet, NodeSet};
+use numalab::{BufferError, CpuSet, MemPolicy, NodeBuffer, NodeSet};
 use serde::{Deserialize, Serialize};
 
 use super::config::Mode;
@@ -193,6 +193,9 @@ pub enum WorkerError {
     /// Attaching, writing or reading failed.
     #[error(transparent)]
     Ring(#[from] RingError),
+    /// The writer's source or the reader's buffer could not be mapped.
+    #[error("mapping the worker's buffer")]
+    Buffer(#[from] BufferError),
     /// A reader got a second transfer.
     #[error("a second transfer arrived; the writer sends one")]
     SecondTransfer,
@@ -212,6 +215,19 @@ pub enum WorkerError {
         /// The word expected.
         expected: u64,
     },
+}
+
+/// `len` bytes of `byte` on whole base pages, written by this process (so
+/// on its node). The ring's blocks start on page boundaries, and so do the
+/// C ring's buffers; a `Vec` this large comes from `mmap` through `malloc`,
+/// 16 bytes past a page, and copies between such a buffer and a block ran
+/// worse on the Zen 4 VM: with both ends of the C ring's copies 16 bytes
+/// off, 256 KiB blocks moved at 11 GB/s in three runs of four, with both on
+/// pages at 22–36 (docs/figures.md).
+fn page_buffer(len: usize, byte: u8) -> Result<NodeBuffer, WorkerError> {
+    let mut buffer = NodeBuffer::new(len, MemPolicy::Default)?;
+    buffer.as_mut_slice().fill(byte);
+    Ok(buffer)
 }
 
 /// The word at position `index` of a verified stream.
@@ -282,7 +298,8 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
             } else {
                 block.min(SOURCE_MAX)
             };
-            let mut source = vec![1u8; source_len];
+            let mut source = page_buffer(source_len, 1)?;
+            let source = source.as_mut_slice();
             // An in-place producer stores as the ring's own copy-in would
             // (streaming for blocks too large to stay in the cache).
             let isa = Isa::detect();
@@ -349,10 +366,14 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
             // before joining: the writer starts its clock once every
             // reader has joined, and faulting in a 256 MiB buffer then
             // would be timed (a sixth of a 2 GiB run at that size).
-            let mut buf = match config.mode {
-                Mode::Copy => vec![1u8; block],
-                Mode::InPlace => Vec::new(),
+            let mut buffer = match config.mode {
+                Mode::Copy => Some(page_buffer(block, 1)?),
+                Mode::InPlace => None,
             };
+            let buf = buffer
+                .as_mut()
+                .map(NodeBuffer::as_mut_slice)
+                .unwrap_or_default();
             let mut reader = ring.reader()?;
             reader.set_timeout(Some(timeout));
             let isa = Isa::detect();
@@ -366,10 +387,10 @@ pub fn run(config: &WorkerConfig) -> Result<WorkerReport, WorkerError> {
             loop {
                 let n = match config.mode {
                     Mode::Copy => {
-                        let n = reader.read(&mut buf)?;
+                        let n = reader.read(buf)?;
                         if n == 0 {
                             // End of the transfer; then the stream's end.
-                            if reader.read(&mut buf)? == 0 {
+                            if reader.read(buf)? == 0 {
                                 break;
                             }
                             return Err(WorkerError::SecondTransfer);
